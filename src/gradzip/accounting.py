@@ -1,0 +1,67 @@
+"""Bit accounting shared by every compressor (spec 0.5).
+
+Each payload reports three numbers:
+
+* ``wire_bits``: ``8 * len(payload)``, measured; header and CRC included.
+* ``paper_bits``: the papers' raw count, ``n*log2(L) + 32*(#float32 scalars)`` for a quantizer,
+  or the count the method's own paper uses (e.g. ``32*nnz`` for threshold quantization).
+* ``entropy_bits``: ``sum over symbol streams of n*H(empirical histogram) + side bits`` (the
+  DQSG paper's Table 2), computed lazily because it needs a histogram pass.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import cached_property
+
+import torch
+
+
+def empirical_entropy_bits(symbols: torch.Tensor) -> float:
+    """``n * H`` of the empirical symbol histogram, in bits (0 for an empty stream)."""
+    n = symbols.numel()
+    if n == 0:
+        return 0.0
+    flat = symbols.reshape(-1)
+    if flat.dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64):
+        low = int(flat.min())
+        counts = torch.bincount((flat.to(torch.int64) - low) if low else flat.to(torch.int64))
+    else:
+        counts = torch.unique(flat, return_counts=True)[1]
+    counts = counts[counts > 0].to(torch.float64)
+    # n*H = n*log2(n) - sum c*log2(c)
+    return float(n * math.log2(n) - (counts * torch.log2(counts)).sum())
+
+
+class Encoded:
+    """One compressed tensor: the payload bytes and their bit accounting."""
+
+
+    def __init__(
+        self,
+        payload: bytes,
+        paper_bits: float,
+        streams: Sequence[torch.Tensor] = (),
+        side_bits: int = 0,
+    ) -> None:
+        self.payload = payload
+        self.paper_bits = float(paper_bits)
+        self.streams = tuple(streams)
+        self.side_bits = side_bits
+
+    @property
+    def wire_bits(self) -> int:
+        """Measured size of the payload in bits (header and checksum included)."""
+        return 8 * len(self.payload)
+
+    @cached_property
+    def entropy_bits(self) -> float:
+        """Empirical entropy of the symbol streams plus the side data (scales, means), in bits."""
+        return sum(empirical_entropy_bits(s) for s in self.streams) + float(self.side_bits)
+
+    def __repr__(self) -> str:
+        return (
+            f"Encoded(wire_bits={self.wire_bits}, paper_bits={self.paper_bits:.1f}, "
+            f"bytes={len(self.payload)})"
+        )

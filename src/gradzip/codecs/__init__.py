@@ -1,0 +1,1 @@
+"""Entropy-free and entropy codecs that turn integer symbol streams into bytes."""

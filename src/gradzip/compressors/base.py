@@ -1,0 +1,273 @@
+"""The compressor contract every method implements.
+
+A compressor is a *stateless* configuration object: ``encode(tensor, key)`` turns a tensor into a
+self-validating payload of bytes (see :mod:`gradzip.payload`) and ``decode(payload, ...)`` turns
+it back. Randomness is derived from the :class:`~gradzip.keys.StreamKey`, so the same key always
+gives the same payload, and a separately constructed receiver regenerates any shared dither.
+Stateful wrappers (error feedback) live outside, in :mod:`gradzip.feedback`.
+
+Subclasses implement two hooks on flattened float32 data and declare their parameters:
+
+* ``_encode_flat(x, key, absmax) -> Body``: ``x`` is 1-D float32, finite, non-empty;
+  ``absmax`` is ``max|x|`` (already computed by the finiteness scan).
+* ``_decode_flat(body, header, side) -> Tensor``: returns 1-D float32 of ``header.numel``; must
+  raise :class:`~gradzip.errors.PayloadError` subclasses on a body of the wrong size.
+* ``wire_params()``: the parameters a receiver must share, written into the header and compared
+  on decode (ints as zig-zag varints, floats as float64).
+* ``expected_body_bits(x)``: the documented size formula of the body for input ``x``, or ``None``
+  where it depends on an entropy coder; tests check it against the measured payload.
+"""
+
+from __future__ import annotations
+
+import struct
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+
+from gradzip.accounting import Encoded
+from gradzip.errors import (
+    KeyMismatchError,
+    NonFiniteInputError,
+    PayloadMismatchError,
+    TruncatedPayloadError,
+)
+from gradzip.keys import StreamKey
+from gradzip.payload import DTYPE_CODES, Header, build_payload, encode_varint, parse_payload
+
+ParamValue = int | float | bool | str
+
+
+@dataclass
+class Body:
+    """What ``_encode_flat`` returns: the body bytes and the pieces of its bit accounting."""
+
+    pieces: Sequence[bytes | bytearray | memoryview | torch.Tensor]
+    paper_bits: float
+    streams: Sequence[torch.Tensor] = field(default_factory=tuple)
+    side_bits: int = 0
+
+
+def tensor_bytes(t: torch.Tensor) -> memoryview:
+    """Zero-copy byte view of a contiguous CPU tensor (moved to the CPU first if needed)."""
+    t = t.detach().contiguous()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return memoryview(t.numpy()).cast("B")
+
+
+def body_tensor(body: memoryview, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
+    """Copy a body slice into a fresh, writable tensor of ``dtype`` (length must divide)."""
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    if len(body) % itemsize:
+        raise TruncatedPayloadError(
+            f"body slice of {len(body)} bytes is not a whole number of {dtype} items"
+        )
+    if len(body) == 0:
+        return torch.empty(0, dtype=dtype)
+    return torch.frombuffer(bytearray(body), dtype=dtype)
+
+
+def encode_params(params: Mapping[str, ParamValue]) -> bytes:
+    """Serialize a compressor's wire parameters (order matters)."""
+    out = bytearray()
+    for name, value in params.items():
+        if isinstance(value, bool):
+            out += encode_varint(int(value))
+        elif isinstance(value, int):
+            out += encode_varint((value << 1) if value >= 0 else ((-value << 1) - 1))
+        elif isinstance(value, float):
+            out += struct.pack("<d", value)
+        elif isinstance(value, str):
+            raw = value.encode()
+            out += encode_varint(len(raw)) + raw
+        else:  # pragma: no cover - programming error in a compressor
+            raise TypeError(f"wire parameter {name!r} has unsupported type {type(value).__name__}")
+    return bytes(out)
+
+
+class Compressor(ABC):
+    """Base class: validation, the wire format and the bit accounting around two hooks."""
+
+    name: ClassVar[str]
+    codec_id: ClassVar[int]
+    #: decode needs the sender's key to regenerate shared randomness (dithers, random indices)
+    uses_shared_randomness: ClassVar[bool] = False
+    #: decode needs side information (nested quantization)
+    needs_side_information: ClassVar[bool] = False
+    #: the body encodes the original dtype losslessly (identity); others compute in float32
+    keeps_input_dtype: ClassVar[bool] = False
+
+    # -- hooks -------------------------------------------------------------------------------
+    @abstractmethod
+    def _encode_flat(self, x: torch.Tensor, key: StreamKey, absmax: float) -> Body: ...
+
+    @abstractmethod
+    def _decode_flat(
+        self, body: memoryview, header: Header, side: torch.Tensor | None
+    ) -> torch.Tensor: ...
+
+    def wire_params(self) -> dict[str, ParamValue]:
+        """Parameters the receiver must share; written in the header, checked on decode."""
+        return {}
+
+    @property
+    def bucket_size(self) -> int:
+        """Elements per bucket with its own scale; 0 means one bucket per tensor."""
+        return 0
+
+    def expected_body_bits(self, x: torch.Tensor) -> int | None:
+        """Documented body size in bits for input ``x`` (None if entropy-coded)."""
+        return None
+
+    # -- public API --------------------------------------------------------------------------
+    def encode(self, tensor: torch.Tensor, key: StreamKey | None = None) -> Encoded:
+        """Compress ``tensor`` into a payload; raises on non-finite input (spec 0.3)."""
+        key = key if key is not None else StreamKey()
+        x = self._validated_flat(tensor)
+        header = Header(
+            codec_id=self.codec_id,
+            dtype=tensor.dtype,
+            shape=tuple(tensor.shape),
+            bucket_size=self.bucket_size,
+            key=key,
+            params=encode_params(self.wire_params()),
+        )
+        if x.numel() == 0:
+            return Encoded(b"", 0.0)
+        amin, amax = torch.aminmax(x)
+        absmax = max(-float(amin), float(amax))
+        if absmax != absmax or absmax == float("inf"):
+            raise NonFiniteInputError(
+                f"{self.name}: cannot encode a tensor holding NaN or Inf "
+                f"(or values beyond the float32 range); nothing was updated"
+            )
+        body = self._encode_flat(x, key, absmax)
+        pieces = [p if not isinstance(p, torch.Tensor) else tensor_bytes(p) for p in body.pieces]
+        payload = build_payload(header, pieces)
+        return Encoded(payload, body.paper_bits, body.streams, body.side_bits)
+
+    def decode(
+        self,
+        payload: bytes | bytearray | memoryview,
+        *,
+        expected_key: StreamKey | None = None,
+        shape: Sequence[int] | None = None,
+        dtype: torch.dtype | None = None,
+        side: torch.Tensor | None = None,
+        device: torch.device | str | None = None,
+    ) -> torch.Tensor:
+        """Rebuild the tensor from ``payload``.
+
+        ``expected_key``/``shape``/``dtype``, when given, are checked against the header and a
+        :class:`~gradzip.errors.PayloadMismatchError` names any difference. ``side`` is the side
+        information of nested quantization.
+        """
+        if len(payload) == 0:
+            return self._decode_empty(shape, dtype, device)
+        header, body = parse_payload(payload)
+        self._check_header(header, expected_key, shape, dtype)
+        if self.needs_side_information:
+            if side is None:
+                raise ValueError(f"{self.name} decoding needs side information (side=...)")
+            if side.numel() != header.numel:
+                raise PayloadMismatchError(
+                    f"side information has {side.numel()} elements; the payload has {header.numel}"
+                )
+            side = side.detach().reshape(-1).to(torch.float32).cpu()
+        if header.numel == 0:
+            raise PayloadMismatchError("a non-empty payload cannot hold an empty tensor")
+        flat = self._decode_flat(body, header, side)
+        out = flat.view(header.shape).to(header.dtype)
+        return out if device is None else out.to(device)
+
+    def round_trip(
+        self,
+        tensor: torch.Tensor,
+        key: StreamKey | None = None,
+        side: torch.Tensor | None = None,
+    ) -> tuple[Encoded, torch.Tensor]:
+        """Encode, then decode with the same key: what a receiver would reconstruct."""
+        encoded = self.encode(tensor, key)
+        if not encoded.payload:
+            return encoded, tensor.detach().clone()
+        return encoded, self.decode(encoded.payload, expected_key=key, side=side)
+
+    def describe(self) -> str:
+        """One line: the name and the parameters."""
+        params = ", ".join(f"{k}={v}" for k, v in self.wire_params().items())
+        return f"{self.name}({params})"
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _validated_flat(self, tensor: torch.Tensor) -> torch.Tensor:
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{self.name}: expected a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.dtype not in DTYPE_CODES:
+            raise TypeError(
+                f"{self.name}: dtype {tensor.dtype} is not supported; "
+                f"use one of {sorted(str(d) for d in DTYPE_CODES)}"
+            )
+        flat = tensor.detach().reshape(-1)
+        if not self.keeps_input_dtype and flat.dtype != torch.float32:
+            flat = flat.to(torch.float32)
+        if flat.device.type != "cpu":
+            flat = flat.cpu()
+        return flat
+
+    def _check_header(
+        self,
+        header: Header,
+        expected_key: StreamKey | None,
+        shape: Sequence[int] | None,
+        dtype: torch.dtype | None,
+    ) -> None:
+        if header.codec_id != self.codec_id:
+            from gradzip.compressors.registry import codec_name
+
+            raise PayloadMismatchError(
+                f"payload was written by codec '{codec_name(header.codec_id)}' "
+                f"(id {header.codec_id}); this decoder is '{self.name}' (id {self.codec_id})"
+            )
+        mine = encode_params(self.wire_params())
+        if header.params != mine:
+            raise PayloadMismatchError(
+                f"payload was encoded with other {self.name} parameters than this decoder's "
+                f"({self.describe()}): {header.params.hex()} != {mine.hex()}"
+            )
+        if header.bucket_size != self.bucket_size:
+            raise PayloadMismatchError(
+                f"payload uses bucket size {header.bucket_size}; this decoder uses {self.bucket_size}"
+            )
+        if expected_key is not None and header.key != expected_key:
+            raise KeyMismatchError(
+                f"payload keys differ from the receiver's: {header.key.describe_difference(expected_key)}"
+            )
+        if shape is not None and tuple(shape) != header.shape:
+            raise PayloadMismatchError(f"payload shape {header.shape} != expected {tuple(shape)}")
+        if dtype is not None and dtype != header.dtype:
+            raise PayloadMismatchError(f"payload dtype {header.dtype} != expected {dtype}")
+
+    def _decode_empty(
+        self,
+        shape: Sequence[int] | None,
+        dtype: torch.dtype | None,
+        device: torch.device | str | None,
+    ) -> torch.Tensor:
+        if shape is None:
+            raise TruncatedPayloadError(
+                "empty payload: it stands for an empty tensor only when the receiver passes the "
+                "expected shape; otherwise the bytes were lost"
+            )
+        numel = 1
+        for d in shape:
+            numel *= d
+        if numel != 0:
+            raise TruncatedPayloadError(
+                f"empty payload, but the expected shape {tuple(shape)} has {numel} elements"
+            )
+        return torch.empty(tuple(shape), dtype=dtype or torch.float32, device=device)

@@ -1,0 +1,57 @@
+"""Pieces shared by the scale-and-quantize compressors: buckets and their max-abs scales."""
+
+from __future__ import annotations
+
+import torch
+
+from gradzip.compressors.base import body_tensor
+from gradzip.errors import TruncatedPayloadError
+
+
+def check_bucket_size(bucket_size: int | None) -> int:
+    """Normalize a ``bucket_size`` parameter: None or 0 mean one bucket per tensor."""
+    if bucket_size is None:
+        return 0
+    if isinstance(bucket_size, bool) or not isinstance(bucket_size, int) or bucket_size < 0:
+        raise ValueError(f"bucket_size must be None or a positive int, got {bucket_size!r}")
+    return bucket_size
+
+
+def num_buckets(n: int, bucket_size: int) -> int:
+    """Number of buckets of ``n`` elements (the last one may be shorter)."""
+    if n == 0:
+        return 0
+    return 1 if bucket_size == 0 or bucket_size >= n else -(-n // bucket_size)
+
+
+def bucket_absmax(x: torch.Tensor, bucket_size: int, absmax: float) -> torch.Tensor:
+    """``max|x_B|`` per bucket as float32 (the scale of DQSG eq. 2, QSGD's max norm, ...)."""
+    n = x.numel()
+    nb = num_buckets(n, bucket_size)
+    if nb == 1:
+        return torch.tensor([absmax], dtype=torch.float32)
+    full = n // bucket_size
+    lo, hi = torch.aminmax(x[: full * bucket_size].view(full, bucket_size), dim=1)
+    scales = torch.maximum(-lo, hi)
+    if full < nb:
+        tail = x[full * bucket_size :]
+        lo_t, hi_t = torch.aminmax(tail)
+        scales = torch.cat((scales, torch.maximum(-lo_t, hi_t).view(1)))
+    return scales
+
+
+def per_element(values: torch.Tensor, n: int, bucket_size: int) -> torch.Tensor:
+    """Broadcast one value per bucket to one value per element (length ``n``)."""
+    if values.numel() == 1:
+        return values.expand(n)
+    counts = torch.full((values.numel(),), bucket_size, dtype=torch.int64)
+    counts[-1] = n - bucket_size * (values.numel() - 1)
+    return torch.repeat_interleave(values, counts)
+
+
+def read_scales(body: memoryview, count: int) -> tuple[torch.Tensor, memoryview]:
+    """Split ``count`` float32 scales off the front of a body."""
+    size = 4 * count
+    if len(body) < size:
+        raise TruncatedPayloadError(f"body has {len(body)} bytes; its {count} scales need {size}")
+    return body_tensor(body[:size], torch.float32), body[size:]

@@ -1,0 +1,63 @@
+"""The registry of compressors: names (the public keys) and wire codec ids.
+
+Codec ids are part of the wire format and never reused. Adding a compressor = one file with a
+class decorated by :func:`register`, plus an import in ``gradzip/compressors/__init__.py``; the
+contract tests then cover it automatically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from gradzip.compressors.base import Compressor
+
+_BY_NAME: dict[str, type[Compressor]] = {}
+_BY_ID: dict[int, type[Compressor]] = {}
+
+C = TypeVar("C", bound=type[Compressor])
+
+
+def register(cls: C) -> C:
+    """Class decorator: enrol a compressor under ``cls.name`` and ``cls.codec_id``."""
+    name, codec_id = cls.name, cls.codec_id
+    if not 1 <= codec_id <= 255:
+        raise ValueError(f"codec id of {name} must lie in [1, 255], got {codec_id}")
+    if name in _BY_NAME and _BY_NAME[name] is not cls:
+        raise ValueError(f"compressor name {name!r} is already registered")
+    if codec_id in _BY_ID and _BY_ID[codec_id] is not cls:
+        raise ValueError(f"codec id {codec_id} is already used by {_BY_ID[codec_id].name!r}")
+    _BY_NAME[name] = cls
+    _BY_ID[codec_id] = cls
+    return cls
+
+
+def names() -> list[str]:
+    """Registered compressor names, in codec-id order."""
+    return [cls.name for _, cls in sorted(_BY_ID.items())]
+
+
+def get(name: str) -> type[Compressor]:
+    """The compressor class registered as ``name``."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown compressor {name!r}; known: {', '.join(names())}") from None
+
+
+def create(name: str, **params: Any) -> Compressor:
+    """Instantiate the compressor ``name`` with keyword parameters."""
+    factory: Callable[..., Compressor] = get(name)
+    return factory(**params)
+
+
+def codec_name(codec_id: int) -> str:
+    """Name of the compressor owning ``codec_id`` ("unknown" if none)."""
+    cls = _BY_ID.get(codec_id)
+    return cls.name if cls is not None else "unknown"
+
+
+def summary(cls: type[Compressor]) -> str:
+    """First line of the class docstring."""
+    doc = (cls.__doc__ or "").strip()
+    return doc.splitlines()[0] if doc else ""

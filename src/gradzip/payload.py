@@ -1,0 +1,229 @@
+"""The gradzip wire format: a versioned header, a compressor-specific body, and a CRC32.
+
+Layout (all integers little-endian; ``varint`` is unsigned LEB128)::
+
+    offset size     field
+    0      2        magic b"GZ"
+    2      1        format version (1)
+    3      1        codec id (see gradzip.compressors.registry)
+    4      8        total payload length in bytes, header and CRC included (u64)
+    12     1        dtype code of the original tensor (float32=1, float16=2, bfloat16=3, float64=4)
+    13     1        ndim
+    14     varint*  shape, one varint per dimension
+           varint   bucket size (0: one bucket per tensor)
+           varint*  stream key: run seed, rank, step, tensor index, chunk
+           varint   length of the parameter block, then the block (the codec's own parameters,
+                    e.g. M or the bit width, so a receiver configured differently is told so)
+           ...      body (codec-specific; its length is the rest of the payload)
+    end-4  4        CRC32 (zlib polynomial) of every byte before it
+
+The header is read with bounds checks on every field, so truncated or corrupt bytes raise a
+:class:`~gradzip.errors.PayloadError` that names the problem; they never crash, hang or decode to
+silent garbage. No pickle is used anywhere. An empty tensor is sent as an empty payload of 0 bits
+(spec 0.3); only a receiver that expects an empty tensor accepts one.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from gradzip.errors import (
+    ChecksumMismatchError,
+    CorruptPayloadError,
+    TruncatedPayloadError,
+    UnsupportedVersionError,
+)
+from gradzip.keys import StreamKey
+
+MAGIC = b"GZ"
+FORMAT_VERSION = 1
+CRC_BYTES = 4
+_FIXED = struct.Struct("<2sBBQBB")  # magic, version, codec id, total length, dtype, ndim
+
+DTYPE_CODES: dict[torch.dtype, int] = {
+    torch.float32: 1,
+    torch.float16: 2,
+    torch.bfloat16: 3,
+    torch.float64: 4,
+}
+CODE_DTYPES = {code: dtype for dtype, code in DTYPE_CODES.items()}
+
+
+def encode_varint(value: int) -> bytes:
+    """Unsigned LEB128 encoding of ``value`` (0 <= value < 2**64)."""
+    if value < 0 or value >= 2**64:
+        raise ValueError(f"varint out of range: {value}")
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def decode_varint(buf: bytes | memoryview, pos: int, what: str) -> tuple[int, int]:
+    """Read a varint at ``pos``; returns ``(value, next position)``; ``what`` names the field."""
+    value = 0
+    shift = 0
+    end = len(buf)
+    while True:
+        if pos >= end:
+            raise TruncatedPayloadError(f"payload ends inside the header field '{what}'")
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise CorruptPayloadError(f"header field '{what}' is not a valid varint")
+
+
+def varint_size(value: int) -> int:
+    """Bytes taken by ``encode_varint(value)``."""
+    return max(1, (value.bit_length() + 6) // 7)
+
+
+@dataclass(frozen=True)
+class Header:
+    """Everything a payload says about itself before its body."""
+
+    codec_id: int
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    bucket_size: int
+    key: StreamKey
+    params: bytes
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for dim in self.shape:
+            n *= dim
+        return n
+
+
+def header_size(header: Header) -> int:
+    """Bytes the header takes on the wire (the CRC is counted separately, as CRC_BYTES)."""
+    key = header.key
+    return (
+        _FIXED.size
+        + sum(varint_size(d) for d in header.shape)
+        + varint_size(header.bucket_size)
+        + sum(
+            varint_size(v)
+            for v in (key.run_seed, key.rank, key.step, key.tensor_index, key.chunk)
+        )
+        + varint_size(len(header.params))
+        + len(header.params)
+    )
+
+
+def overhead_bits(header: Header) -> int:
+    """Header plus CRC, in bits: ``wire_bits = overhead_bits + body bits`` for every payload."""
+    return 8 * (header_size(header) + CRC_BYTES)
+
+
+def build_payload(header: Header, body: Sequence[bytes | bytearray | memoryview]) -> bytes:
+    """Serialize ``header`` and the body pieces, and append the CRC32."""
+    if len(header.shape) > 255:
+        raise ValueError(f"tensors of more than 255 dimensions are not supported ({len(header.shape)})")
+    body_len = sum(memoryview(piece).nbytes for piece in body)
+    total = header_size(header) + body_len + CRC_BYTES
+    key = header.key
+    head = bytearray(
+        _FIXED.pack(
+            MAGIC,
+            FORMAT_VERSION,
+            header.codec_id,
+            total,
+            DTYPE_CODES[header.dtype],
+            len(header.shape),
+        )
+    )
+    for value in (
+        *header.shape,
+        header.bucket_size,
+        key.run_seed,
+        key.rank,
+        key.step,
+        key.tensor_index,
+        key.chunk,
+        len(header.params),
+    ):
+        head += encode_varint(value)
+    head += header.params
+    crc = zlib.crc32(head)
+    for piece in body:
+        crc = zlib.crc32(piece, crc)
+    return b"".join((head, *body, crc.to_bytes(CRC_BYTES, "little")))
+
+
+def parse_payload(payload: bytes | bytearray | memoryview) -> tuple[Header, memoryview]:
+    """Validate ``payload`` and split it into its header and a view of its body.
+
+    Raises :class:`TruncatedPayloadError`, :class:`CorruptPayloadError`,
+    :class:`ChecksumMismatchError` or :class:`UnsupportedVersionError` naming the problem.
+    """
+    buf = memoryview(payload).cast("B")
+    if len(buf) < _FIXED.size + CRC_BYTES:
+        raise TruncatedPayloadError(
+            f"payload of {len(buf)} bytes is shorter than the smallest gradzip header "
+            f"({_FIXED.size + CRC_BYTES} bytes)"
+        )
+    magic, version, codec_id, total, dtype_code, ndim = _FIXED.unpack_from(buf, 0)
+    if magic != MAGIC:
+        raise CorruptPayloadError(f"not a gradzip payload: magic bytes {bytes(magic)!r} != {MAGIC!r}")
+    if version != FORMAT_VERSION:
+        raise UnsupportedVersionError(
+            f"payload has wire-format version {version}; this gradzip reads version {FORMAT_VERSION}"
+        )
+    if total > len(buf):
+        raise TruncatedPayloadError(f"payload is truncated: {len(buf)} bytes of the {total} declared")
+    if total < len(buf):
+        raise CorruptPayloadError(
+            f"payload has {len(buf) - total} trailing bytes beyond its declared length {total}"
+        )
+    stored_crc = int.from_bytes(buf[total - CRC_BYTES : total], "little")
+    actual_crc = zlib.crc32(buf[: total - CRC_BYTES])
+    if stored_crc != actual_crc:
+        raise ChecksumMismatchError(
+            f"payload checksum mismatch (stored CRC32 {stored_crc:#010x}, computed {actual_crc:#010x}):"
+            " the bytes were corrupted in transit or storage"
+        )
+    if dtype_code not in CODE_DTYPES:
+        raise CorruptPayloadError(f"payload names unknown dtype code {dtype_code}")
+    end = total - CRC_BYTES
+    view = buf[:end]
+    pos = _FIXED.size
+    shape = []
+    for axis in range(ndim):
+        dim, pos = decode_varint(view, pos, f"shape[{axis}]")
+        shape.append(dim)
+    bucket_size, pos = decode_varint(view, pos, "bucket size")
+    key_fields = []
+    for name in ("run seed", "rank", "step", "tensor index", "chunk"):
+        value, pos = decode_varint(view, pos, name)
+        key_fields.append(value)
+    params_len, pos = decode_varint(view, pos, "parameter block length")
+    if pos + params_len > end:
+        raise TruncatedPayloadError("payload ends inside the parameter block")
+    params = bytes(view[pos : pos + params_len])
+    pos += params_len
+    header = Header(
+        codec_id=codec_id,
+        dtype=CODE_DTYPES[dtype_code],
+        shape=tuple(shape),
+        bucket_size=bucket_size,
+        key=StreamKey(*key_fields),
+        params=params,
+    )
+    return header, view[pos:]
