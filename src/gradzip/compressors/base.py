@@ -24,7 +24,7 @@ import struct
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -102,6 +102,9 @@ class Compressor(ABC):
     needs_side_information: ClassVar[bool] = False
     #: the body encodes the original dtype losslessly (identity); others compute in float32
     keeps_input_dtype: ClassVar[bool] = False
+    #: keyword parameters of a demonstration instance, used by the registry-wide contract tests,
+    #: ``gradzip list`` and ``gradzip bench codecs``; must suit gradient-like data of any scale
+    example_params: ClassVar[dict[str, Any]] = {}
 
     # -- hooks -------------------------------------------------------------------------------
     @abstractmethod
