@@ -1,4 +1,4 @@
-"""Fixed-width packing of b-bit symbols (1 <= b <= 16) into bytes.
+"""Fixed-width packing of b-bit symbols (1 <= b <= 32) into bytes.
 
 Symbols are written as one little-endian, LSB-first bit stream (spec 0.5): symbol ``j`` occupies
 bits ``j*b .. j*b + b - 1`` of the stream, and bit ``i`` of the stream is bit ``i % 8`` of byte
@@ -27,8 +27,8 @@ def packed_bytes(n: int, bits: int) -> int:
 
 
 def _check_bits(bits: int) -> None:
-    if not 1 <= bits <= 16:
-        raise ValueError(f"bit width must lie in [1, 16], got {bits}")
+    if not 1 <= bits <= 32:
+        raise ValueError(f"bit width must lie in [1, 32], got {bits}")
 
 
 def pack_bits(symbols: torch.Tensor, bits: int) -> torch.Tensor:
@@ -54,27 +54,23 @@ def pack_bits(symbols: torch.Tensor, bits: int) -> torch.Tensor:
         for j in range(1, per):
             out |= groups[:, j] << (j * bits)
         return out[:nbytes]
-    # general width: 8 symbols fill exactly `bits` bytes; build them as two 64-bit words
+    # general width: 8 symbols fill exactly `bits` bytes; build them in 64-bit words
     groups = _pad(symbols.to(torch.int64), 8).view(-1, 8)
     mask = (1 << bits) - 1
-    lo = torch.zeros(groups.shape[0], dtype=torch.int64, device=symbols.device)
-    hi = torch.zeros_like(lo)
+    nwords = -(-8 * bits // 64)
+    words = torch.zeros((groups.shape[0], nwords), dtype=torch.int64, device=symbols.device)
     for j in range(8):
         s = groups[:, j] & mask
-        offset = j * bits
-        if offset + bits <= 64:
-            lo |= s << offset
-        elif offset >= 64:
-            hi |= s << (offset - 64)
-        else:  # straddles the two words: low part in lo, high part in hi
-            lo |= s << offset
-            hi |= s >> (64 - offset)
-    words = torch.stack((lo, hi), dim=1).view(torch.uint8).view(-1, 16)
-    return words[:, :bits].reshape(-1)[:nbytes]
+        word, shift = divmod(j * bits, 64)
+        words[:, word] |= s << shift  # bits beyond 64 fall off and go to the next word
+        if shift + bits > 64:
+            words[:, word + 1] |= s >> (64 - shift)
+    return words.view(torch.uint8).view(-1, 8 * nwords)[:, :bits].reshape(-1)[:nbytes]
 
 
 def unpack_bits(data: torch.Tensor, n: int, bits: int) -> torch.Tensor:
-    """Inverse of :func:`pack_bits`: ``n`` symbols (uint8 for bits <= 8, else int32).
+    """Inverse of :func:`pack_bits`: ``n`` symbols (uint8 up to 8 bits, int32 up to 16, else
+    int64).
 
     Raises :class:`TruncatedPayloadError` if ``data`` is too short and
     :class:`CorruptPayloadError` if it is too long or its padding bits are set.
@@ -92,7 +88,7 @@ def unpack_bits(data: torch.Tensor, n: int, bits: int) -> torch.Tensor:
     tail_bits = (n * bits) % 8
     if tail_bits and int(data[-1]) >> tail_bits:
         raise CorruptPayloadError("packed symbol stream has non-zero padding bits")
-    out_dtype = torch.uint8 if bits <= 8 else torch.int32
+    out_dtype = torch.uint8 if bits <= 8 else (torch.int32 if bits <= 16 else torch.int64)
     if n == 0:
         return torch.empty(0, dtype=out_dtype, device=data.device)
     if bits == 8:
@@ -107,23 +103,21 @@ def unpack_bits(data: torch.Tensor, n: int, bits: int) -> torch.Tensor:
             torch.bitwise_and(data >> (j * bits), mask, out=out[:, j])
         return out.view(-1)[:n]
     groups = -(-n // 8)
-    raw = torch.zeros((groups, 16), dtype=torch.uint8, device=data.device)
+    nwords = -(-8 * bits // 64)
     flat = torch.zeros(groups * bits, dtype=torch.uint8, device=data.device)
     flat[:expected] = data
+    raw = torch.zeros((groups, 8 * nwords), dtype=torch.uint8, device=data.device)
     raw[:, :bits] = flat.view(groups, bits)
     words = raw.view(torch.int64)
-    lo, hi = words[:, 0], words[:, 1]
     result = torch.empty((groups, 8), dtype=torch.int64, device=data.device)
     for j in range(8):
-        offset = j * bits
-        if offset + bits <= 64:
-            # `>>` on int64 is arithmetic; the mask removes the sign extension
-            torch.bitwise_and(lo >> offset, mask, out=result[:, j])
-        elif offset >= 64:
-            torch.bitwise_and(hi >> (offset - 64), mask, out=result[:, j])
-        else:
-            low_part = (lo >> offset) & ((1 << (64 - offset)) - 1)
-            torch.bitwise_or(low_part, (hi << (64 - offset)) & mask, out=result[:, j])
+        word, shift = divmod(j * bits, 64)
+        # `>>` on int64 is arithmetic; masking removes the sign extension
+        torch.bitwise_and(words[:, word] >> shift, mask, out=result[:, j])
+        if shift + bits > 64:
+            high = (words[:, word + 1] << (64 - shift)) & mask
+            result[:, j] &= (1 << (64 - shift)) - 1
+            result[:, j] |= high
     return result.view(-1)[:n].to(out_dtype)
 
 

@@ -8,8 +8,9 @@ Stateful wrappers (error feedback) live outside, in :mod:`gradzip.feedback`.
 
 Subclasses implement two hooks on flattened float32 data and declare their parameters:
 
-* ``_encode_flat(x, key, absmax) -> Body``: ``x`` is 1-D float32, finite, non-empty;
-  ``absmax`` is ``max|x|`` (already computed by the finiteness scan).
+* ``_encode_flat(x, key, absmax, shape) -> Body``: ``x`` is 1-D float32, finite, non-empty;
+  ``absmax`` is ``max|x|`` (already computed by the finiteness scan); ``shape`` is the original
+  tensor's shape (for codecs that group by rows or columns).
 * ``_decode_flat(body, header, side) -> Tensor``: returns 1-D float32 of ``header.numel``; must
   raise :class:`~gradzip.errors.PayloadError` subclasses on a body of the wrong size.
 * ``wire_params()``: the parameters a receiver must share, written into the header and compared
@@ -108,7 +109,9 @@ class Compressor(ABC):
 
     # -- hooks -------------------------------------------------------------------------------
     @abstractmethod
-    def _encode_flat(self, x: torch.Tensor, key: StreamKey, absmax: float) -> Body: ...
+    def _encode_flat(
+        self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
+    ) -> Body: ...
 
     @abstractmethod
     def _decode_flat(
@@ -150,7 +153,7 @@ class Compressor(ABC):
                 f"{self.name}: cannot encode a tensor holding NaN or Inf "
                 f"(or values beyond the float32 range); nothing was updated"
             )
-        body = self._encode_flat(x, key, absmax)
+        body = self._encode_flat(x, key, absmax, tuple(tensor.shape))
         pieces = [p if not isinstance(p, torch.Tensor) else tensor_bytes(p) for p in body.pieces]
         payload = build_payload(header, pieces)
         return Encoded(payload, body.paper_bits, body.streams, body.side_bits)

@@ -23,7 +23,9 @@ class Identity(Compressor):
     codec_id = 1
     keeps_input_dtype = True
 
-    def _encode_flat(self, x: torch.Tensor, key: StreamKey, absmax: float) -> Body:
+    def _encode_flat(
+        self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
+    ) -> Body:
         return Body(pieces=[x], paper_bits=32.0 * x.numel(), streams=(), side_bits=32 * x.numel())
 
     def _decode_flat(
