@@ -1,0 +1,41 @@
+# gradzip: every target sets itself up on a fresh machine (Python >= 3.10 with venv).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: setup run test test-slow lint typecheck bench clean
+
+# A virtual environment with torch pinned exactly: a looser torch requirement would pull a
+# multi-gigabyte CUDA build.
+$(BIN)/gradzip: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+setup: $(BIN)/gradzip
+
+# The main job on its built-in default: the codec benchmark (2^24 coordinates, one thread).
+run: setup
+	$(BIN)/gradzip bench codecs
+
+# Lint, type-check and the default test suite (slow tests excluded; see test-slow).
+test: setup lint typecheck
+	$(BIN)/pytest
+
+# The slow statistical and end-to-end tests (run by CI after `make test`).
+test-slow: setup
+	$(BIN)/pytest -m slow
+
+lint: setup
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+
+typecheck: setup
+	$(BIN)/mypy
+
+bench: run
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis src/*.egg-info

@@ -1,0 +1,139 @@
+"""``gradzip bench codecs``: encode/decode throughput and bits per coordinate of every compressor.
+
+Every figure is measured in this run, on this machine, with one thread: GB/s are float32 input
+bytes (4 per coordinate) over the best of ``repeat`` timed runs; bits per coordinate are measured
+payload sizes. The memcpy line is the yardstick (copy into a preallocated buffer). Extra lines
+time the shared-randomness generator and the entropy coder (symbols/s), which every dithered
+encode and every entropy-coded payload pay for.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gradzip.bench.timing import best_time, memcpy_gbps
+from gradzip.compressors import get, names
+from gradzip.keys import StreamKey
+from gradzip.rng import shared_uniform
+
+KEY = StreamKey(run_seed=2024, rank=0, step=1, tensor_index=0)
+
+
+@dataclass
+class CodecRow:
+    """One compressor's figures."""
+
+    name: str
+    config: str
+    encode_gbps: float
+    decode_gbps: float
+    round_trip_gbps: float
+    round_trip_vs_memcpy: float
+    wire_bits_per_coord: float
+    paper_bits_per_coord: float
+
+
+def bench_compressor(name: str, x: torch.Tensor, repeat: int, memcpy: float) -> CodecRow:
+    cls = get(name)
+    comp = cls(**cls.example_params)
+    side = x if comp.needs_side_information else None
+    t_enc, enc = best_time(lambda: comp.encode(x, KEY), repeat)
+    t_dec, _ = best_time(lambda: comp.decode(enc.payload, expected_key=KEY, side=side), repeat)
+    nbytes = 4 * x.numel()
+    round_trip = nbytes / (t_enc + t_dec) / 1e9
+    return CodecRow(
+        name=name,
+        config=comp.describe(),
+        encode_gbps=nbytes / t_enc / 1e9,
+        decode_gbps=nbytes / t_dec / 1e9,
+        round_trip_gbps=round_trip,
+        round_trip_vs_memcpy=round_trip / memcpy,
+        wire_bits_per_coord=enc.wire_bits / x.numel(),
+        paper_bits_per_coord=enc.paper_bits / x.numel(),
+    )
+
+
+def bench_shared_rng(numel: int, repeat: int) -> float:
+    """GB/s of float32 shared uniforms generated."""
+    seconds, _ = best_time(lambda: shared_uniform(KEY, numel), repeat)
+    return 4 * numel / seconds / 1e9
+
+
+def bench_entropy_coder(numel: int, repeat: int) -> dict[str, float]:
+    """Symbols/s of the ANS coder on a ternary stream shaped like DQSG's (P(0) = 0.8)."""
+    from gradzip.accounting import empirical_entropy_bits
+    from gradzip.codecs.symbols import pack_symbols, unpack_symbols
+
+    gen = torch.Generator().manual_seed(0)
+    u = torch.rand(numel, generator=gen)
+    symbols = torch.where(u < 0.1, 0, torch.where(u < 0.9, 1, 2)).to(torch.uint8)
+    t_enc, packed = best_time(lambda: pack_symbols(symbols, 3, "entropy"), repeat)
+    t_dec, _ = best_time(lambda: unpack_symbols(packed, numel, 3, "entropy"), repeat)
+    entropy = empirical_entropy_bits(symbols)
+    return {
+        "encode_msym_per_s": numel / t_enc / 1e6,
+        "decode_msym_per_s": numel / t_dec / 1e6,
+        "coded_bits_over_entropy": 8 * packed.numel() / entropy,
+    }
+
+
+def run(
+    numel: int = 1 << 24,
+    repeat: int = 3,
+    only: list[str] | None = None,
+    json_path: str | None = None,
+) -> dict[str, Any]:
+    """Run the benchmark, print a table, optionally write JSON; returns the figures."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        memcpy = memcpy_gbps(numel, repeat)
+        print(f"gradzip bench codecs: {numel} float32 coordinates, 1 thread, best of {repeat}")
+        print(f"memcpy (copy into preallocated buffer): {memcpy:.2f} GB/s")
+        x = torch.randn(numel, generator=torch.Generator().manual_seed(1))
+        rows = []
+        header = (
+            f"{'compressor':<12} {'encode GB/s':>11} {'decode GB/s':>11} {'round trip':>10} "
+            f"{'% memcpy':>8} {'wire b/coord':>12} {'paper b/coord':>13}  config"
+        )
+        print(header)
+        for name in only or names():
+            row = bench_compressor(name, x, repeat, memcpy)
+            rows.append(row)
+            print(
+                f"{row.name:<12} {row.encode_gbps:>11.3f} {row.decode_gbps:>11.3f} "
+                f"{row.round_trip_gbps:>10.3f} {100 * row.round_trip_vs_memcpy:>7.1f}% "
+                f"{row.wire_bits_per_coord:>12.4f} {row.paper_bits_per_coord:>13.4f}  {row.config}",
+                flush=True,
+            )
+        rng = bench_shared_rng(numel, repeat)
+        print(f"shared dither generator: {rng:.3f} GB/s of float32 uniforms")
+        entropy = bench_entropy_coder(numel, repeat)
+        print(
+            f"entropy coder (ternary, P(0)=0.8): encode {entropy['encode_msym_per_s']:.1f} "
+            f"M symbols/s, decode {entropy['decode_msym_per_s']:.1f} M symbols/s, "
+            f"size {entropy['coded_bits_over_entropy']:.4f} x entropy"
+        )
+    finally:
+        torch.set_num_threads(threads)
+    result: dict[str, Any] = {
+        "numel": numel,
+        "repeat": repeat,
+        "threads": 1,
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "memcpy_gbps": memcpy,
+        "shared_rng_gbps": rng,
+        "entropy_coder": entropy,
+        "codecs": [asdict(r) for r in rows],
+    }
+    if json_path:
+        Path(json_path).write_text(json.dumps(result, indent=2))
+        print(f"wrote {json_path}")
+    return result

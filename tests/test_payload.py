@@ -1,0 +1,133 @@
+"""The wire format: header fields, CRC, and the errors that name each problem."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gradzip.errors import (
+    ChecksumMismatchError,
+    CorruptPayloadError,
+    PayloadError,
+    TruncatedPayloadError,
+    UnsupportedVersionError,
+)
+from gradzip.keys import StreamKey
+from gradzip.payload import (
+    CRC_BYTES,
+    Header,
+    build_payload,
+    decode_varint,
+    encode_varint,
+    header_size,
+    overhead_bits,
+    parse_payload,
+    varint_size,
+)
+
+HEADER = Header(
+    codec_id=10,
+    dtype=torch.bfloat16,
+    shape=(3, 1, 300),
+    bucket_size=512,
+    key=StreamKey(run_seed=2**63 + 5, rank=3, step=1000, tensor_index=7, chunk=2),
+    params=b"\x02\x04",
+)
+
+
+def _refresh_crc(buf: bytearray) -> bytes:
+    body = bytes(buf[:-CRC_BYTES])
+    return body + zlib.crc32(body).to_bytes(CRC_BYTES, "little")
+
+
+@given(st.integers(min_value=0, max_value=2**64 - 1))
+def test_varint_round_trip_and_size(value: int) -> None:
+    raw = encode_varint(value)
+    assert len(raw) == varint_size(value)
+    assert decode_varint(raw, 0, "x") == (value, len(raw))
+
+
+def test_varint_rejects_out_of_range() -> None:
+    with pytest.raises(ValueError):
+        encode_varint(-1)
+    with pytest.raises(ValueError):
+        encode_varint(2**64)
+
+
+def test_round_trip_preserves_every_header_field() -> None:
+    body = [b"abc", bytearray(b"de"), memoryview(b"f")]
+    payload = build_payload(HEADER, body)
+    header, parsed_body = parse_payload(payload)
+    assert header == HEADER
+    assert bytes(parsed_body) == b"abcdef"
+    assert len(payload) * 8 == overhead_bits(HEADER) + 6 * 8
+    assert len(payload) == header_size(HEADER) + 6 + CRC_BYTES
+
+
+def test_every_truncation_is_named() -> None:
+    payload = build_payload(HEADER, [b"0123456789"])
+    for cut in range(len(payload)):
+        with pytest.raises(TruncatedPayloadError):
+            parse_payload(payload[:cut])
+
+
+def test_trailing_bytes_are_corrupt() -> None:
+    payload = build_payload(HEADER, [b"xyz"])
+    with pytest.raises(CorruptPayloadError, match="trailing"):
+        parse_payload(payload + b"\x00")
+
+
+def test_every_single_bit_flip_is_detected() -> None:
+    payload = build_payload(HEADER, [bytes(range(40))])
+    for position in range(len(payload)):
+        for bit in (0, 7):
+            damaged = bytearray(payload)
+            damaged[position] ^= 1 << bit
+            with pytest.raises(PayloadError):
+                parse_payload(bytes(damaged))
+
+
+def test_checksum_error_names_the_checksum() -> None:
+    damaged = bytearray(build_payload(HEADER, [b"payload body"]))
+    damaged[-6] ^= 0x10
+    with pytest.raises(ChecksumMismatchError, match="checksum"):
+        parse_payload(bytes(damaged))
+
+
+def test_bad_magic_and_version() -> None:
+    payload = bytearray(build_payload(HEADER, [b"x"]))
+    wrong_magic = bytearray(payload)
+    wrong_magic[0:2] = b"PK"
+    with pytest.raises(CorruptPayloadError, match="magic"):
+        parse_payload(_refresh_crc(wrong_magic))
+    future = bytearray(payload)
+    future[2] = 99
+    with pytest.raises(UnsupportedVersionError, match="version 99"):
+        parse_payload(_refresh_crc(future))
+
+
+def test_unknown_dtype_code_is_corrupt() -> None:
+    payload = bytearray(build_payload(HEADER, [b"x"]))
+    payload[12] = 200
+    with pytest.raises(CorruptPayloadError, match="dtype"):
+        parse_payload(_refresh_crc(payload))
+
+
+def test_declared_length_larger_than_buffer_is_truncation() -> None:
+    payload = bytearray(build_payload(HEADER, [b"x"]))
+    struct.pack_into("<Q", payload, 4, len(payload) + 10)
+    with pytest.raises(TruncatedPayloadError, match="truncated"):
+        parse_payload(bytes(payload))
+
+
+@given(st.binary(max_size=80))
+def test_random_bytes_never_crash(data: bytes) -> None:
+    try:
+        parse_payload(data)
+    except PayloadError:
+        pass
