@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gradzip.codecs.bitpack import pack_bits, packed_bytes, unpack_bits
-from gradzip.codecs.symbols import packed_symbol_bits, pack_symbols, symbol_bits, unpack_symbols
+from gradzip.codecs.symbols import pack_symbols, packed_symbol_bits, symbol_bits, unpack_symbols
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 
 

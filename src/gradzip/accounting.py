@@ -37,7 +37,6 @@ def empirical_entropy_bits(symbols: torch.Tensor) -> float:
 class Encoded:
     """One compressed tensor: the payload bytes and their bit accounting."""
 
-
     def __init__(
         self,
         payload: bytes,

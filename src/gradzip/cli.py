@@ -16,7 +16,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
         cls = get(name)
         print(f"{name:<{width}}  {summary(cls)}")
         if args.verbose:
-            print(f"{'':<{width}}  codec id {cls.codec_id}; example: {cls(**cls.example_params).describe()}")
+            print(
+                f"{'':<{width}}  codec id {cls.codec_id}; example: {cls(**cls.example_params).describe()}"
+            )
     return 0
 
 
@@ -55,8 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench_sub = p_bench.add_subparsers(dest="bench", required=True)
     p_codecs = bench_sub.add_parser("codecs", help="encode/decode throughput and bits/coordinate")
     p_codecs.add_argument("--numel", type=int, default=1 << 24, help="coordinates (default 2^24)")
-    p_codecs.add_argument("--repeat", type=int, default=3, help="timed runs per figure (best is kept)")
-    p_codecs.add_argument("--only", nargs="+", metavar="NAME", help="benchmark only these compressors")
+    p_codecs.add_argument(
+        "--repeat", type=int, default=3, help="timed runs per figure (best is kept)"
+    )
+    p_codecs.add_argument(
+        "--only", nargs="+", metavar="NAME", help="benchmark only these compressors"
+    )
     p_codecs.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     p_codecs.set_defaults(func=_cmd_bench_codecs)
 

@@ -119,8 +119,7 @@ def header_size(header: Header) -> int:
         + sum(varint_size(d) for d in header.shape)
         + varint_size(header.bucket_size)
         + sum(
-            varint_size(v)
-            for v in (key.run_seed, key.rank, key.step, key.tensor_index, key.chunk)
+            varint_size(v) for v in (key.run_seed, key.rank, key.step, key.tensor_index, key.chunk)
         )
         + varint_size(len(header.params))
         + len(header.params)
@@ -135,7 +134,9 @@ def overhead_bits(header: Header) -> int:
 def build_payload(header: Header, body: Sequence[bytes | bytearray | memoryview]) -> bytes:
     """Serialize ``header`` and the body pieces, and append the CRC32."""
     if len(header.shape) > 255:
-        raise ValueError(f"tensors of more than 255 dimensions are not supported ({len(header.shape)})")
+        raise ValueError(
+            f"tensors of more than 255 dimensions are not supported ({len(header.shape)})"
+        )
     body_len = sum(memoryview(piece).nbytes for piece in body)
     total = header_size(header) + body_len + CRC_BYTES
     key = header.key
@@ -181,13 +182,17 @@ def parse_payload(payload: bytes | bytearray | memoryview) -> tuple[Header, memo
         )
     magic, version, codec_id, total, dtype_code, ndim = _FIXED.unpack_from(buf, 0)
     if magic != MAGIC:
-        raise CorruptPayloadError(f"not a gradzip payload: magic bytes {bytes(magic)!r} != {MAGIC!r}")
+        raise CorruptPayloadError(
+            f"not a gradzip payload: magic bytes {bytes(magic)!r} != {MAGIC!r}"
+        )
     if version != FORMAT_VERSION:
         raise UnsupportedVersionError(
             f"payload has wire-format version {version}; this gradzip reads version {FORMAT_VERSION}"
         )
     if total > len(buf):
-        raise TruncatedPayloadError(f"payload is truncated: {len(buf)} bytes of the {total} declared")
+        raise TruncatedPayloadError(
+            f"payload is truncated: {len(buf)} bytes of the {total} declared"
+        )
     if total < len(buf):
         raise CorruptPayloadError(
             f"payload has {len(buf) - total} trailing bytes beyond its declared length {total}"

@@ -68,9 +68,7 @@ def shared_uniform(
     return u if device is None else u.to(device)
 
 
-def local_uniform(
-    key: StreamKey, n: int, device: torch.device | str | None = None
-) -> torch.Tensor:
+def local_uniform(key: StreamKey, n: int, device: torch.device | str | None = None) -> torch.Tensor:
     """``n`` float32 uniforms in ``[0, 1)`` for the sender's own stochastic rounding or sampling.
 
     Deterministic given the key (so encodes are reproducible), independent of the shared stream.

@@ -43,7 +43,8 @@ def packed_symbol_bits(n: int, alphabet_size: int, packing: str) -> int | None:
     if packing == "dense":
         from gradzip.codecs.radix import radix_packed_bytes
 
-        return 8 * radix_packed_bytes(n, alphabet_size)
+        size: int = radix_packed_bytes(n, alphabet_size)
+        return 8 * size
     return None
 
 
@@ -54,11 +55,13 @@ def pack_symbols(symbols: torch.Tensor, alphabet_size: int, packing: str) -> tor
     if packing == "dense":
         from gradzip.codecs.radix import pack_radix
 
-        return pack_radix(symbols, alphabet_size)
+        out: torch.Tensor = pack_radix(symbols, alphabet_size)
+        return out
     if packing == "entropy":
         from gradzip.codecs.entropy import entropy_encode
 
-        return entropy_encode(symbols, alphabet_size)
+        coded: torch.Tensor = entropy_encode(symbols, alphabet_size)
+        return coded
     raise ValueError(f"unknown packing {packing!r}")
 
 
@@ -69,9 +72,11 @@ def unpack_symbols(data: torch.Tensor, n: int, alphabet_size: int, packing: str)
     if packing == "dense":
         from gradzip.codecs.radix import unpack_radix
 
-        return unpack_radix(data, n, alphabet_size)
+        out: torch.Tensor = unpack_radix(data, n, alphabet_size)
+        return out
     if packing == "entropy":
         from gradzip.codecs.entropy import entropy_decode
 
-        return entropy_decode(data, n, alphabet_size)
+        decoded: torch.Tensor = entropy_decode(data, n, alphabet_size)
+        return decoded
     raise ValueError(f"unknown packing {packing!r}")

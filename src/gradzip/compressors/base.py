@@ -59,7 +59,7 @@ def tensor_bytes(t: torch.Tensor) -> memoryview:
         t = t.cpu()
     if t.dtype == torch.bfloat16:
         t = t.view(torch.int16)
-    return memoryview(t.numpy()).cast("B")
+    return t.numpy().data.cast("B")
 
 
 def body_tensor(body: memoryview, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
