@@ -189,7 +189,7 @@ class Compressor(ABC):
         if header.numel == 0:
             raise PayloadMismatchError("a non-empty payload cannot hold an empty tensor")
         flat = self._decode_flat(body, header, side)
-        out = flat.view(header.shape).to(header.dtype)
+        out = flat.reshape(header.shape).to(header.dtype)
         return out if device is None else out.to(device)
 
     def round_trip(
