@@ -1,0 +1,130 @@
+"""rand-k: keep k coordinates chosen by shared randomness, so no index is sent."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
+from gradzip.compressors.registry import register
+from gradzip.compressors.topk import check_k_ratio, kept_count
+from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
+from gradzip.keys import StreamKey
+from gradzip.payload import Header
+from gradzip.rng import shared_generator
+
+
+def _random_subset(gen: np.random.Generator, d: int, m: int) -> NDArray[np.int64]:
+    """A uniformly random ``m``-subset of ``range(d)`` (``m <= d/2``), sorted, in O(d + m).
+
+    Draw indices with replacement until at least ``m`` distinct ones are marked, then delete a
+    uniformly chosen surplus. Every step treats the labels symmetrically, so the result is a
+    uniform m-subset; it avoids ``Generator.choice(replace=False)``, which shuffles all of
+    ``range(d)`` for large ``m`` (0.6 s for d = 2**24, m = d/10).
+    """
+    mask = np.zeros(d, dtype=np.bool_)
+    marked = 0
+    while marked < m:
+        # draws that reach m distinct ones on average, plus ~4 standard deviations; finite
+        # because m <= d/2
+        need = -d * math.log1p(-(m - marked) / (d - marked))
+        mask[gen.integers(0, d, size=int(need + 4 * math.sqrt(need) + 16))] = True
+        marked = int(np.count_nonzero(mask))
+    chosen = np.flatnonzero(mask)
+    if marked == m:
+        return chosen
+    return np.delete(chosen, gen.choice(marked, size=marked - m, replace=False))
+
+
+def randk_indices(key: StreamKey, d: int, k: int) -> NDArray[np.int64]:
+    """The sorted indices rand-k keeps for ``key``: sender and receiver regenerate them alike."""
+    if k >= d:
+        return np.arange(d, dtype=np.int64)
+    gen = shared_generator(key)
+    if 2 * k <= d:
+        return _random_subset(gen, d, k)
+    # keep most coordinates: draw the smaller set of dropped ones instead
+    keep = np.ones(d, dtype=np.bool_)
+    keep[_random_subset(gen, d, d - k)] = False
+    return np.flatnonzero(keep)
+
+
+@register
+class RandK(Compressor):
+    """rand-k sparsification: keep ``k`` coordinates drawn uniformly without replacement.
+
+    The indices come from the shared randomness of the message's :class:`StreamKey`
+    (``gradzip.rng.shared_generator``), so the receiver regenerates them and only the ``k``
+    values travel; every step, rank and tensor gets a fresh subset.
+
+    Wire: the ``k`` kept values as float32, in increasing index order. Body bits: ``32 k``;
+    paper bits the same.
+
+    Bounds, for a uniform k-subset (each coordinate kept with probability ``k/d``):
+
+    * ``scaled=False`` (default): ``C(x) = x`` on the subset, 0 elsewhere. Biased, and
+      delta-approximate with ``delta = k/d``: ``E||C(x) - x||^2 = (1 - k/d) ||x||^2``.
+    * ``scaled=True``: the kept values are multiplied by ``d/k`` on decode. Unbiased,
+      ``E C(x) = x``, with variance ``E||C(x) - x||^2 = (d/k - 1) ||x||^2``. (A kept value
+      above ``k/d`` times float32's maximum cannot be represented after scaling and decodes
+      to Inf.)
+
+    Parameters (exactly one of ``k``, ``ratio``, as for top-k): smaller ``k`` sends fewer bits but
+    keeps less (unscaled) or adds variance (scaled). Versus top-k it saves the
+    ``ceil(log2 d)`` index bits per value but keeps random rather than the largest coordinates.
+
+    [CHOICE] The subset is drawn by NumPy's ``Generator.integers``/``choice`` on the shared
+    stream; sender and receiver must therefore run the same NumPy feature release.
+
+    References: Stich, Cordonnier, Jaggi, "Sparsified SGD with Memory" (NeurIPS 2018); Wangni et
+    al., "Gradient Sparsification for Communication-Efficient Distributed Optimization" (2018).
+    """
+
+    name = "randk"
+    codec_id = 31
+    uses_shared_randomness = True
+    example_params: ClassVar[dict[str, Any]] = {"ratio": 0.1}
+
+    def __init__(
+        self, k: int | None = None, ratio: float | None = None, scaled: bool = False
+    ) -> None:
+        self.k, self.ratio = check_k_ratio(k, ratio)
+        if not isinstance(scaled, bool):
+            raise ValueError(f"scaled must be a bool, got {scaled!r}")
+        self.scaled = scaled
+
+    def wire_params(self) -> dict[str, ParamValue]:
+        return {"k": self.k, "ratio": self.ratio, "scaled": self.scaled}
+
+    def _encode_flat(
+        self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
+    ) -> Body:
+        d = x.numel()
+        k = kept_count(self.k, self.ratio, d)
+        values = x[torch.from_numpy(randk_indices(key, d, k))]
+        return Body(pieces=[values], paper_bits=32.0 * k, side_bits=32 * k)
+
+    def _decode_flat(
+        self, body: memoryview, header: Header, side: torch.Tensor | None
+    ) -> torch.Tensor:
+        d = header.numel
+        k = kept_count(self.k, self.ratio, d)
+        if len(body) < 4 * k:
+            raise TruncatedPayloadError(
+                f"randk body has {len(body)} bytes; {k} values need {4 * k}"
+            )
+        if len(body) > 4 * k:
+            raise CorruptPayloadError(f"randk body has {len(body)} bytes, expected {4 * k}")
+        values = body_tensor(body, torch.float32)
+        if self.scaled and k < d:
+            values.mul_(d / k)
+        out = torch.zeros(d, dtype=torch.float32)
+        out[torch.from_numpy(randk_indices(header.key, d, k))] = values
+        return out
+
+    def expected_body_bits(self, x: torch.Tensor) -> int:
+        return 32 * kept_count(self.k, self.ratio, x.numel())

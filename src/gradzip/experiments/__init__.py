@@ -1,0 +1,1 @@
+"""Experiment descriptions of the seed papers (model shapes, settings) used by tables and runs."""

@@ -1,0 +1,169 @@
+"""Error feedback (spec 0.6): a stateful wrapper that re-sends what compression dropped.
+
+The compressors are stateless; this wrapper holds one residual per ``(tensor_index, chunk)`` of
+one sender and implements ``v = g + e``, ``c = encode(v)``, ``v_hat = decode(c)``,
+``e = v - v_hat``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from gradzip.accounting import Encoded
+from gradzip.compressors.base import Compressor
+from gradzip.keys import StreamKey
+
+_STATE_VERSION = 1
+Slot = tuple[int, int]
+
+
+def _working_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float64 gradients keep float64 residuals; every other dtype works in float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+class ErrorFeedback:
+    """Error feedback around any compressor, for one sender (spec 0.6).
+
+    Each call ``encode(g, key)`` compresses ``v = g + e`` with the inner compressor, decodes the
+    payload with the inner *decoder* (so the sender's ``v_hat`` is bitwise identical to what
+    every receiver reconstructs) and keeps ``e = v - v_hat`` for the next call with the same
+    ``(key.tensor_index, key.chunk)``. Residuals start as zeros on first use.
+
+    Telescoping identity (exact up to float rounding): ``sum_{t<T} v_hat_t = sum_{t<T} g_t + e_0 -
+    e_T``, so nothing the compressor drops is lost, only delayed. For a delta-approximate inner
+    compressor with ``E||g||^2 <= G^2``, ``E||e_t||^2 <= 4 (1 - delta) / delta^2 * G^2``
+    (Karimireddy et al., Lemma 3; spec 4.5 [RECON]); with ``delta = 1`` (identity) ``e = 0``.
+
+    [CHOICE] Residuals are kept on the CPU in float32, or in float64 for float64 gradients, and
+    ``v`` is encoded in that dtype: a float16/bfloat16 gradient is therefore sent as a float32
+    tensor (the receiver gets float32 and casts as it needs), so that ``g + e`` is neither
+    rounded to half precision nor overflows it.
+
+    The state changes only when an encode succeeds: non-finite ``g + e`` raises the inner
+    compressor's :class:`~gradzip.errors.NonFiniteInputError` and a gradient whose shape differs
+    from the stored residual raises ``ValueError``; both leave every residual untouched.
+
+    Parameters: ``inner``, any compressor. Stronger compression (smaller delta) leaves larger
+    residuals, which EF delivers later; unbiased compressors (DQSG, QSGD) do not need EF.
+
+    References: Seide et al., "1-Bit Stochastic Gradient Descent" (Interspeech 2014);
+    Karimireddy et al., "Error Feedback Fixes SignSGD" (ICML 2019); Stich et al. (NeurIPS 2018).
+    """
+
+    def __init__(self, inner: Compressor) -> None:
+        if not isinstance(inner, Compressor):
+            raise TypeError(f"ErrorFeedback wraps a Compressor, got {type(inner).__name__}")
+        self.inner = inner
+        self._residuals: dict[Slot, torch.Tensor] = {}
+
+    def encode(
+        self,
+        tensor: torch.Tensor,
+        key: StreamKey | None = None,
+        *,
+        side: torch.Tensor | None = None,
+    ) -> Encoded:
+        """Compress ``tensor + residual``; update the residual only if this succeeds.
+
+        ``side`` is the side information of a nested codec, passed to the sender-side decode.
+        """
+        return self.round_trip(tensor, key, side=side)[0]
+
+    def round_trip(
+        self,
+        tensor: torch.Tensor,
+        key: StreamKey | None = None,
+        *,
+        side: torch.Tensor | None = None,
+    ) -> tuple[Encoded, torch.Tensor]:
+        """:meth:`encode`, also returning the sender's ``v_hat`` (float32 or float64, on the CPU).
+
+        ``v_hat`` is bitwise what a receiver decodes from the payload, so a simulation can use it
+        instead of decoding a second time.
+        """
+        key = key if key is not None else StreamKey()
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
+        slot = (key.tensor_index, key.chunk)
+        residual = self._residuals.get(slot)
+        if residual is not None and residual.shape != tensor.shape:
+            raise ValueError(
+                f"error feedback for tensor_index {slot[0]}, chunk {slot[1]}: gradient shape "
+                f"{tuple(tensor.shape)} differs from the stored residual's shape "
+                f"{tuple(residual.shape)}; call reset() if the model changed"
+            )
+        dtype = _working_dtype(tensor.dtype)
+        v = tensor.detach().to(device="cpu", dtype=dtype, copy=True)
+        if residual is not None:
+            v.add_(residual.to(dtype))
+        encoded = self.inner.encode(v, key)  # raises on non-finite v before any state change
+        v_hat = self.inner.decode(
+            encoded.payload, expected_key=key, shape=v.shape, dtype=dtype, side=side
+        )
+        self._residuals[slot] = v.sub_(v_hat)
+        return encoded, v_hat
+
+    def decode(self, payload: bytes | bytearray | memoryview, **kwargs: Any) -> torch.Tensor:
+        """The receiver's side: exactly the inner compressor's ``decode``."""
+        return self.inner.decode(payload, **kwargs)
+
+    def residual(self, tensor_index: int, chunk: int = 0) -> torch.Tensor:
+        """A copy of the residual of ``(tensor_index, chunk)``; KeyError if never encoded."""
+        try:
+            return self._residuals[(tensor_index, chunk)].clone()
+        except KeyError:
+            raise KeyError(
+                f"no residual for tensor_index {tensor_index}, chunk {chunk}: nothing encoded yet"
+            ) from None
+
+    def reset(self) -> None:
+        """Forget every residual (they restart as zeros)."""
+        self._residuals.clear()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain, ``torch.save``-able state: ints, lists and CPU tensors only (copies)."""
+        slots = sorted(self._residuals)
+        return {
+            "version": _STATE_VERSION,
+            "tensor_index": [s[0] for s in slots],
+            "chunk": [s[1] for s in slots],
+            "residual": [self._residuals[s].clone() for s in slots],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Replace the state with ``state`` (from :meth:`state_dict`), validating it first.
+
+        A residual whose shape differs from the one held for the same slot raises ``ValueError``
+        naming both shapes; on any error the current state is kept.
+        """
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(
+                f"error-feedback state has version {state.get('version')!r}; "
+                f"expected {_STATE_VERSION}"
+            )
+        indices, chunks, residuals = state["tensor_index"], state["chunk"], state["residual"]
+        if not len(indices) == len(chunks) == len(residuals):
+            raise ValueError(
+                "error-feedback state lists tensor_index, chunk, residual differ in length"
+            )
+        loaded: dict[Slot, torch.Tensor] = {}
+        for ti, chunk, res in zip(indices, chunks, residuals, strict=True):
+            slot = (int(ti), int(chunk))
+            if not isinstance(res, torch.Tensor) or res.dtype not in (torch.float32, torch.float64):
+                raise ValueError(f"residual of slot {slot} must be a float32/float64 tensor")
+            current = self._residuals.get(slot)
+            if current is not None and current.shape != res.shape:
+                raise ValueError(
+                    f"residual of tensor_index {slot[0]}, chunk {slot[1]} has shape "
+                    f"{tuple(res.shape)} in the state but {tuple(current.shape)} here"
+                )
+            if not bool(torch.isfinite(res).all()):
+                raise ValueError(f"residual of slot {slot} holds NaN or Inf")
+            if slot in loaded:
+                raise ValueError(f"error-feedback state lists slot {slot} twice")
+            loaded[slot] = res.detach().to("cpu", copy=True)
+        self._residuals = loaded
