@@ -1,0 +1,186 @@
+"""NDQSG and the nested scalar quantizer (spec 1.5-1.8): the Fig. 3 worked example, the codec
+against the scalar functions, the success MSE, failures against the Chebyshev bound and the
+sufficient condition, the failure lattice, alpha = 1 equals DQSG, zero buckets, bits."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import pytest
+import torch
+
+from gradzip.codecs.symbols import packed_symbol_bits
+from gradzip.compressors._nested import floor_mod_small
+from gradzip.compressors.dqsg import DQSG
+from gradzip.compressors.ndqsg import (
+    NDQSG,
+    chebyshev_failure_bound,
+    failure_rate,
+    nested_decode,
+    nested_encode,
+    nested_success_bound,
+)
+from gradzip.errors import PayloadMismatchError
+from gradzip.keys import StreamKey
+from gradzip.payload import overhead_bits, parse_payload
+from gradzip.rng import shared_uniform
+
+KEY = StreamKey(run_seed=5, rank=4, step=2, tensor_index=1)
+N = 200_000
+
+
+def test_fig3_worked_example() -> None:
+    # Delta1 = 1, Delta2 = 3, alpha = 1, x = -4.2, u = 0.3: t = -3.9, Q1 = -4, Q2 = -3, s = -1
+    assert nested_encode(-4.2, 0.3, 1.0, 3) == -1
+    assert nested_decode(-1, 0.3, -3.4, 1.0, 3) == pytest.approx(-4.3, abs=1e-12)
+    # the coset of s = -1 with this dither: t in {-4, -1, 2, 5} (the spec's "2.7" would give
+    # t = 3, s = 0; its own formula puts 1.7 in the coset)
+    for x in (-4.3, -1.3, 1.7, 4.7):
+        assert nested_encode(x, 0.3, 1.0, 3) == -1
+    assert nested_encode(2.7, 0.3, 1.0, 3) == 0
+    with pytest.raises(ValueError):
+        nested_encode(0.0, 0.0, 1.0, 4)
+
+
+def side_information(g: torch.Tensor, spread: float, seed: int) -> torch.Tensor:
+    """``y = g - z`` with ``z ~ spread * U[-1, 1]`` (normalised units when max|g| = 1)."""
+    gen = torch.Generator().manual_seed(seed)
+    return g - spread * (2 * torch.rand(g.shape, generator=gen) - 1)
+
+
+def unit_scale_input(seed: int, n: int = N) -> torch.Tensor:
+    g = 2 * torch.rand(n, generator=torch.Generator().manual_seed(seed)) - 1
+    g[0] = 1.0  # sigma = 1 exactly: normalised units are the tensor's own
+    return g
+
+
+def test_codec_matches_the_scalar_functions() -> None:
+    L1, k, alpha = 3, 5, 0.8
+    g = unit_scale_input(1, 300)
+    y = side_information(g, 0.6, 2)
+    comp = NDQSG(L1=L1, k=k, alpha=alpha)
+    enc = comp.encode(g, KEY)
+    out = comp.decode(enc.payload, side=y)
+    u = (shared_uniform(KEY, g.numel()).double() - 0.5) / L1  # the dither in original units
+    symbols = enc.streams[0]
+    h = (k - 1) // 2
+    for i in range(g.numel()):
+        s = nested_encode(float(g[i]), float(u[i]), 1 / L1, k, alpha)
+        assert int(symbols[i]) - h == s
+        expected = nested_decode(s, float(u[i]), float(y[i]), 1 / L1, k, alpha)
+        assert float(out[i]) == pytest.approx(expected, abs=1e-5)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.8])
+def test_success_mse_formula(alpha: float) -> None:
+    L1, k = 3, 3
+    d1, d2 = 1 / L1, k / L1
+    g = unit_scale_input(3)
+    # |alpha*z| stays below the sufficient condition: no failures
+    spread = 0.9 * nested_success_bound(d1, k, alpha)
+    y = side_information(g, spread, 4)
+    comp = NDQSG(L1=L1, k=k, alpha=alpha)
+    out = comp.round_trip(g, KEY, side=y)[1].double()
+    z = g.double() - y.double()
+    assert failure_rate(g, out, y, L1=L1, alpha=alpha) == 0.0
+    err2 = (out - g.double()).pow(2)
+    b = (1 - alpha**2) * z  # the deterministic shrinkage part of the error
+    expected = alpha**2 * d1**2 / 12 + float(b.pow(2).mean())
+    # per element (alpha*c*e + b)^2 with e ~ U[-1/2, 1/2]: variance alpha^4 c^4/180 + 4 b^2
+    # alpha^2 c^2/12 over the dither
+    var = alpha**4 * d1**4 / 180 + 4 * float(b.pow(2).mean()) * alpha**2 * d1**2 / 12
+    assert abs(float(err2.mean()) - expected) < 5 * math.sqrt(var / N)
+    sigma_z2 = float(z.pow(2).mean())
+    formula = alpha**2 * d1**2 / 12 + (1 - alpha**2) ** 2 * sigma_z2
+    assert formula == pytest.approx(expected, rel=1e-9)
+    assert d2 > d1
+
+
+@pytest.mark.parametrize(("alpha", "spread"), [(1.0, 0.6), (1.0, 1.2), (0.7, 1.2)])
+def test_failures_bounded_by_chebyshev_and_on_the_lattice(alpha: float, spread: float) -> None:
+    L1, k = 3, 3
+    d1, d2 = 1 / L1, k / L1
+    g = unit_scale_input(5)
+    y = side_information(g, spread, 6)
+    comp = NDQSG(L1=L1, k=k, alpha=alpha)
+    out = comp.round_trip(g, KEY, side=y)[1].double()
+    z = g.double() - y.double()
+    p_fail = failure_rate(g, out, y, L1=L1, alpha=alpha)
+    bound = chebyshev_failure_bound(d1, k, alpha, float(z.pow(2).mean()))
+    assert 0 < p_fail <= bound
+    # the exact failure event, in fine steps: |alpha*z/c + e| > k/2, with e = q1 - t the fine
+    # rounding error of t = alpha*g/c + up (Thm 6 models e by the dither itself)
+    t = alpha * g.double() / d1 + shared_uniform(KEY, N).double() - 0.5
+    e = torch.floor(t + 0.5) - t
+    exact = ((alpha * z / d1 + e).abs() > k / 2).double().mean()
+    assert p_fail == pytest.approx(float(exact), abs=20 / N)
+    # error = -alpha*c*e - (1-alpha^2)*z + m*alpha*Delta2 with |alpha*c*e| <= alpha*Delta1/2
+    d = (out - g.double()) + (1 - alpha**2) * z
+    m = torch.floor(d / (alpha * d2) + 0.5)
+    assert float((d - m * alpha * d2).abs().max()) <= alpha * d1 / 2 + 1e-5
+    assert bool((m != 0).any())
+
+
+def test_alpha_one_small_z_is_dqsg_with_the_fine_step() -> None:
+    L1 = 3
+    g = torch.randn(N, generator=torch.Generator().manual_seed(7)) * torch.linspace(0.1, 2, N)
+    sigma = float(g.abs().max())
+    y = g - 0.2 * sigma * (2 * torch.rand(N, generator=torch.Generator().manual_seed(8)) - 1)
+    out = NDQSG(L1=L1).round_trip(g, KEY, side=y)[1]
+    dq = DQSG(M=L1).round_trip(g, KEY)[1]  # same key, same dither
+    assert float((out - dq).abs().max()) <= 1e-5 * sigma
+    e = (out - g).double() / (sigma / L1)
+    s = torch.sort(e).values
+    cdf = (s + 0.5).clamp(0, 1)
+    i = torch.arange(1, N + 1, dtype=torch.float64)
+    ks = float(torch.maximum(i / N - cdf, cdf - (i - 1) / N).max())
+    assert ks < 2.0 / math.sqrt(N)
+    corr = float(torch.corrcoef(torch.stack((e, g.double())))[0, 1])
+    assert abs(corr) < 5 / math.sqrt(N)
+
+
+def test_zero_buckets_side_information_and_bits() -> None:
+    g = torch.randn(3, 100, generator=torch.Generator().manual_seed(9))
+    g[1] = 0.0
+    comp = NDQSG(bucket_size=100)
+    y = g + 0.01
+    enc, out = comp.round_trip(g, KEY, side=y)
+    assert torch.equal(out[1], torch.zeros(100)) and not bool(torch.signbit(out[1]).any())
+    header, _ = parse_payload(enc.payload)
+    bits = 32 * 3 + packed_symbol_bits(300, 3, "fixed")  # type: ignore[operator]
+    assert comp.expected_body_bits(g) == bits
+    assert enc.wire_bits == overhead_bits(header) + bits
+    assert enc.paper_bits == pytest.approx(96 + 300 * math.log2(3))
+    with pytest.raises(ValueError, match="side information"):
+        comp.decode(enc.payload)
+    with pytest.raises(PayloadMismatchError):
+        comp.decode(enc.payload, side=torch.zeros(10))
+
+
+def test_exact_paths_for_large_levels_and_far_side_information() -> None:
+    g = unit_scale_input(10, 5000)
+    for comp, y in ((NDQSG(L1=200, k=7), g + 1e-4), (NDQSG(), g * 0 + 1e35)):
+        out = comp.round_trip(g, KEY, side=y)[1]
+        assert bool(torch.isfinite(out).all())
+    out = NDQSG(L1=200, k=7).round_trip(g, KEY, side=g + 1e-4)[1]
+    assert float((out - g).abs().max()) <= 0.5 / 200 * 1.001
+
+
+@pytest.mark.parametrize("k", [3, 5, 7, 9, 11, 255])
+def test_floor_mod_small(k: int) -> None:
+    for tmax in (k, 2 * k + 3, 200, 255):
+        t = torch.arange(tmax + 1, dtype=torch.uint8)
+        assert torch.equal(floor_mod_small(t.clone(), k, tmax), t % k)
+
+
+@pytest.mark.parametrize("packing", ["dense", "entropy"])
+def test_other_packings_decode_identically(packing: str) -> None:
+    module = "radix" if packing == "dense" else "entropy"
+    if importlib.util.find_spec(f"gradzip.codecs.{module}") is None:
+        pytest.skip(f"gradzip.codecs.{module} is not written yet")
+    g = torch.randn(2001, generator=torch.Generator().manual_seed(11))
+    fixed = NDQSG(L1=3, k=3).round_trip(g, KEY, side=g + 0.01)[1]
+    enc, out = NDQSG(L1=3, k=3, packing=packing).round_trip(g, KEY, side=g + 0.01)
+    assert torch.equal(out, fixed)
+    assert enc.entropy_bits <= enc.paper_bits
