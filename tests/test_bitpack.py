@@ -36,7 +36,17 @@ def test_pack_matches_lsb_first_reference_and_round_trips(stream: tuple[list[int
     assert unpack_bits(packed, len(values), bits).tolist() == values
 
 
-@pytest.mark.parametrize("bits", [1, 2, 3, 5, 8, 11, 16, 17, 32])
+@pytest.mark.parametrize("bits", range(1, 33))
+def test_every_width_matches_reference_on_random_streams(bits: int) -> None:
+    gen = torch.Generator().manual_seed(bits)
+    for n in (1, 7, 8, 9, 64, 1003):
+        values = torch.randint(0, 2**bits, (n,), generator=gen, dtype=torch.int64)
+        packed = pack_bits(values, bits)
+        assert bytes(packed.numpy().tobytes()) == _reference_stream(values.tolist(), bits)
+        assert torch.equal(unpack_bits(packed, n, bits).long(), values)
+
+
+@pytest.mark.parametrize("bits", [1, 2, 3, 4, 5, 8, 11, 16, 17, 32])
 def test_large_all_max_and_all_zero(bits: int) -> None:
     for fill in (0, 2**bits - 1):
         symbols = torch.full((100_003,), fill, dtype=torch.int64)
