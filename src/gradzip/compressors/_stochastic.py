@@ -1,0 +1,253 @@
+"""Stochastic rounding onto a symmetric level grid, shared by QSGD, TernGrad, Hou and LPC.
+
+Every one of these quantizers does the same three things per bucket ``B`` with a step
+``step_B`` (``scale_B / s`` for QSGD/TernGrad/Hou, ``delta`` for LPC):
+
+* level ``l_i = floor(|x_i| / step_B + u_i)`` clamped to ``[0, s]``, with ``u_i ~ U[0, 1)`` from
+  :func:`gradzip.rng.local_uniform` (the sender's own randomness, deterministic given the key);
+  the clamp is spec 0.3's "float32 followed by a clamp to the legal range", and for LPC it is
+  also the projection of out-of-hull values onto ``+-s*delta``;
+* symbol ``sign(x_i) * l_i + s`` in ``[0, 2s]``;
+* decode ``(symbol - s) * step_B``.
+
+A zero bucket divides by 1 instead of 0 (all its entries are 0, so the levels are 0 and it decodes
+to exact zeros), and its uniforms are still drawn so the stream stays aligned (spec 0.3).
+
+The private base class :class:`ScaledStochastic` holds the common encode/decode for the
+scale-based quantizers; its subclasses only say how the per-bucket scale is computed.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+
+from gradzip.accounting import Encoded
+from gradzip.codecs.symbols import (
+    check_packing,
+    pack_symbols,
+    packed_symbol_bits,
+    unpack_symbols,
+)
+from gradzip.compressors.base import Body, Compressor, body_tensor
+from gradzip.compressors.common import (
+    bucket_absmax,
+    check_bucket_size,
+    num_buckets,
+    read_scales,
+)
+from gradzip.errors import CorruptPayloadError
+from gradzip.keys import StreamKey
+from gradzip.payload import Header
+from gradzip.rng import local_uniform
+
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
+def per_bucket_(y: torch.Tensor, values: torch.Tensor, bucket_size: int, op: str) -> None:
+    """In place: ``y[B] op= values[B]`` for every bucket (op is "div" or "mul")."""
+    n = y.numel()
+    nb = values.numel()
+    if nb == 1:
+        getattr(y, f"{op}_")(values[0])
+        return
+    full = n // bucket_size
+    head = y[: full * bucket_size].view(full, bucket_size)
+    getattr(head, f"{op}_")(values[:full, None])
+    if full < nb:
+        getattr(y[full * bucket_size :], f"{op}_")(values[full])
+
+
+def symbol_dtype(s: int) -> torch.dtype:
+    """Smallest integer dtype holding symbols in ``[0, 2s]``."""
+    return torch.uint8 if 2 * s < 256 else torch.int32
+
+
+#: elements per block of the encoder: its float32 work buffer (256 KiB) stays in the L2 cache
+BLOCK = 1 << 16
+
+
+def stochastic_symbols(
+    x: torch.Tensor, steps: torch.Tensor, s: int, key: StreamKey, bucket_size: int
+) -> torch.Tensor:
+    """Symbols ``sign(x)*clamp(floor(|x|/step + u), 0, s) + s`` (one step per bucket).
+
+    ``steps`` must be positive (callers replace a zero step by 1); ``u`` comes from
+    ``local_uniform(key, n)``. The arithmetic runs block by block through one small buffer
+    (vectorised inside a block; blocks hold whole buckets), which avoids five full-size float32
+    passes through memory and the page faults of a full-size temporary.
+    """
+    n = x.numel()
+    u = local_uniform(key, n)
+    out = torch.empty(n, dtype=symbol_dtype(s))
+    nb = steps.numel()
+    block = BLOCK if nb == 1 else max(1, BLOCK // bucket_size) * bucket_size
+    buf = torch.empty(min(block, n), dtype=torch.float32)
+    for start in range(0, n, block):
+        xs = x[start : start + block]
+        y = buf[: xs.numel()]
+        torch.abs(xs, out=y)
+        if nb == 1:
+            y.div_(steps[0])
+        else:
+            first = start // bucket_size
+            per_bucket_(y, steps[first : first + -(-xs.numel() // bucket_size)], bucket_size, "div")
+        y.add_(u[start : start + block]).floor_().clamp_(0, s)
+        # copysign keeps the level's magnitude; -0.0 + s is s, so a zero level is symbol s
+        y.copysign_(xs).add_(s)
+        out[start : start + block] = y
+    return out
+
+
+def symbols_to_values(
+    symbols: torch.Tensor, steps: torch.Tensor, s: int, bucket_size: int
+) -> torch.Tensor:
+    """Decode ``(symbol - s) * step`` into a fresh float32 tensor."""
+    out = symbols.to(torch.float32)
+    out.sub_(s)
+    per_bucket_(out, steps, bucket_size, "mul")
+    return out
+
+
+def fit_dtype_(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Clamp decoded float32 values to the finite range of the tensor's own (narrower) dtype.
+
+    [CHOICE] A reconstruction can exceed the original dtype's range (QSGD's l2 scale sends
+    ``+-||g||_2``; a float16 tensor near 65504 rounds up): it is saturated rather than turned into
+    an infinity by the final cast.
+    """
+    if dtype in (torch.float16, torch.bfloat16):
+        top = float(torch.finfo(dtype).max)
+        values.clamp_(-top, top)
+    return values
+
+
+def check_symbols(symbols: torch.Tensor, s: int) -> None:
+    """Raise CorruptPayloadError if a decoded symbol lies outside ``[0, 2s]``."""
+    if symbols.numel() and int(symbols.max()) > 2 * s:
+        raise CorruptPayloadError(
+            f"symbol {int(symbols.max())} is outside the alphabet [0, {2 * s}]"
+        )
+
+
+def check_scales(scales: torch.Tensor, what: str = "scale") -> None:
+    """Raise CorruptPayloadError unless every transmitted scale is finite and >= 0."""
+    if not bool(torch.isfinite(scales).all()) or bool((scales < 0).any()):
+        raise CorruptPayloadError(f"payload holds a negative or non-finite {what}")
+
+
+def safe_steps(scales: torch.Tensor, s: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Encoder divisors and decoder multipliers ``step = scale / s`` for per-bucket scales.
+
+    The step is computed in float64 and rounded once to float32, and both sides use that same
+    float32 step. The encoder never divides by 0: a zero scale divides by 1 (its entries are 0),
+    and a positive scale whose step underflows float32 divides by the smallest subnormal (its
+    levels clamp to ``s``; the decoder's step is then 0).
+    """
+    steps = (scales.to(torch.float64) / s).to(torch.float32)
+    tiny = torch.full_like(steps, float(torch.finfo(torch.float32).smallest_normal) * 2.0**-23)
+    divisors = torch.where(steps > 0, steps, torch.where(scales > 0, tiny, torch.ones_like(steps)))
+    return divisors, steps
+
+
+class ScaledStochastic(Compressor):
+    """Common machinery of the per-bucket-scale stochastic quantizers (not registered).
+
+    Subclasses set ``s`` (positive levels), ``_bucket``, ``packing`` and optionally override
+    :meth:`_scales` (default: ``max|x_B|``) and :meth:`_decode_factor` (Hou's ``1/(1+omega)``).
+    """
+
+    s: int
+    packing: str
+    _bucket: int
+    _forced_scale: float | None = None
+
+    def __init__(self, s: int, bucket_size: int | None, packing: str) -> None:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 1:
+            raise ValueError(f"{self.name}: the number of levels s must be an int >= 1, got {s!r}")
+        if s > 2**15:
+            raise ValueError(f"{self.name}: s = {s} is too large (at most 2**15 levels)")
+        self.s = s
+        self._bucket = check_bucket_size(bucket_size)
+        self.packing = check_packing(packing)
+
+    @property
+    def bucket_size(self) -> int:
+        return self._bucket
+
+    @property
+    def alphabet(self) -> int:
+        """Symbols ``level*sign + s`` take ``2s + 1`` values."""
+        return 2 * self.s + 1
+
+    def _scales(self, x: torch.Tensor, absmax: float) -> torch.Tensor:
+        """float32 scale per bucket, each ``>= max|x_B|`` (default: exactly ``max|x_B|``)."""
+        return bucket_absmax(x, self._bucket, absmax)
+
+    def _decode_factor(self, numel: int) -> float:
+        """Extra factor applied on decode (1 except for Hou's scaled variant)."""
+        return 1.0
+
+    def _all_scales(self, x: torch.Tensor, absmax: float) -> torch.Tensor:
+        if self._forced_scale is not None:
+            nb = num_buckets(x.numel(), self._bucket)
+            return torch.full((nb,), self._forced_scale, dtype=torch.float32)
+        return self._scales(x, absmax)
+
+    def _encode_flat(
+        self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
+    ) -> Body:
+        scales = self._all_scales(x, absmax)
+        divisors, _ = safe_steps(scales, self.s)
+        symbols = stochastic_symbols(x, divisors, self.s, key, self._bucket)
+        packed = pack_symbols(symbols, self.alphabet, self.packing)
+        side = 32 * scales.numel()
+        paper = x.numel() * math.log2(self.alphabet) + side
+        return Body(pieces=[scales, packed], paper_bits=paper, streams=(symbols,), side_bits=side)
+
+    def _decode_flat(
+        self, body: memoryview, header: Header, side: torch.Tensor | None
+    ) -> torch.Tensor:
+        n = header.numel
+        scales, rest = read_scales(body, num_buckets(n, self._bucket))
+        check_scales(scales)
+        symbols = unpack_symbols(body_tensor(rest), n, self.alphabet, self.packing)
+        check_symbols(symbols, self.s)
+        _, mults = safe_steps(scales, self.s)
+        factor = self._decode_factor(n)
+        if factor != 1.0:
+            mults = (mults.to(torch.float64) * factor).to(torch.float32)
+        return fit_dtype_(symbols_to_values(symbols, mults, self.s, self._bucket), header.dtype)
+
+    def expected_body_bits(self, x: torch.Tensor) -> int | None:
+        n = x.numel()
+        bits = packed_symbol_bits(n, self.alphabet, self.packing)
+        return None if bits is None else 32 * num_buckets(n, self._bucket) + bits
+
+    def encode_with_scale(
+        self, tensor: torch.Tensor, key: StreamKey | None, scale: float
+    ) -> Encoded:
+        """Encode with an externally agreed scale (e.g. ``max`` over workers of ``||g||_inf``).
+
+        Every bucket uses ``scale`` instead of its own; it must be finite and ``>= max|g|``
+        (float32), else ``ValueError``. Sharing one scale lets a server sum the integer symbols
+        of all workers (TernGrad's scale sharing); variance grows with ``scale^2``.
+        """
+        scale = float(scale)
+        if not math.isfinite(scale) or scale < 0 or scale > FLOAT32_MAX:
+            raise ValueError(f"{self.name}: external scale must be finite and >= 0, got {scale}")
+        flat = tensor.detach().reshape(-1).to(torch.float32)
+        need = float(flat.abs().max()) if flat.numel() else 0.0
+        scale32 = float(torch.tensor(scale, dtype=torch.float32))
+        clone = copy.copy(self)
+        clone._forced_scale = scale32
+        if not math.isfinite(need):  # NaN/Inf input: encode raises NonFiniteInputError
+            return clone.encode(tensor, key)
+        if scale32 < need:
+            raise ValueError(
+                f"{self.name}: external scale {scale} is smaller than max|g| = {need}; it must "
+                f"bound every coordinate"
+            )
+        return clone.encode(tensor, key)

@@ -1,0 +1,106 @@
+"""LPC-SVRG's low-precision representation with clipping: b bits, step theta*||u||_inf/s."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+
+from gradzip.codecs.symbols import check_packing, pack_symbols, packed_symbol_bits, unpack_symbols
+from gradzip.compressors._stochastic import (
+    check_scales,
+    check_symbols,
+    fit_dtype_,
+    stochastic_symbols,
+    symbols_to_values,
+)
+from gradzip.compressors.base import Body, Compressor, body_tensor
+from gradzip.compressors.common import read_scales
+from gradzip.compressors.registry import register
+from gradzip.keys import StreamKey
+from gradzip.payload import Header
+
+_SMALLEST_SUBNORMAL = float(torch.finfo(torch.float32).smallest_normal) * 2.0**-23
+
+
+@register
+class LPC(Compressor):
+    """LPC: ``Q_(delta,b)`` on the codebook ``{-s..s}*delta``, ``delta = theta*||u||_inf/s``.
+
+    ``s = 2^(b-1) - 1`` positive levels (the paper's "quantization levels": 7 levels is
+    ``b = 4``, the default; 3 levels is ``b = 3``). Inside the hull ``|u_i| <= s*delta`` a value
+    is rounded stochastically to its two neighbours (unbiased, local randomness); outside it is
+    projected to ``sign(u_i)*s*delta`` ("the gradient clipping"). Codes are ``index + s`` in
+    ``b`` bits. [SEED-R: codebook, scale (eq. 3) and clipping are pinned down by the seed's
+    lemmas; spec 3.2.]
+
+    Bits: ``b*d + 32`` (float32 ``delta`` then the codes, ``packing="fixed"``);
+    ``paper_bits = d*log2(2s+1) + 32``. A zero vector sends ``delta = 0`` and decodes to zeros.
+
+    Variance: inside the hull ``E(Q(v) - v)^2 = (v - a)(a + delta - v) <= delta^2/4`` (Lemma 3);
+    ``E||Q(u) - u||^2 <= [(d - kc) theta^2/(4 s^2) + kc (1 - theta)^2] ||u||_inf^2`` with
+    ``kc = #{i : |u_i| > theta ||u||_inf}`` (Lemma 4). ``theta = 1`` is unbiased (the
+    QSGD/TernGrad special case; TernGrad is ``b = 2``); ``theta < 1`` shrinks the in-range error
+    by ``theta^2`` but biases the ``kc`` clipped coordinates.
+
+    References: Yu, Wu and Huang, "Exploring Fast and Communication-Efficient Algorithms in
+    Large-scale Distributed Networks" (LPC-SVRG), AISTATS 2019; spec section 3.2.
+    """
+
+    name = "lpc"
+    codec_id = 16
+    example_params: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, b: int = 4, theta: float = 1.0, packing: str = "fixed") -> None:
+        if isinstance(b, bool) or not isinstance(b, int) or not 2 <= b <= 16:
+            raise ValueError(f"lpc: b must be an int in [2, 16], got {b!r}")
+        theta = float(theta)
+        if not 0.0 < theta <= 1.0:
+            raise ValueError(f"lpc: theta must lie in (0, 1], got {theta}")
+        self.b = b
+        self.s = 2 ** (b - 1) - 1
+        self.theta = theta
+        self.packing = check_packing(packing)
+
+    def wire_params(self) -> dict[str, int | float | bool | str]:
+        return {"b": self.b, "theta": self.theta, "packing": self.packing}
+
+    def delta(self, absmax: float) -> float:
+        """The float32 step ``theta*||u||_inf/s`` (rounded once from float64).
+
+        A positive ``||u||_inf`` whose step underflows float32 gets the smallest subnormal, so a
+        non-zero vector never sends ``delta = 0``.
+        """
+        d32 = float(torch.tensor(self.theta * absmax / self.s, dtype=torch.float32))
+        return _SMALLEST_SUBNORMAL if absmax > 0 and d32 == 0 else d32
+
+    def _encode_flat(
+        self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
+    ) -> Body:
+        delta = self.delta(absmax)
+        step = torch.tensor([delta if delta > 0 else 1.0], dtype=torch.float32)
+        # clamping the level to s after stochastic rounding is exactly the projection outside
+        # the hull: |u|/delta >= s gives floor(|u|/delta + u01) >= s
+        symbols = stochastic_symbols(x, step, self.s, key, 0)
+        packed = pack_symbols(symbols, 2 * self.s + 1, self.packing)
+        paper = x.numel() * math.log2(2 * self.s + 1) + 32
+        return Body(
+            pieces=[torch.tensor([delta], dtype=torch.float32), packed],
+            paper_bits=paper,
+            streams=(symbols,),
+            side_bits=32,
+        )
+
+    def _decode_flat(
+        self, body: memoryview, header: Header, side: torch.Tensor | None
+    ) -> torch.Tensor:
+        delta, rest = read_scales(body, 1)
+        check_scales(delta, "delta")
+        symbols = unpack_symbols(body_tensor(rest), header.numel, 2 * self.s + 1, self.packing)
+        check_symbols(symbols, self.s)
+        return fit_dtype_(symbols_to_values(symbols, delta, self.s, 0), header.dtype)
+
+    def expected_body_bits(self, x: torch.Tensor) -> int | None:
+        bits = packed_symbol_bits(x.numel(), 2 * self.s + 1, self.packing)
+        return None if bits is None else 32 + bits

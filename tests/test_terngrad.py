@@ -1,0 +1,118 @@
+"""TernGrad: unbiased ternary quantization, its variance, clipping and max-scale sharing."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from gradzip.compressors.terngrad import TernGrad
+from gradzip.errors import NonFiniteInputError
+from gradzip.keys import StreamKey
+from gradzip.payload import overhead_bits, parse_payload
+
+KEY = StreamKey(run_seed=11, rank=0, step=0, tensor_index=1)
+
+
+def sent_scales(payload: bytes, count: int) -> torch.Tensor:
+    body = parse_payload(payload)[1]
+    return torch.frombuffer(bytearray(body[: 4 * count]), dtype=torch.float32)
+
+
+def test_unbiased_with_the_ternary_variance() -> None:
+    """E[g_hat] = g and E||g_hat - g||^2 = sum_i |g_i|(scale - |g_i|), within 5 s.e."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(600, generator=gen)
+    x[:50] = 0.0
+    comp, trials = TernGrad(bucket_size=200), 400
+    scale = x.view(3, 200).abs().amax(1).double().repeat_interleave(200)
+    p = x.abs().double() / scale  # P(|g_hat| = scale)
+    err = torch.stack(
+        [comp.round_trip(x, KEY.with_step(t))[1].double() - x.double() for t in range(trials)]
+    )
+    var = x.abs().double() * (scale - x.abs().double())
+    assert float(var.max()) <= float(scale.max()) ** 2 / 4
+    se = (var / trials).sqrt()
+    # the normal approximation of the mean needs both outcomes to be frequent
+    live = torch.minimum(p, 1 - p) * trials >= 10
+    assert float((err.mean(0)[live] / se[live]).abs().max()) < 5.5
+    exact = var == 0
+    assert bool((err[:, exact].abs() <= 1e-6 * scale[exact]).all())
+    # e = (scale - |g|) w.p. p, -|g| w.p. 1 - p (sign-adjusted): fourth moment for the s.e.
+    a = x.abs().double()
+    e4 = p * (scale - a) ** 4 + (1 - p) * a**4
+    total_se = math.sqrt(float((e4 - var**2).sum()) / trials)
+    assert abs(float((err**2).sum(1).mean()) - float(var.sum())) < 5 * total_se
+
+
+def test_values_are_ternary_per_bucket() -> None:
+    x = torch.randn(10, 30, generator=torch.Generator().manual_seed(1))
+    enc, out = TernGrad(bucket_size=30).round_trip(x, KEY)
+    scales = sent_scales(enc.payload, 10)
+    assert torch.equal(scales, x.abs().amax(1))
+    ratio = out / scales[:, None]
+    assert bool(((ratio == 0) | (ratio.abs() == 1)).all())
+    assert bool((torch.sign(out) * torch.sign(x) >= 0).all())
+
+
+def test_bits() -> None:
+    x = torch.randn(1001, generator=torch.Generator().manual_seed(2))
+    comp = TernGrad(bucket_size=100)
+    enc = comp.encode(x, KEY)
+    body = 32 * 11 + 8 * math.ceil(2 * 1001 / 8)
+    assert comp.expected_body_bits(x) == body
+    assert enc.wire_bits == overhead_bits(parse_payload(enc.payload)[0]) + body
+    # the same paper bits as DQSG / QSG with M = 1: n log2(3) + 32 per bucket
+    assert enc.paper_bits == pytest.approx(1001 * math.log2(3) + 32 * 11)
+    assert TernGrad().encode(x, KEY).paper_bits == pytest.approx(1001 * math.log2(3) + 32)
+
+
+def test_clipping_to_c_sigma() -> None:
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(3))
+    x[17] = 40.0  # an outlier far beyond 2.5 sigma
+    std = float(x.std(correction=0))
+    bound = float(torch.tensor(2.5 * std, dtype=torch.float32))
+    enc, out = TernGrad(clip_sigma=2.5).round_trip(x, KEY)
+    assert sent_scales(enc.payload, 1).item() == bound
+    assert float(out.abs().max()) <= bound
+    assert out[17].item() == bound  # clipped to the bound, then deterministically the scale
+    # a bound above max|g| changes nothing: the payload equals the unclipped one (params aside)
+    small = torch.randn(1000, generator=torch.Generator().manual_seed(4)).clamp(-2, 2)
+    a = TernGrad(clip_sigma=100.0).round_trip(small, KEY)[1]
+    b = TernGrad().round_trip(small, KEY)[1]
+    assert torch.equal(a, b)
+    # a constant tensor (std 0) is not clipped to zero
+    assert bool((TernGrad(clip_sigma=2.5).round_trip(torch.full((5,), 3.0), KEY)[1] == 3).all())
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="clip_sigma"):
+            TernGrad(clip_sigma=bad)
+
+
+def test_encode_with_a_shared_max_scale() -> None:
+    """Workers agree on max_p ||g_p||_inf; their codes then share one grid and sum exactly."""
+    gen = torch.Generator().manual_seed(5)
+    grads = [torch.randn(64, generator=gen) * (p + 1) for p in range(3)]
+    shared = max(float(g.abs().max()) for g in grads)
+    comp = TernGrad()
+    for p, g in enumerate(grads):
+        enc = comp.encode_with_scale(g, KEY.with_step(p), shared)
+        assert sent_scales(enc.payload, 1).item() == pytest.approx(shared, rel=1e-7)
+        out = comp.decode(enc.payload)
+        assert bool(((out == 0) | (out.abs() == sent_scales(enc.payload, 1))).all())
+    with pytest.raises(ValueError, match="smaller than max"):
+        comp.encode_with_scale(grads[2], KEY, float(grads[2].abs().max()) * 0.5)
+    with pytest.raises(ValueError, match="finite"):
+        comp.encode_with_scale(grads[0], KEY, float("inf"))
+    with pytest.raises(NonFiniteInputError):
+        comp.encode_with_scale(torch.tensor([1.0, float("nan")]), KEY, 2.0)
+    # the mean over many shared-scale encodes is still unbiased
+    g = grads[0]
+    mean = torch.stack(
+        [
+            comp.decode(comp.encode_with_scale(g, KEY.with_step(t), shared).payload)
+            for t in range(400)
+        ]
+    ).mean(0)
+    se = math.sqrt(shared**2 / 4 / 400)
+    assert float((mean - g).abs().max()) < 5.5 * se
