@@ -152,7 +152,9 @@ def unpack_bits(data: torch.Tensor, n: int, bits: int) -> torch.Tensor:
     if bits in _PER_BYTE:
         return torch.from_numpy(_unpack_small(raw, bits)[:n])
     full = n // 8
-    pieces = [_unpack_groups(raw[: full * bits].reshape(full, bits), bits, out_dtype)] if full else []
+    pieces = (
+        [_unpack_groups(raw[: full * bits].reshape(full, bits), bits, out_dtype)] if full else []
+    )
     if n % 8:
         tail = np.zeros((1, bits), dtype=np.uint8)
         rest = raw[full * bits :]
@@ -169,7 +171,7 @@ def _unpack_groups(packed: np.ndarray, bits: int, out_dtype: type) -> np.ndarray
     raw = np.zeros((count, 8 * nwords), dtype=np.uint8)
     raw[:, :bits] = packed
     words = raw.view(np.uint64)
-    out = np.empty((count, 8), dtype=out_dtype)
+    out: np.ndarray = np.empty((count, 8), dtype=out_dtype)
     tmp = np.empty(count, dtype=np.uint64)
     high = np.empty(count, dtype=np.uint64)
     mask = np.uint64((1 << bits) - 1)
