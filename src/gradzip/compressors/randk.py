@@ -15,16 +15,32 @@ from gradzip.compressors.topk import check_k_ratio, kept_count
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
-from gradzip.rng import shared_generator
+from gradzip.rng import shared_words
 
 
-def _random_subset(gen: np.random.Generator, d: int, m: int) -> NDArray[np.int64]:
-    """A uniformly random ``m``-subset of ``range(d)`` (``m <= d/2``), sorted, in O(d + m).
+def _uniform_indices(words: np.random.SFC64, d: int, count: int) -> NDArray[np.int64]:
+    """``count`` indices uniform on ``range(d)`` from raw words (Lemire's multiply-shift on the
+    high 32 bits: exact integer arithmetic, bias below ``d / 2**32``)."""
+    raw = words.random_raw(count)
+    if d < 2**32:
+        np.right_shift(raw, np.uint64(32), out=raw)
+        np.multiply(raw, np.uint64(d), out=raw)
+        np.right_shift(raw, np.uint64(32), out=raw)
+        return raw.astype(np.int64)
+    scaled = (raw >> np.uint64(11)).astype(np.float64) * (d * 2.0**-53)
+    indices: NDArray[np.int64] = np.minimum(scaled.astype(np.int64), d - 1)
+    return indices
 
-    Draw indices with replacement until at least ``m`` distinct ones are marked, then delete a
-    uniformly chosen surplus. Every step treats the labels symmetrically, so the result is a
-    uniform m-subset; it avoids ``Generator.choice(replace=False)``, which shuffles all of
-    ``range(d)`` for large ``m`` (0.6 s for d = 2**24, m = d/10).
+
+def _random_subset(words: np.random.SFC64, d: int, m: int) -> NDArray[np.int64]:
+    """A uniformly random ``m``-subset of ``range(d)`` (``m <= d/2``), sorted, in O(d + m log m).
+
+    Draw indices with replacement until at least ``m`` distinct ones are marked, then drop the
+    surplus: the marked indices whose fresh random keys are smallest. Every step treats the
+    labels symmetrically, so the result is a uniform m-subset; it avoids
+    ``Generator.choice(replace=False)``, which shuffles all of ``range(d)`` for large ``m``
+    (0.6 s for d = 2**24, m = d/10). Only raw words and integer arithmetic are used, so every
+    NumPy version regenerates the same subset.
     """
     mask = np.zeros(d, dtype=np.bool_)
     marked = 0
@@ -32,24 +48,26 @@ def _random_subset(gen: np.random.Generator, d: int, m: int) -> NDArray[np.int64
         # draws that reach m distinct ones on average, plus ~4 standard deviations; finite
         # because m <= d/2
         need = -d * math.log1p(-(m - marked) / (d - marked))
-        mask[gen.integers(0, d, size=int(need + 4 * math.sqrt(need) + 16))] = True
+        mask[_uniform_indices(words, d, int(need + 4 * math.sqrt(need) + 16))] = True
         marked = int(np.count_nonzero(mask))
     chosen = np.flatnonzero(mask)
     if marked == m:
         return chosen
-    return np.delete(chosen, gen.choice(marked, size=marked - m, replace=False))
+    keys = words.random_raw(marked)
+    surplus = np.argsort(keys, kind="stable")[: marked - m]
+    return np.delete(chosen, surplus)
 
 
 def randk_indices(key: StreamKey, d: int, k: int) -> NDArray[np.int64]:
     """The sorted indices rand-k keeps for ``key``: sender and receiver regenerate them alike."""
     if k >= d:
         return np.arange(d, dtype=np.int64)
-    gen = shared_generator(key)
+    words = shared_words(key)
     if 2 * k <= d:
-        return _random_subset(gen, d, k)
+        return _random_subset(words, d, k)
     # keep most coordinates: draw the smaller set of dropped ones instead
     keep = np.ones(d, dtype=np.bool_)
-    keep[_random_subset(gen, d, d - k)] = False
+    keep[_random_subset(words, d, d - k)] = False
     return np.flatnonzero(keep)
 
 
@@ -58,7 +76,7 @@ class RandK(Compressor):
     """rand-k sparsification: keep ``k`` coordinates drawn uniformly without replacement.
 
     The indices come from the shared randomness of the message's :class:`StreamKey`
-    (``gradzip.rng.shared_generator``), so the receiver regenerates them and only the ``k``
+    (``gradzip.rng.shared_words``), so the receiver regenerates them and only the ``k``
     values travel; every step, rank and tensor gets a fresh subset.
 
     Wire: the ``k`` kept values as float32, in increasing index order. Body bits: ``32 k``;
@@ -77,8 +95,8 @@ class RandK(Compressor):
     keeps less (unscaled) or adds variance (scaled). Versus top-k it saves the
     ``ceil(log2 d)`` index bits per value but keeps random rather than the largest coordinates.
 
-    [CHOICE] The subset is drawn by NumPy's ``Generator.integers``/``choice`` on the shared
-    stream; sender and receiver must therefore run the same NumPy feature release.
+    [CHOICE] The subset is drawn from the raw shared word stream with integer arithmetic only,
+    so it is the same on every platform and NumPy version.
 
     References: Stich, Cordonnier, Jaggi, "Sparsified SGD with Memory" (NeurIPS 2018); Wangni et
     al., "Gradient Sparsification for Communication-Efficient Distributed Optimization" (2018).
