@@ -45,7 +45,7 @@ def test_packings_decode_identically(name: str) -> None:
     results = decode_all(name, x)
     fixed_bits, fixed = results["fixed"]
     for packing in ("dense", "entropy"):
-        bits, decoded = results[packing]
+        _, decoded = results[packing]
         assert torch.equal(decoded, fixed), f"{name}: {packing} decodes differently"
     assert results["dense"][0] <= fixed_bits
 
