@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from gradzip.codecs.symbols import check_packing, pack_symbols, packed_symbol_bits, unpack_symbols
+from gradzip.codecs.symbols import check_packing, unpack_symbols
 from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
-from gradzip.compressors.common import bucket_absmax, check_bucket_size, num_buckets, read_scales
+from gradzip.compressors.common import (
+    bucket_absmax,
+    check_bucket_size,
+    fresh_uint8,
+    num_buckets,
+    read_scales,
+    scaled_symbols_bits,
+    scaled_symbols_body,
+)
 from gradzip.compressors.registry import register
 from gradzip.errors import CorruptPayloadError
 from gradzip.keys import StreamKey
@@ -92,16 +99,6 @@ def check_symbols(symbols: torch.Tensor, alphabet: int, what: str) -> None:
     lo, hi = (0, symbols.max()) if symbols.dtype == torch.uint8 else torch.aminmax(symbols)
     if int(hi) >= alphabet or int(lo) < 0:
         raise CorruptPayloadError(f"{what} payload holds a symbol outside [0, {alphabet})")
-
-
-def fresh_uint8(n: int) -> torch.Tensor:
-    """An uninitialised uint8 tensor in NumPy memory (huge pages: no page-fault storm)."""
-    return torch.from_numpy(np.empty(n, dtype=np.uint8))
-
-
-def fresh_float32(n: int) -> torch.Tensor:
-    """An uninitialised float32 tensor in NumPy memory (see :func:`fresh_uint8`)."""
-    return torch.from_numpy(np.empty(n, dtype=np.float32))
 
 
 def truncate_to_uint8(values: torch.Tensor) -> torch.Tensor:
@@ -203,10 +200,7 @@ class DQSG(Compressor):
 
     def expected_body_bits(self, x: torch.Tensor) -> int | None:
         n = x.numel()
-        symbols = packed_symbol_bits(n, self.alphabet, self.packing)
-        if symbols is None:
-            return None
-        return 32 * num_buckets(n, self.bucket_size_for(n)) + symbols
+        return scaled_symbols_bits(n, self.bucket_size_for(n), self.alphabet, self.packing)
 
     # -- encode --------------------------------------------------------------------------------
     def _encode_flat(
@@ -218,13 +212,7 @@ class DQSG(Compressor):
         bs = self.bucket_size_for(n)
         scales = bucket_absmax(x, bs, absmax)
         symbols = dither_symbols(x, scales, bs, self.M, key)
-        nb = scales.numel()
-        return Body(
-            pieces=[scales, pack_symbols(symbols, self.alphabet, self.packing)],
-            paper_bits=32.0 * nb + n * math.log2(self.alphabet),
-            streams=(symbols,),
-            side_bits=32 * nb,
-        )
+        return scaled_symbols_body(scales, symbols, self.alphabet, self.packing)
 
     # -- decode --------------------------------------------------------------------------------
     def _decode_flat(

@@ -3,21 +3,27 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import torch
 
-from gradzip.codecs.symbols import check_packing, pack_symbols, packed_symbol_bits, unpack_symbols
+from gradzip.codecs.symbols import check_packing, unpack_symbols
 from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
-from gradzip.compressors.common import bucket_absmax, check_bucket_size, num_buckets, read_scales
+from gradzip.compressors.common import (
+    bucket_absmax,
+    check_bucket_size,
+    fresh_float32,
+    num_buckets,
+    read_scales,
+    scaled_symbols_bits,
+    scaled_symbols_body,
+)
 from gradzip.compressors.dqsg import (
     _F32_MAX,
     add_scaled_,
     check_scales,
     check_symbols,
     clamp_to_dtype_,
-    fresh_float32,
     mul_,
     per_row,
     safe_factors,
@@ -111,25 +117,14 @@ class HalfDither(Compressor):
         return {"M": self.M, "dither_sum": self.dither_sum, "packing": self.packing}
 
     def expected_body_bits(self, x: torch.Tensor) -> int | None:
-        n = x.numel()
-        symbols = packed_symbol_bits(n, self.alphabet, self.packing)
-        if symbols is None:
-            return None
-        return 32 * num_buckets(n, self._bucket_size) + symbols
+        return scaled_symbols_bits(x.numel(), self._bucket_size, self.alphabet, self.packing)
 
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
     ) -> Body:
-        n = x.numel()
         scales = bucket_absmax(x, self._bucket_size, absmax)
         symbols = self._symbols(x, scales, key)
-        nb = scales.numel()
-        return Body(
-            pieces=[scales, pack_symbols(symbols, self.alphabet, self.packing)],
-            paper_bits=32.0 * nb + n * math.log2(self.alphabet),
-            streams=(symbols,),
-            side_bits=32 * nb,
-        )
+        return scaled_symbols_body(scales, symbols, self.alphabet, self.packing)
 
     def _symbols(self, x: torch.Tensor, scales: torch.Tensor, key: StreamKey) -> torch.Tensor:
         """``q + M + h = floor(M*y + sum_j u_j - k/2 + 1/2 + M + h)``.

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from gradzip.codecs.symbols import check_packing, pack_symbols, packed_symbol_bits, unpack_symbols
+from gradzip.codecs.symbols import check_packing, unpack_symbols
 from gradzip.compressors._nested import (
     chebyshev_failure_bound,
     check_odd_k,
@@ -20,7 +19,14 @@ from gradzip.compressors._nested import (
     nested_success_bound,
 )
 from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
-from gradzip.compressors.common import bucket_absmax, check_bucket_size, num_buckets, read_scales
+from gradzip.compressors.common import (
+    bucket_absmax,
+    check_bucket_size,
+    num_buckets,
+    read_scales,
+    scaled_symbols_bits,
+    scaled_symbols_body,
+)
 from gradzip.compressors.dqsg import (
     _F32_MAX,
     add_scaled_,
@@ -127,10 +133,7 @@ class NDQSG(Compressor):
 
     def expected_body_bits(self, x: torch.Tensor) -> int | None:
         n = x.numel()
-        symbols = packed_symbol_bits(n, self.k, self.packing)
-        if symbols is None:
-            return None
-        return 32 * num_buckets(n, self._bucket_size) + symbols
+        return scaled_symbols_bits(n, self._bucket_size, self.k, self.packing)
 
     def _float32_ok(self, factors: torch.Tensor, top: int) -> bool:
         # float32 index arithmetic (then exact integer work) while values stay below 256 and the
@@ -141,16 +144,9 @@ class NDQSG(Compressor):
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
     ) -> Body:
-        n = x.numel()
         scales = bucket_absmax(x, self._bucket_size, absmax)
         symbols = self._symbols(x, scales, key)
-        nb = scales.numel()
-        return Body(
-            pieces=[scales, pack_symbols(symbols, self.k, self.packing)],
-            paper_bits=32.0 * nb + n * math.log2(self.k),
-            streams=(symbols,),
-            side_bits=32 * nb,
-        )
+        return scaled_symbols_body(scales, symbols, self.k, self.packing)
 
     def _symbols(self, x: torch.Tensor, scales: torch.Tensor, key: StreamKey) -> torch.Tensor:
         """``(floor(alpha*x/c + u01) + h) mod k``, via ``v = (1 + u01) + alpha*x/c + shift - 1``.
