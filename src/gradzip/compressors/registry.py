@@ -58,6 +58,6 @@ def codec_name(codec_id: int) -> str:
 
 
 def summary(cls: type[Compressor]) -> str:
-    """First line of the class docstring."""
+    """The first paragraph of the class docstring, on one line."""
     doc = (cls.__doc__ or "").strip()
-    return doc.splitlines()[0] if doc else ""
+    return " ".join(doc.split("\n\n")[0].split())
