@@ -34,13 +34,14 @@ from gradzip.compressors.base import Body, Compressor, body_tensor
 from gradzip.compressors.common import (
     bucket_absmax,
     check_bucket_size,
+    check_scales,
+    check_symbols,
     fresh_float32,
     num_buckets,
     read_scales,
     scaled_symbols_bits,
     scaled_symbols_body,
 )
-from gradzip.errors import CorruptPayloadError
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
 from gradzip.rng import local_uniform
@@ -130,20 +131,6 @@ def fit_dtype_(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return values
 
 
-def check_symbols(symbols: torch.Tensor, s: int) -> None:
-    """Raise CorruptPayloadError if a decoded symbol lies outside ``[0, 2s]``."""
-    if symbols.numel() and int(symbols.max()) > 2 * s:
-        raise CorruptPayloadError(
-            f"symbol {int(symbols.max())} is outside the alphabet [0, {2 * s}]"
-        )
-
-
-def check_scales(scales: torch.Tensor, what: str = "scale") -> None:
-    """Raise CorruptPayloadError unless every transmitted scale is finite and >= 0."""
-    if not bool(torch.isfinite(scales).all()) or bool((scales < 0).any()):
-        raise CorruptPayloadError(f"payload holds a negative or non-finite {what}")
-
-
 def safe_steps(scales: torch.Tensor, s: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Encoder divisors and decoder multipliers ``step = scale / s`` for per-bucket scales.
 
@@ -215,9 +202,9 @@ class ScaledStochastic(Compressor):
     ) -> torch.Tensor:
         n = header.numel
         scales, rest = read_scales(body, num_buckets(n, self._bucket))
-        check_scales(scales)
+        check_scales(scales, self.name)
         symbols = unpack_symbols(body_tensor(rest), n, self.alphabet, self.packing)
-        check_symbols(symbols, self.s)
+        check_symbols(symbols, 2 * self.s + 1, self.name)
         _, mults = safe_steps(scales, self.s)
         factor = self._decode_factor(n)
         if factor != 1.0:

@@ -9,7 +9,24 @@ import torch
 
 from gradzip.codecs.symbols import pack_symbols, packed_symbol_bits
 from gradzip.compressors.base import Body, body_tensor
-from gradzip.errors import TruncatedPayloadError
+from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
+
+
+def check_scales(scales: torch.Tensor, what: str) -> None:
+    """Reject scales a correct sender cannot produce (negative, NaN, Inf)."""
+    if not bool(torch.isfinite(scales).all()) or bool((scales < 0).any()):
+        raise CorruptPayloadError(f"{what} payload holds a negative or non-finite scale")
+
+
+def check_symbols(symbols: torch.Tensor, alphabet: int, what: str) -> None:
+    """Reject symbols outside ``[0, alphabet)`` (possible in a corrupt fixed-width stream)."""
+    if not symbols.numel():
+        return
+    lo, hi = (0, symbols.max()) if symbols.dtype == torch.uint8 else torch.aminmax(symbols)
+    if int(hi) >= alphabet or int(lo) < 0:
+        raise CorruptPayloadError(
+            f"{what} payload holds a symbol outside the alphabet [0, {alphabet})"
+        )
 
 
 def fresh_uint8(n: int) -> torch.Tensor:

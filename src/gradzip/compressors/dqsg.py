@@ -13,6 +13,8 @@ from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
 from gradzip.compressors.common import (
     bucket_absmax,
     check_bucket_size,
+    check_scales,
+    check_symbols,
     fresh_uint8,
     num_buckets,
     read_scales,
@@ -20,7 +22,6 @@ from gradzip.compressors.common import (
     scaled_symbols_body,
 )
 from gradzip.compressors.registry import register
-from gradzip.errors import CorruptPayloadError
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
 from gradzip.rng import shared_uniform_plus_one
@@ -84,21 +85,6 @@ def safe_factors(numerator: float, scales: torch.Tensor) -> torch.Tensor:
     """``numerator / scale`` per bucket in float64, and 0 for a zero bucket (no division by 0)."""
     s = scales.to(torch.float64)
     return torch.where(s > 0, numerator / torch.where(s > 0, s, 1.0), 0.0)
-
-
-def check_scales(scales: torch.Tensor, what: str) -> None:
-    """Reject scales a correct sender cannot produce (negative, NaN, Inf)."""
-    if not bool(torch.isfinite(scales).all()) or bool((scales < 0).any()):
-        raise CorruptPayloadError(f"{what} payload holds a negative or non-finite scale")
-
-
-def check_symbols(symbols: torch.Tensor, alphabet: int, what: str) -> None:
-    """Reject symbols outside ``[0, alphabet)`` (possible in a corrupt fixed-width stream)."""
-    if not symbols.numel():
-        return
-    lo, hi = (0, symbols.max()) if symbols.dtype == torch.uint8 else torch.aminmax(symbols)
-    if int(hi) >= alphabet or int(lo) < 0:
-        raise CorruptPayloadError(f"{what} payload holds a symbol outside [0, {alphabet})")
 
 
 def truncate_to_uint8(values: torch.Tensor) -> torch.Tensor:

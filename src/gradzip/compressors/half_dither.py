@@ -12,6 +12,8 @@ from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
 from gradzip.compressors.common import (
     bucket_absmax,
     check_bucket_size,
+    check_scales,
+    check_symbols,
     fresh_float32,
     num_buckets,
     read_scales,
@@ -21,8 +23,6 @@ from gradzip.compressors.common import (
 from gradzip.compressors.dqsg import (
     _F32_MAX,
     add_scaled_,
-    check_scales,
-    check_symbols,
     clamp_to_dtype_,
     mul_,
     per_row,

@@ -9,14 +9,12 @@ import torch
 
 from gradzip.codecs.symbols import check_packing, pack_symbols, packed_symbol_bits, unpack_symbols
 from gradzip.compressors._stochastic import (
-    check_scales,
-    check_symbols,
     fit_dtype_,
     stochastic_symbols,
     symbols_to_values,
 )
 from gradzip.compressors.base import Body, Compressor, body_tensor
-from gradzip.compressors.common import read_scales
+from gradzip.compressors.common import check_scales, check_symbols, read_scales
 from gradzip.compressors.registry import register
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
@@ -96,9 +94,9 @@ class LPC(Compressor):
         self, body: memoryview, header: Header, side: torch.Tensor | None
     ) -> torch.Tensor:
         delta, rest = read_scales(body, 1)
-        check_scales(delta, "delta")
+        check_scales(delta, f"{self.name} delta")
         symbols = unpack_symbols(body_tensor(rest), header.numel, 2 * self.s + 1, self.packing)
-        check_symbols(symbols, self.s)
+        check_symbols(symbols, 2 * self.s + 1, self.name)
         return fit_dtype_(symbols_to_values(symbols, delta, self.s, 0), header.dtype)
 
     def expected_body_bits(self, x: torch.Tensor) -> int | None:

@@ -22,6 +22,8 @@ from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
 from gradzip.compressors.common import (
     bucket_absmax,
     check_bucket_size,
+    check_scales,
+    check_symbols,
     num_buckets,
     read_scales,
     scaled_symbols_bits,
@@ -30,8 +32,6 @@ from gradzip.compressors.common import (
 from gradzip.compressors.dqsg import (
     _F32_MAX,
     add_scaled_,
-    check_scales,
-    check_symbols,
     clamp_to_dtype_,
     per_row,
     safe_factors,

@@ -11,7 +11,6 @@ from gradzip.codecs import elias
 from gradzip.compressors._stochastic import (
     FLOAT32_MAX,
     ScaledStochastic,
-    check_scales,
     fit_dtype_,
     safe_steps,
     stochastic_symbols,
@@ -19,7 +18,7 @@ from gradzip.compressors._stochastic import (
     symbols_to_values,
 )
 from gradzip.compressors.base import Body, body_tensor
-from gradzip.compressors.common import num_buckets, read_scales
+from gradzip.compressors.common import check_scales, num_buckets, read_scales
 from gradzip.compressors.registry import register
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.keys import StreamKey
@@ -141,7 +140,7 @@ class QSGD(ScaledStochastic):
             return super()._decode_flat(body, header, side)
         n = header.numel
         scales, rest = read_scales(body, num_buckets(n, self._bucket))
-        check_scales(scales)
+        check_scales(scales, self.name)
         if len(rest) < 8:
             raise TruncatedPayloadError("qsgd elias body ends inside its count of non-zeros")
         count = int.from_bytes(bytes(rest[:8]), "little")
