@@ -56,7 +56,7 @@ def test_theta_one_is_unbiased_with_lemma3_variance(b: int) -> None:
     assert abs(float((err**2).sum(1).mean()) - float(e2.sum())) < 5 * total_se
 
 
-@pytest.mark.parametrize("theta", [0.3, 0.7])
+@pytest.mark.parametrize("theta", [0.02, 0.3, 0.7])
 def test_lemma4_with_kc_counted_exactly(theta: float) -> None:
     """E||Q(u) - u||^2 <= [(d - kc) theta^2/(4 s^2) + kc (1 - theta)^2] ||u||_inf^2."""
     gen = torch.Generator().manual_seed(1)

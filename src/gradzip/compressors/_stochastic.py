@@ -3,15 +3,17 @@
 Every one of these quantizers does the same three things per bucket ``B`` with a step
 ``step_B`` (``scale_B / s`` for QSGD/TernGrad/Hou, ``delta`` for LPC):
 
-* level ``l_i = floor(|x_i| / step_B + u_i)`` clamped to ``[0, s]``, with ``u_i ~ U[0, 1)`` from
+* level ``q_i = floor(x_i / step_B + u_i)`` clamped to ``[-s, s]``, with ``u_i ~ U[0, 1)`` from
   :func:`gradzip.rng.local_uniform` (the sender's own randomness, deterministic given the key);
-  the clamp is spec 0.3's "float32 followed by a clamp to the legal range", and for LPC it is
-  also the projection of out-of-hull values onto ``+-s*delta``;
-* symbol ``sign(x_i) * l_i + s`` in ``[0, 2s]``;
+  this has the law of ``sign(x_i) * floor(|x_i| / step_B + u_i)`` that the papers write (each is
+  the unique unbiased rounding to the two neighbouring levels). The clamp is spec 0.3's "float32
+  followed by a clamp to the legal range", and for LPC it is also the projection of out-of-hull
+  values onto ``+-s*delta``;
+* symbol ``q_i + s`` in ``[0, 2s]``;
 * decode ``(symbol - s) * step_B``.
 
-A zero bucket divides by 1 instead of 0 (all its entries are 0, so the levels are 0 and it decodes
-to exact zeros), and its uniforms are still drawn so the stream stays aligned (spec 0.3).
+A zero bucket multiplies by 0 instead of dividing by 0 (all its entries are 0, so the levels are
+0 and it decodes to exact zeros), and its uniforms are still drawn so the stream stays aligned (spec 0.3).
 
 The private base class :class:`ScaledStochastic` holds the common encode/decode for the
 scale-based quantizers; its subclasses only say how the per-bucket scale is computed.
@@ -42,11 +44,14 @@ from gradzip.compressors.common import (
     scaled_symbols_bits,
     scaled_symbols_body,
 )
+from gradzip.compressors.dqsg import add_scaled_, per_row, safe_factors, segments, truncate_to_uint8
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
-from gradzip.rng import local_uniform
+from gradzip.rng import local_uniform_plus_one
 
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+#: the largest s whose symbols [0, 2s] fit in a byte (the float32 fast path)
+_BYTE_LEVELS = 127
 
 
 def per_bucket_(y: torch.Tensor, values: torch.Tensor, bucket_size: int, op: str) -> None:
@@ -68,40 +73,48 @@ def symbol_dtype(s: int) -> torch.dtype:
     return torch.uint8 if 2 * s < 256 else torch.int32
 
 
-#: elements per block of the encoder: its float32 work buffer (256 KiB) stays in the L2 cache
-BLOCK = 1 << 16
-
-
 def stochastic_symbols(
-    x: torch.Tensor, steps: torch.Tensor, s: int, key: StreamKey, bucket_size: int
+    x: torch.Tensor,
+    steps: torch.Tensor,
+    s: int,
+    key: StreamKey,
+    bucket_size: int,
+    may_overload: bool = False,
 ) -> torch.Tensor:
-    """Symbols ``sign(x)*clamp(floor(|x|/step + u), 0, s) + s`` (one step per bucket).
+    """Symbols ``clamp(floor(x/step + u), -s, s) + s`` (one positive step per bucket).
 
-    ``steps`` must be positive (callers replace a zero step by 1); ``u`` comes from
-    ``local_uniform(key, n)``. The arithmetic runs block by block through one small buffer
-    (vectorised inside a block; blocks hold whole buckets), which avoids five full-size float32
-    passes through memory and the page faults of a full-size temporary.
+    ``floor(v + u)`` with ``u ~ U[0, 1)`` rounds ``v`` up with probability ``frac(v)``, for either
+    sign of ``v``: the same two-point law as rounding ``|v|`` and restoring the sign (the form
+    the papers write), so it is the QSGD/TernGrad quantizer, computed without the sign split.
+    ``u`` comes from ``local_uniform(key, n)``.
+
+    Fast path: ``v = (1 + u) + x*(1/step) + (s - 1)`` is built in the uniform buffer by one fused
+    multiply-add (plus one add for ``s > 1``); it is non-negative, so a truncating cast is its
+    floor, and the clamp keeps float32 rounding inside the alphabet (spec 0.3). Alphabets beyond a
+    byte, or steps so small that ``1/step`` overflows float32, use float64. ``may_overload``
+    says ``|x/step|`` can exceed ``s`` (LPC with ``theta < 1``): ``v`` is then clamped to the
+    grid before the cast, which projects those values onto ``+-s`` (the "gradient clipping").
     """
     n = x.numel()
-    u = local_uniform(key, n)
-    out = torch.empty(n, dtype=symbol_dtype(s))
-    nb = steps.numel()
-    block = BLOCK if nb == 1 else max(1, BLOCK // bucket_size) * bucket_size
-    buf = torch.empty(min(block, n), dtype=torch.float32)
-    for start in range(0, n, block):
-        xs = x[start : start + block]
-        y = buf[: xs.numel()]
-        torch.abs(xs, out=y)
-        if nb == 1:
-            y.div_(steps[0])
-        else:
-            first = start // bucket_size
-            per_bucket_(y, steps[first : first + -(-xs.numel() // bucket_size)], bucket_size, "div")
-        y.add_(u[start : start + block]).floor_().clamp_(0, s)
-        # copysign keeps the level's magnitude; -0.0 + s is s, so a zero level is symbol s
-        y.copysign_(xs).add_(s)
-        out[start : start + block] = y
-    return out
+    factors = safe_factors(1.0, steps)
+    v = local_uniform_plus_one(key, n)
+    if s > _BYTE_LEVELS or float(factors.max()) > FLOAT32_MAX:
+        w = v.to(torch.float64).add_(s - 1)
+        x64 = x.to(torch.float64)
+        for elems, rows, buckets in segments(n, bucket_size):
+            add_scaled_(
+                w[elems].view(rows, -1), x64[elems].view(rows, -1), per_row(factors, rows, buckets)
+            )
+        w.floor_().clamp_(0, 2 * s)
+        return w.to(symbol_dtype(s))
+    f32 = factors.to(torch.float32)
+    for elems, rows, buckets in segments(n, bucket_size):
+        add_scaled_(v[elems].view(rows, -1), x[elems].view(rows, -1), per_row(f32, rows, buckets))
+    if may_overload:
+        v.clamp_(1 - s, s + 1)
+    if s != 1:
+        v.add_(s - 1)
+    return truncate_to_uint8(v).clamp_(max=2 * s)
 
 
 def symbols_to_values(

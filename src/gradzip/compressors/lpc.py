@@ -80,7 +80,7 @@ class LPC(Compressor):
         step = torch.tensor([delta if delta > 0 else 1.0], dtype=torch.float32)
         # clamping the level to s after stochastic rounding is exactly the projection outside
         # the hull: |u|/delta >= s gives floor(|u|/delta + u01) >= s
-        symbols = stochastic_symbols(x, step, self.s, key, 0)
+        symbols = stochastic_symbols(x, step, self.s, key, 0, may_overload=self.theta < 1)
         packed = pack_symbols(symbols, 2 * self.s + 1, self.packing)
         paper = x.numel() * math.log2(2 * self.s + 1) + 32
         return Body(

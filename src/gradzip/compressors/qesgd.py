@@ -8,12 +8,15 @@ from typing import Any, ClassVar
 import torch
 
 from gradzip.codecs.symbols import check_packing, pack_symbols, packed_symbol_bits, unpack_symbols
-from gradzip.compressors._stochastic import BLOCK, fit_dtype_
+from gradzip.compressors._stochastic import fit_dtype_
 from gradzip.compressors.base import Body, Compressor, body_tensor
 from gradzip.compressors.registry import register
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
 from gradzip.rng import local_uniform
+
+#: elements per block: the float32 work buffer (256 KiB) stays in the L2 cache
+_BLOCK = 1 << 16
 
 
 @register
@@ -81,7 +84,7 @@ class QESGD(Compressor):
     def _quantize_into(self, x: torch.Tensor, u: torch.Tensor, out: torch.Tensor) -> None:
         """``out = clamp(floor(x/delta + u)) mod 2^b``, block by block through a small buffer."""
         mask = 2**self.bits - 1
-        block = BLOCK
+        block = _BLOCK
         buf = torch.empty(min(block, x.numel()), dtype=torch.float32)
         for start in range(0, x.numel(), block):
             xs = x[start : start + block]
