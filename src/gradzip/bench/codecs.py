@@ -79,7 +79,7 @@ def bench_entropy_coder(numel: int, repeat: int) -> dict[str, float]:
     return {
         "encode_msym_per_s": numel / t_enc / 1e6,
         "decode_msym_per_s": numel / t_dec / 1e6,
-        "coded_bits_over_entropy": 8 * packed.numel() / entropy,
+        "coded_bits_over_entropy": 8 * packed.numel() / entropy if entropy else float("nan"),
     }
 
 

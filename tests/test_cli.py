@@ -1,0 +1,51 @@
+"""The command line: list, bench codecs (tiny, for speed) and the Table 1 printout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gradzip.cli import main
+from gradzip.compressors import names
+
+
+def test_list_names_every_compressor(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list", "-v"]) == 0
+    out = capsys.readouterr().out
+    for name in names():
+        assert f"\n{name} " in "\n" + out
+    assert "codec id 10" in out
+
+
+def test_bench_codecs_measures_and_writes_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bench.json"
+    args = ["bench", "codecs", "--numel", "4096", "--repeat", "1", "--only", "dqsg", "topk"]
+    assert main([*args, "--json", str(path)]) == 0
+    printed = capsys.readouterr().out
+    assert "memcpy" in printed and "dqsg" in printed
+    figures = json.loads(path.read_text())
+    assert figures["numel"] == 4096 and figures["memcpy_gbps"] > 0
+    rows = {row["name"]: row for row in figures["codecs"]}
+    assert set(rows) == {"dqsg", "topk"}
+    # 2 bits per coordinate plus the header, scale and CRC amortised over 4096 coordinates
+    assert 2.0 < rows["dqsg"]["wire_bits_per_coord"] < 2.2
+    assert rows["dqsg"]["paper_bits_per_coord"] == pytest.approx(1.585, abs=0.01)
+    assert all(row["encode_gbps"] > 0 and row["decode_gbps"] > 0 for row in rows.values())
+
+
+def test_bench_rejects_unknown_names_and_sizes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "codecs", "--only", "nope"]) == 2
+    assert main(["bench", "codecs", "--numel", "0"]) == 2
+    assert "unknown compressor" in capsys.readouterr().err
+
+
+def test_bits_table1_prints_every_model(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bits", "table1"]) == 0
+    out = capsys.readouterr().out
+    for model in ("FC-300-100", "LeNet", "CifarNet"):
+        assert model in out
+    assert "619.2" in out
