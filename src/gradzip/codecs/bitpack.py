@@ -76,19 +76,21 @@ def _pack_small(s: np.ndarray, bits: int) -> np.ndarray:
     neighbours (a few shifts per word instead of one per symbol)."""
     per, word_type, mask = _PER_BYTE[bits]
     count = -(-s.size // per)
-    buf = np.zeros(count * per, dtype=np.uint8)
-    np.copyto(buf[: s.size], s, casting="unsafe")
-    words = buf.view(word_type)
-    np.bitwise_and(words, word_type(mask), out=words)  # discard bits above `bits`
+    if s.dtype == np.uint8 and s.size % per == 0 and s.flags.c_contiguous:
+        source = s  # already whole words of byte symbols: no padded copy needed
+    else:
+        source = np.zeros(count * per, dtype=np.uint8)
+        np.copyto(source[: s.size], s, casting="unsafe")
+    # the masked copy discards bits above `bits` (and leaves the caller's symbols untouched)
+    words = np.bitwise_and(source.view(word_type), word_type(mask))
     tmp = np.empty_like(words)
     # step k (span (8-bits)*2^k) joins pairs of packed runs: after it, each lane of 2^(k+1)
     # bytes holds its 2^(k+1) symbols contiguously in its low bits
     for step in range(per.bit_length() - 1):
         np.right_shift(words, word_type((8 - bits) << step), out=tmp)
         np.bitwise_or(words, tmp, out=words)
-    out = np.empty(count, dtype=np.uint8)
-    np.copyto(out, words, casting="unsafe")  # the low byte holds the packed symbols
-    return out
+    packed: np.ndarray = words.astype(np.uint8)  # the low byte holds the packed symbols
+    return packed
 
 
 def _unpack_small(raw: np.ndarray, bits: int) -> np.ndarray:
