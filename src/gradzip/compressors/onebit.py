@@ -94,7 +94,7 @@ class OneBit(Compressor):
         else:
             stats = m
             n_pos = np.count_nonzero(bits.numpy(), axis=1)  # the padding bits are zero
-        means = self._means(stats, torch.from_numpy(n_pos), absmax)
+        means = self._means(stats, torch.from_numpy(n_pos))
         symbols = bits[:, :rows].view(torch.uint8)
         if self.packing == "fixed":
             out = np.empty((cols, 8 + 4 * words), dtype=np.uint8)
@@ -112,19 +112,15 @@ class OneBit(Compressor):
         )
 
     @staticmethod
-    def _means(stats: torch.Tensor, n_pos: torch.Tensor, absmax: float) -> torch.Tensor:
+    def _means(stats: torch.Tensor, n_pos: torch.Tensor) -> torch.Tensor:
         """(cols, 2) float32: the means of the non-negative and of the negative entries."""
-        # sum(V) and sum|V| are fast reductions without temporaries; the sums of each sign are
-        # their half-sum and half-difference (float64, so the float32 means round correctly)
-        if absmax * stats.shape[1] >= 2.0**127:  # float32 sums could overflow: use float64
-            stats = stats.to(torch.float64)
-        total = stats.sum(dim=1).to(torch.float64)
-        l1 = torch.linalg.vector_norm(stats, 1, dim=1).to(torch.float64)
+        # each sign is summed on its own, in float64: deriving them from sum(V) and sum|V| would
+        # cancel away a small side next to a large one (e.g. [-1e10, 1e-3, 2e-3])
+        s_pos = stats.clamp(min=0).sum(dim=1, dtype=torch.float64)
+        s_neg = stats.clamp(max=0).sum(dim=1, dtype=torch.float64)
         n_pos = n_pos.to(torch.float64)
         n_neg = stats.shape[1] - n_pos
         # an empty side has sum 0, so dividing by max(n, 1) gives the documented mean 0
-        s_pos = torch.where(n_pos > 0, (total + l1) / 2, 0.0)
-        s_neg = torch.where(n_neg > 0, (total - l1) / 2, 0.0)
         means = torch.stack((s_pos / n_pos.clamp(min=1), s_neg / n_neg.clamp(min=1)), dim=1)
         return means.to(torch.float32)
 
