@@ -8,6 +8,7 @@ errors that name the problem.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -151,6 +152,26 @@ def test_body_garbage_with_valid_checksum_never_crashes(name: str) -> None:
             except PayloadError:
                 continue
             assert out.shape == x.shape
+
+
+@pytest.mark.parametrize("name", names())
+def test_header_shape_lies_raise_instead_of_crashing(name: str) -> None:
+    """A valid checksum over a header whose shape does not match its body: an absurd size must
+    be refused before anything is allocated, a merely wrong one must fail the body checks."""
+    comp = make(name)
+    x = torch.randn(50, generator=torch.Generator().manual_seed(7))
+    header, body = parse_payload(comp.encode(x, KEY).payload)
+    for shape in ((2**40,), (2**31 + 1,), (50_000,), (49,), (51,)):
+        payload = build_payload(dataclasses.replace(header, shape=shape), [bytes(body)])
+        side = torch.zeros(shape) if comp.needs_side_information and shape[0] < 10**6 else None
+        try:
+            out = comp.decode(payload, side=side)
+        except PayloadError:
+            continue
+        except ValueError as err:  # only the missing side information of an absurd shape
+            assert comp.needs_side_information and side is None, err
+            continue
+        assert out.shape == shape
 
 
 @pytest.mark.parametrize("name", names())

@@ -3,13 +3,17 @@ exactly what "fixed" decodes to, and "dense" must not be larger than "fixed"."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import inspect
 
 import pytest
 import torch
 
 from gradzip.compressors import Compressor, get, names
+from gradzip.errors import PayloadError
 from gradzip.keys import StreamKey
+from gradzip.payload import build_payload, parse_payload
 
 KEY = StreamKey(run_seed=5, rank=2, step=9, tensor_index=1)
 
@@ -59,3 +63,22 @@ def test_packings_decode_identically_at_scale(name: str) -> None:
         assert torch.equal(results[packing][1], results["fixed"][1]), (name, packing)
     # the entropy coder must not lose against fixed-width packing on 2M symbols
     assert results["entropy"][0] <= results["fixed"][0] * 1.001
+
+
+@pytest.mark.parametrize("name", with_packing_names())
+@pytest.mark.parametrize("packing", ["dense", "entropy"])
+def test_header_shape_lies_raise_for_every_packing(name: str, packing: str) -> None:
+    """An entropy-coded body under a header claiming 2**40 elements once made the coder try to
+    allocate a terabyte and abort the process: absurd sizes must raise a PayloadError."""
+    comp = build(name, packing)
+    x = torch.randn(300, generator=torch.Generator().manual_seed(2))
+    header, body = parse_payload(comp.encode(x, KEY).payload)
+    for shape in ((2**40,), (2**31 + 1,)):
+        payload = build_payload(dataclasses.replace(header, shape=shape), [bytes(body)])
+        with pytest.raises(PayloadError):
+            comp.decode(payload)
+    for shape in ((3000,), (299,)):  # plausible sizes: a PayloadError or a tensor of that shape
+        payload = build_payload(dataclasses.replace(header, shape=shape), [bytes(body)])
+        side = torch.zeros(shape) if comp.needs_side_information else None
+        with contextlib.suppress(PayloadError):
+            assert comp.decode(payload, side=side).shape == shape

@@ -43,6 +43,10 @@ from gradzip.keys import StreamKey
 MAGIC = b"GZ"
 FORMAT_VERSION = 1
 CRC_BYTES = 4
+#: the most elements one payload may hold (8 GiB of float32): decoding a corrupt or hostile
+#: header must not try to materialise an absurd tensor; larger tensors travel in chunks
+#: (``StreamKey.chunk``)
+MAX_ELEMENTS = 2**31
 _FIXED = struct.Struct("<2sBBQBB")  # magic, version, codec id, total length, dtype, ndim
 
 DTYPE_CODES: dict[torch.dtype, int] = {
@@ -218,6 +222,14 @@ def parse_payload(payload: bytes | bytearray | memoryview) -> tuple[Header, memo
     for name in ("run seed", "rank", "step", "tensor index", "chunk"):
         value, pos = decode_varint(view, pos, name)
         key_fields.append(value)
+    numel = 1
+    for dim in shape:
+        numel *= dim
+    if numel > MAX_ELEMENTS:
+        raise CorruptPayloadError(
+            f"payload declares a tensor of shape {tuple(shape)} ({numel} elements); one payload "
+            f"holds at most {MAX_ELEMENTS} (send larger tensors in chunks)"
+        )
     params_len, pos = decode_varint(view, pos, "parameter block length")
     if pos + params_len > end:
         raise TruncatedPayloadError("payload ends inside the parameter block")

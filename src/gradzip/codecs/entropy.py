@@ -69,6 +69,9 @@ _MAX_VARINT_BYTES = 9  # 63 bits: every count (<= n) fits, and no shift overflow
 
 # --- model (histogram) serialisation -------------------------------------------------------------
 
+#: super-symbols decoded per call to the coder (bounds the memory it allocates itself)
+_DECODE_PIECE = 1 << 22
+
 
 def _varint_bytes(values: np.ndarray) -> np.ndarray:
     """LEB128 encoding of non-negative int64 ``values``, vectorised over the values."""
@@ -332,8 +335,17 @@ def _decode_supers(coded: np.ndarray, counts: np.ndarray, k: int, count: int) ->
     words = np.zeros(-(-coded.size // 4) * 4, dtype=np.uint8)
     words[: coded.size] = coded
     try:
+        supers = np.empty(count, dtype=np.int32)
+    except MemoryError as err:
+        raise CorruptPayloadError(f"entropy stream claims {count} symbols: too many") from err
+    try:
         coder = constriction.stream.stack.AnsCoder(words.view(np.uint32))
-        supers: np.ndarray = coder.decode(_model(counts, k), count)
+        model = _model(counts, k)
+        # bounded pieces: the coder allocates its output itself, and a failed allocation
+        # inside it aborts the process instead of raising
+        for start in range(0, count, _DECODE_PIECE):
+            stop = min(start + _DECODE_PIECE, count)
+            supers[start:stop] = coder.decode(model, stop - start)
         empty = coder.is_empty()
     except Exception as err:  # constriction reports bad data as ValueError / its own types
         raise CorruptPayloadError(f"entropy stream data is invalid: {err}") from err

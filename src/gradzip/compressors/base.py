@@ -38,7 +38,14 @@ from gradzip.errors import (
     TruncatedPayloadError,
 )
 from gradzip.keys import StreamKey
-from gradzip.payload import DTYPE_CODES, Header, build_payload, encode_varint, parse_payload
+from gradzip.payload import (
+    DTYPE_CODES,
+    MAX_ELEMENTS,
+    Header,
+    build_payload,
+    encode_varint,
+    parse_payload,
+)
 
 ParamValue = int | float | bool | str
 
@@ -151,6 +158,11 @@ class Compressor(ABC):
         """Compress ``tensor`` into a payload; raises on non-finite input (spec 0.3)."""
         key = key if key is not None else StreamKey()
         x = self._validated_flat(tensor)
+        if x.numel() > MAX_ELEMENTS:
+            raise ValueError(
+                f"{self.name}: a tensor of {x.numel()} elements exceeds the {MAX_ELEMENTS} one "
+                "payload holds; encode it in chunks (StreamKey.chunk)"
+            )
         header = Header(
             codec_id=self.codec_id,
             dtype=tensor.dtype,
@@ -203,7 +215,12 @@ class Compressor(ABC):
             side = side.detach().reshape(-1).to(torch.float32).cpu()
         if header.numel == 0:
             raise PayloadMismatchError("a non-empty payload cannot hold an empty tensor")
-        flat = self._decode_flat(body, header, side)
+        try:
+            flat = self._decode_flat(body, header, side)
+        except MemoryError as err:
+            raise PayloadMismatchError(
+                f"{self.name}: the payload's tensor of shape {header.shape} cannot be allocated"
+            ) from err
         out = flat.reshape(header.shape).to(header.dtype)
         return out if device is None else out.to(device)
 
