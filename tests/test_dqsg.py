@@ -147,6 +147,11 @@ def test_clip_std_bounds_the_scale() -> None:
     assert float(out.abs().max()) <= 2.5 * std * 1.5 * 1.0001
     constant = torch.full((50,), 4.0)  # std 0: left alone, not clipped to zero
     assert float(DQSG(clip_std=1.0).round_trip(constant, KEY)[1].mean()) != 0.0
+    # the variance of values near the float32 limit overflows float32: still a valid payload
+    huge = torch.tensor([3e38, -3e38, 1.0, 2.0] * 10)
+    _, out = DQSG(clip_std=1.0).round_trip(huge, KEY)
+    assert bool(torch.isfinite(out).all())
+    assert float(out.abs().max()) <= float(huge.double().std(correction=0)) * 1.5 * 1.0001
 
 
 def test_large_m_and_subnormal_scales_take_the_exact_path() -> None:

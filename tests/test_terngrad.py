@@ -71,7 +71,7 @@ def test_bits() -> None:
 def test_clipping_to_c_sigma() -> None:
     x = torch.randn(1000, generator=torch.Generator().manual_seed(3))
     x[17] = 40.0  # an outlier far beyond 2.5 sigma
-    std = float(x.std(correction=0))
+    std = float(x.double().std(correction=0))  # population std, in float64
     bound = float(torch.tensor(2.5 * std, dtype=torch.float32))
     enc, out = TernGrad(clip_sigma=2.5).round_trip(x, KEY)
     assert sent_scales(enc.payload, 1).item() == bound
@@ -84,6 +84,12 @@ def test_clipping_to_c_sigma() -> None:
     assert torch.equal(a, b)
     # a constant tensor (std 0) is not clipped to zero
     assert bool((TernGrad(clip_sigma=2.5).round_trip(torch.full((5,), 3.0), KEY)[1] == 3).all())
+    # near the float32 limit the variance overflows float32: clipping must still work
+    huge = torch.tensor([3e38, -3e38, 1.0, 2.0] * 10)
+    enc, out = TernGrad(clip_sigma=0.5).round_trip(huge, KEY)
+    limit = float(torch.tensor(0.5 * float(huge.double().std(correction=0)), dtype=torch.float32))
+    assert sent_scales(enc.payload, 1).item() == limit
+    assert bool(torch.isfinite(out).all())
     for bad in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="clip_sigma"):
             TernGrad(clip_sigma=bad)

@@ -29,6 +29,21 @@ def check_symbols(symbols: torch.Tensor, alphabet: int, what: str) -> None:
         )
 
 
+def clip_to_std(x: torch.Tensor, absmax: float, c: float) -> tuple[torch.Tensor, float]:
+    """Clip to ``+-c*std(x)`` (DQSG's authors' code [CODE], TernGrad's 2.5 sigma); returns the
+    clipped copy and its new ``max|x|``.
+
+    Population std, as the authors' ``np.std``, computed in float64 so that values near the
+    float32 limit do not overflow the variance. A constant tensor (std 0) is left alone rather
+    than clipped to zero [CHOICE]. ``x`` may be the caller's tensor, so it is never modified.
+    """
+    std = float(x.to(torch.float64).std(correction=0)) if x.numel() > 1 else 0.0
+    bound = float(np.float32(c * std))
+    if not math.isfinite(bound) or bound <= 0 or bound >= absmax:
+        return x, absmax
+    return torch.clamp(x, -bound, bound), bound
+
+
 def fresh_uint8(n: int) -> torch.Tensor:
     """An uninitialised uint8 tensor in NumPy-allocated memory.
 

@@ -15,6 +15,7 @@ from gradzip.compressors.common import (
     check_bucket_size,
     check_scales,
     check_symbols,
+    clip_to_std,
     fresh_uint8,
     num_buckets,
     read_scales,
@@ -213,19 +214,6 @@ class DQSG(Compressor):
         out = dither_reconstruct(symbols, scales, bs, self.M, header.key)
         clamp_to_dtype_(out, header.dtype, float(scales.max()) * (1 + 0.5 / self.M))
         return out
-
-
-def clip_to_std(x: torch.Tensor, absmax: float, c: float) -> tuple[torch.Tensor, float]:
-    """Clip to ``+-c*std(x)`` [CODE]; returns the clipped copy and its new ``max|x|``.
-
-    Population std, as the authors' ``np.std``; a constant tensor (std 0) is left alone rather
-    than clipped to zero [CHOICE]. ``x`` may be the caller's tensor, so it is never modified.
-    """
-    bound = float(np.float32(c * float(torch.std(x, correction=0))))
-    if bound <= 0 or bound >= absmax:
-        return x, absmax
-    clipped = torch.clamp(x, -bound, bound)
-    return clipped, float(clipped.abs().max())
 
 
 def dither_symbols(

@@ -8,6 +8,7 @@ import torch
 
 from gradzip.compressors._stochastic import ScaledStochastic
 from gradzip.compressors.base import Body
+from gradzip.compressors.common import clip_to_std
 from gradzip.compressors.registry import register
 from gradzip.keys import StreamKey
 
@@ -70,12 +71,6 @@ class TernGrad(ScaledStochastic):
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
     ) -> Body:
-        if self.clip_sigma is not None and x.numel() > 1:
-            # torch accumulates a float32 variance in float64 on the CPU: no overflow at 1e30
-            std = float(x.std(correction=0))
-            bound = self.clip_sigma * std
-            if 0 < bound < absmax:
-                bound32 = float(torch.tensor(bound, dtype=torch.float32))
-                x = x.clamp(-bound32, bound32)
-                absmax = bound32
+        if self.clip_sigma is not None:
+            x, absmax = clip_to_std(x, absmax, self.clip_sigma)
         return super()._encode_flat(x, key, absmax, shape)
