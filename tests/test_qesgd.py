@@ -109,3 +109,19 @@ def test_parameter_validation() -> None:
             QESGD(**kwargs)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         QESGD()  # type: ignore[call-arg]
+
+
+def test_unbiased_near_the_top_of_a_16_bit_grid() -> None:
+    """At |v/delta| ~ 3e4 float32 would round v/delta + u to 2^-9 and bias the rounding; the
+    16-bit grid computes the index in float64."""
+    delta, n, trials = 1e-3, 200_000, 20
+    comp = QESGD(delta=delta, bits=16)
+    x = torch.full((n,), 30.0003)
+    v = float(x[0]) / float(torch.tensor(delta, dtype=torch.float32))  # in grid steps
+    frac = v - math.floor(v)
+    total = torch.zeros(n, dtype=torch.float64)
+    for t in range(trials):
+        total += comp.round_trip(x, KEY.with_step(t))[1].double()
+    bias_steps = (float(total.mean()) / trials - float(x[0])) / delta
+    standard_error = math.sqrt(frac * (1 - frac) / (n * trials))
+    assert abs(bias_steps) < 5 * standard_error

@@ -15,7 +15,7 @@ from gradzip.keys import StreamKey
 from gradzip.payload import Header
 from gradzip.rng import local_uniform
 
-#: elements per block: the float32 work buffer (256 KiB) stays in the L2 cache
+#: elements per block: the work buffer (256-512 KiB) stays in the L2 cache
 _BLOCK = 1 << 16
 
 
@@ -38,7 +38,9 @@ class QESGD(Compressor):
     (``a' = delta*ceil(v/delta)``). Lemma 1: for any ``v`` in the hull of the grid and any
     ``v'``, ``E[(Q(v') - v)^2] <= (v' - v)^2 + delta^2/4``. Trade-offs: ``delta`` sets the
     resolution and, with ``b``, the clipping range ``delta*2^(b-1)``; the schedule shrinks it as
-    ``1/sqrt(t)``. ``b <= 16`` keeps the float32 arithmetic exact.
+    ``1/sqrt(t)``. The index ``floor(v/delta + u)`` is computed in float32 for ``b <= 8`` and in
+    float64 above, where float32 would round ``v/delta + u`` too coarsely near ``2^(b-1)`` and
+    bias the rounding probabilities (spec 0.3).
 
     References: "Quantized Epoch-SGD for Communication-Efficient Distributed Learning" (QESGD),
     eqs. (3)-(4); spec sections 2.1-2.3.
@@ -85,12 +87,14 @@ class QESGD(Compressor):
         """``out = clamp(floor(x/delta + u)) mod 2^b``, block by block through a small buffer."""
         mask = 2**self.bits - 1
         block = _BLOCK
-        buf = torch.empty(min(block, x.numel()), dtype=torch.float32)
+        work = torch.float32 if self.bits <= 8 else torch.float64
+        buf = torch.empty(min(block, x.numel()), dtype=work)
         for start in range(0, x.numel(), block):
             xs = x[start : start + block]
             k = buf[: xs.numel()]
             # x/delta may overflow to +-inf for a tiny delta; the clamp maps it to the ends
-            torch.div(xs, self.delta32, out=k)
+            k.copy_(xs)  # in the work dtype before dividing (float64 for b > 8)
+            k.div_(self.delta32)
             k.add_(u[start : start + block]).floor_().clamp_(self.k_min, self.k_max)
             if self.bits <= 8:  # two's complement in b bits: the int8 pattern, masked
                 codes = k.to(torch.int8).view(torch.uint8)
