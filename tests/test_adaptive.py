@@ -25,9 +25,10 @@ def columns(x: torch.Tensor, group: str) -> torch.Tensor:
 
 
 def reference_column(v: torch.Tensor, p: int) -> tuple[torch.Tensor, int, int]:
-    """Spec 5.3 for one column, written plainly: (reconstruction, n+, n-)."""
+    """Spec 5.3 for one column, written plainly: (reconstruction, n+, n-); exact zeros are in
+    neither set (the documented [CHOICE])."""
     out = torch.zeros_like(v)
-    pos, neg = v[v >= 0], v[v < 0]
+    pos, neg = v[v > 0], v[v < 0]
     n_pos = max(1, len(pos) // p) if len(pos) else 0
     n_neg = max(1, len(neg) // p) if len(neg) else 0
     if n_pos:
@@ -88,10 +89,21 @@ def test_empty_positive_or_negative_sets() -> None:
     x = torch.tensor([[-1.0, -3.0, -2.0, -6.0], [1.0, 0.0, 5.0, 2.0], [0.0, 0.0, 0.0, 0.0]])
     comp = Adaptive(proportion=2)
     _, y = comp.round_trip(x, KEY)
-    # row 0: no positives -> mu+ = 0, only the 2 smallest sent; row 1: no negatives;
-    # row 2: all zeros are "positive", n+ = 2, tau+ = 0 so all four are sent as mu+ = 0
-    assert y.tolist() == [[0, -4.5, 0, -4.5], [0, 0, 3.5, 3.5], [0, 0, 0, 0]]
-    assert header_means(comp, x).tolist() == [[0.0, -4.5], [3.5, 0.0], [0.0, 0.0]]
+    # row 0: no positives -> mu+ = 0, only the 2 smallest sent; row 1: no negatives, three
+    # positives -> n+ = 1; row 2: zeros are in neither set, so nothing is sent
+    assert y.tolist() == [[0, -4.5, 0, -4.5], [0, 0, 5.0, 0], [0, 0, 0, 0]]
+    assert header_means(comp, x).tolist() == [[0.0, -4.5], [5.0, 0.0], [0.0, 0.0]]
+
+
+def test_zeros_are_never_sent() -> None:
+    """A sparse column (a ReLU gradient): the zeros must not all go out as mu+."""
+    x = torch.zeros(10_000)
+    x[::500] = torch.arange(1, 21, dtype=torch.float32)
+    comp = Adaptive(proportion=4)
+    enc, y = comp.round_trip(x, KEY)
+    assert int((y != 0).sum()) == 5  # n+ = 20 // 4 of the 20 non-zero entries
+    assert enc.paper_bits == 64 + 32 * 5
+    assert Adaptive().encode(torch.zeros(64, 64), KEY).paper_bits == 64 * 64
 
 
 def test_wire_layout() -> None:

@@ -41,13 +41,18 @@ class Adaptive(Compressor):
     """Adaptive quantization: per column, send about 1 in ``p`` of the positive and of the
     negative entries (the largest in magnitude), each as its side's mean.
 
-    Per column ``c`` (spec 5.3): ``Pos = {V_ic >= 0}``, ``Neg = {V_ic < 0}``,
+    Per column ``c`` (spec 5.3): ``Pos = {V_ic > 0}``, ``Neg = {V_ic < 0}``,
     ``n+ = max(1, floor(|Pos|/p))`` if ``|Pos| > 0`` else 0 (``n-`` likewise); ``tau+_c`` is the
     ``n+``-th largest of ``Pos`` and ``mu+_c`` the mean of the ``n+`` largest; ``tau-_c`` and
     ``mu-_c`` likewise for the ``n-`` smallest of ``Neg``. Entries ``V_ic >= tau+_c`` decode to
     ``mu+_c`` (sign 1), ``V_ic <= tau-_c`` to ``mu-_c`` (sign 0), the rest to 0. Ties at a
     threshold are all sent; with ``n+ = 0`` nothing positive is sent and ``mu+_c = 0``. Without
     ties and sampling ``nnz_c = n+ + n-`` and the sent reconstructions sum to the sent values.
+
+    [CHOICE] Exact zeros are in neither set, where the spec puts them in ``Pos``: they carry
+    nothing, and as ``Pos`` members they would all be sent (as ``mu+``) whenever the threshold
+    reaches 0, as it does on a sparse (ReLU, embedding) gradient whose column holds fewer than
+    ``|Pos|/p`` positive entries: an all-zero 4096-entry tensor cost 131,464 bits that way.
 
     Wire: ``[mu+_c, mu-_c]`` float32 per column (plus ``mu0_c`` with ``zero_mean=True``), then
     the entries in a sparse format (see ``coding``). Body bits ``64*cols + 32*nnz`` (``96*cols``
@@ -134,9 +139,9 @@ class Adaptive(Compressor):
             picks = local_generator(key).integers(0, g.size, size=(g.groups, SAMPLE_ROWS))
             stats = sample_rows(m, torch.from_numpy(picks))
         s = stats.numpy()
-        count_pos = np.count_nonzero(s >= 0, axis=1)
-        n_pos = self._top_count(count_pos)
-        n_neg = self._top_count(s.shape[1] - count_pos)
+        # [CHOICE] exact zeros belong to neither side (spec 5.3 counts them as positive)
+        n_pos = self._top_count(np.count_nonzero(s > 0, axis=1))
+        n_neg = self._top_count(np.count_nonzero(s < 0, axis=1))
         tau_pos, mu_pos = _side_stats(_extremes(s, int(n_pos.max()), largest=True), n_pos, np.inf)
         tau_neg, mu_neg = _side_stats(_extremes(s, int(n_neg.max()), largest=False), n_neg, -np.inf)
         a = x.numpy().reshape(g.a, g.b)
