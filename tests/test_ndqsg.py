@@ -85,15 +85,14 @@ def test_success_mse_formula(alpha: float) -> None:
     z = g.double() - y.double()
     assert failure_rate(g, out, y, L1=L1, alpha=alpha) == 0.0
     err2 = (out - g.double()).pow(2)
-    b = (1 - alpha**2) * z  # the deterministic shrinkage part of the error
-    expected = alpha**2 * d1**2 / 12 + float(b.pow(2).mean())
-    # per element (alpha*c*e + b)^2 with e ~ U[-1/2, 1/2]: variance alpha^4 c^4/180 + 4 b^2
-    # alpha^2 c^2/12 over the dither
-    var = alpha**4 * d1**4 / 180 + 4 * float(b.pow(2).mean()) * alpha**2 * d1**2 / 12
-    assert abs(float(err2.mean()) - expected) < 5 * math.sqrt(var / N)
+    # spec 1.8 (2), in normalized units: alpha^2 Delta1^2 / 12 + (1 - alpha^2)^2 sigma_z^2
     sigma_z2 = float(z.pow(2).mean())
     formula = alpha**2 * d1**2 / 12 + (1 - alpha**2) ** 2 * sigma_z2
-    assert formula == pytest.approx(expected, rel=1e-9)
+    # per element the error is alpha*c*e + (1 - alpha^2) z with e ~ U[-1/2, 1/2]; its square's
+    # variance over the dither is alpha^4 c^4/180 + 4 ((1 - alpha^2) z)^2 alpha^2 c^2/12
+    b2 = (1 - alpha**2) ** 2 * sigma_z2
+    var = alpha**4 * d1**4 / 180 + 4 * b2 * alpha**2 * d1**2 / 12
+    assert abs(float(err2.mean()) - formula) < 5 * math.sqrt(var / N)
     assert d2 > d1
 
 

@@ -113,15 +113,6 @@ def local_generator(key: StreamKey) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(derive_seed(key, domain="local") ^ 0x5A5A))
 
 
-def shared_generator(key: StreamKey) -> np.random.Generator:
-    """A NumPy generator in the shared domain, for shared draws other than uniforms.
-
-    Its distribution methods are not promised stable across NumPy releases; what a receiver
-    must regenerate should come from :func:`shared_words` instead.
-    """
-    return np.random.Generator(np.random.PCG64(derive_seed(key, domain="shared") ^ 0xA5A5))
-
-
 def shared_words(key: StreamKey) -> np.random.SFC64:
     """The raw 64-bit word stream (``.random_raw(n)``) of ``key`` in the shared domain, for shared
     draws other than the dither (random indices). Raw SFC64 words are stable across NumPy

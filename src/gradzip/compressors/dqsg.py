@@ -68,11 +68,6 @@ def add_scaled_(dst: torch.Tensor, src: torch.Tensor, factor: Scalar) -> None:
         dst.addcmul_(src, factor)
 
 
-def mul_(dst: torch.Tensor, factor: Scalar) -> None:
-    """``dst *= factor`` in place."""
-    dst.mul_(factor)
-
-
 def shift_then_scale_(dst: torch.Tensor, offset: float, factor: Scalar) -> None:
     """``dst = (dst + offset) * factor`` in place; one pass (``offset*factor + factor*dst``) for
     a scalar factor, two for a per-row column."""

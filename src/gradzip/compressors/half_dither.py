@@ -24,7 +24,6 @@ from gradzip.compressors.dqsg import (
     _F32_MAX,
     add_scaled_,
     clamp_to_dtype_,
-    mul_,
     per_row,
     safe_factors,
     segments,
@@ -167,7 +166,7 @@ class HalfDither(Compressor):
         out = fresh_float32(n).copy_(symbols).sub_(self.half_range)
         steps = (scales.to(torch.float64) / self.M).to(torch.float32)
         for elems, rows, buckets in segments(n, self._bucket_size):
-            mul_(out[elems].view(rows, -1), per_row(steps, rows, buckets))
+            out[elems].view(rows, -1).mul_(per_row(steps, rows, buckets))
         zero_buckets_to_zero(out, scales, self._bucket_size)
         clamp_to_dtype_(out, header.dtype, float(scales.max()) * self.half_range / self.M)
         return out
