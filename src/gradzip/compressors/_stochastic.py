@@ -32,6 +32,13 @@ from gradzip.codecs.symbols import (
     check_packing,
     unpack_symbols,
 )
+from gradzip.compressors._bucket_math import (
+    add_scaled_,
+    per_row,
+    safe_factors,
+    segments,
+    truncate_to_uint8,
+)
 from gradzip.compressors.base import Body, Compressor, body_tensor
 from gradzip.compressors.common import (
     bucket_absmax,
@@ -44,7 +51,6 @@ from gradzip.compressors.common import (
     scaled_symbols_bits,
     scaled_symbols_body,
 )
-from gradzip.compressors.dqsg import add_scaled_, per_row, safe_factors, segments, truncate_to_uint8
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
 from gradzip.rng import local_uniform_plus_one
@@ -52,20 +58,6 @@ from gradzip.rng import local_uniform_plus_one
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 #: the largest s whose symbols [0, 2s] fit in a byte (the float32 fast path)
 _BYTE_LEVELS = 127
-
-
-def per_bucket_(y: torch.Tensor, values: torch.Tensor, bucket_size: int, op: str) -> None:
-    """In place: ``y[B] op= values[B]`` for every bucket (op is "div" or "mul")."""
-    n = y.numel()
-    nb = values.numel()
-    if nb == 1:
-        getattr(y, f"{op}_")(values[0])
-        return
-    full = n // bucket_size
-    head = y[: full * bucket_size].view(full, bucket_size)
-    getattr(head, f"{op}_")(values[:full, None])
-    if full < nb:
-        getattr(y[full * bucket_size :], f"{op}_")(values[full])
 
 
 def symbol_dtype(s: int) -> torch.dtype:
@@ -127,7 +119,8 @@ def symbols_to_values(
     """
     out = fresh_float32(symbols.numel())
     np.subtract(symbols.numpy(), np.float32(s), out=out.numpy())
-    per_bucket_(out, steps, bucket_size, "mul")
+    for elems, rows, buckets in segments(out.numel(), bucket_size):
+        out[elems].view(rows, -1).mul_(per_row(steps, rows, buckets))
     return out
 
 

@@ -8,6 +8,16 @@ from typing import Any, ClassVar
 import torch
 
 from gradzip.codecs.symbols import check_packing, unpack_symbols
+from gradzip.compressors._bucket_math import (
+    _F32_MAX,
+    add_scaled_,
+    clamp_to_dtype_,
+    per_row,
+    safe_factors,
+    segments,
+    truncate_to_uint8,
+    zero_buckets_to_zero,
+)
 from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
 from gradzip.compressors.common import (
     bucket_absmax,
@@ -19,16 +29,6 @@ from gradzip.compressors.common import (
     read_scales,
     scaled_symbols_bits,
     scaled_symbols_body,
-)
-from gradzip.compressors.dqsg import (
-    _F32_MAX,
-    add_scaled_,
-    clamp_to_dtype_,
-    per_row,
-    safe_factors,
-    segments,
-    truncate_to_uint8,
-    zero_buckets_to_zero,
 )
 from gradzip.compressors.registry import register
 from gradzip.keys import StreamKey

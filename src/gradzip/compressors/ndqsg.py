@@ -9,6 +9,17 @@ import numpy as np
 import torch
 
 from gradzip.codecs.symbols import check_packing, unpack_symbols
+from gradzip.compressors._bucket_math import (
+    _F32_MAX,
+    add_scaled_,
+    clamp_to_dtype_,
+    per_row,
+    safe_factors,
+    segments,
+    shift_then_scale_,
+    truncate_to_uint8,
+    zero_buckets_to_zero,
+)
 from gradzip.compressors._nested import (
     chebyshev_failure_bound,
     check_odd_k,
@@ -28,17 +39,6 @@ from gradzip.compressors.common import (
     read_scales,
     scaled_symbols_bits,
     scaled_symbols_body,
-)
-from gradzip.compressors.dqsg import (
-    _F32_MAX,
-    add_scaled_,
-    clamp_to_dtype_,
-    per_row,
-    safe_factors,
-    segments,
-    shift_then_scale_,
-    truncate_to_uint8,
-    zero_buckets_to_zero,
 )
 from gradzip.compressors.registry import register
 from gradzip.keys import StreamKey
