@@ -114,13 +114,26 @@ class OneBit(Compressor):
     @staticmethod
     def _means(stats: torch.Tensor, n_pos: torch.Tensor) -> torch.Tensor:
         """(cols, 2) float32: the means of the non-negative and of the negative entries."""
-        # each sign is summed on its own, in float64: deriving them from sum(V) and sum|V| would
-        # cancel away a small side next to a large one (e.g. [-1e10, 1e-3, 2e-3])
-        s_pos = stats.clamp(min=0).sum(dim=1, dtype=torch.float64)
-        s_neg = stats.clamp(max=0).sum(dim=1, dtype=torch.float64)
+        # each sign's sum is the half-sum / half-difference of sum(V) and sum|V|, accumulated in
+        # float64 (NumPy's float64 reductions are fast; torch's are not) ...
+        values = stats.numpy()
+        total = torch.from_numpy(values.sum(axis=1, dtype=np.float64))
+        l1 = torch.from_numpy(np.abs(values).sum(axis=1, dtype=np.float64))
         n_pos = n_pos.to(torch.float64)
         n_neg = stats.shape[1] - n_pos
+        s_pos = torch.where(n_neg > 0, (total + l1) / 2, total)
+        s_neg = torch.where(n_pos > 0, (total - l1) / 2, total)
+        # ... which still cancels away a side below ~1e-9 of the other (e.g. [-1e30, 1e-30, 1]):
+        # such columns are summed again, sign by sign
+        lossy = (n_pos > 0) & (n_neg > 0) & (torch.minimum(s_pos, -s_neg) < l1 * 2.0**-20)
+        if bool(lossy.any()):
+            rows = lossy.nonzero().flatten()
+            part = stats[rows].to(torch.float64)
+            s_pos[rows] = part.clamp(min=0).sum(dim=1)
+            s_neg[rows] = part.clamp(max=0).sum(dim=1)
         # an empty side has sum 0, so dividing by max(n, 1) gives the documented mean 0
+        s_pos = torch.where(n_pos > 0, s_pos, 0.0)
+        s_neg = torch.where(n_neg > 0, s_neg, 0.0)
         means = torch.stack((s_pos / n_pos.clamp(min=1), s_neg / n_neg.clamp(min=1)), dim=1)
         return means.to(torch.float32)
 
