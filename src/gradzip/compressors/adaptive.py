@@ -167,7 +167,7 @@ class Adaptive(Compressor):
         sel = self._select(x, shape, key)
         words = encode_entries(sel.idx, sel.sign, self.coding, self.rice_k)
         cols = sel.header.shape[0]
-        n_pos = int(sel.sign.sum())
+        n_pos = int(np.count_nonzero(sel.sign.numpy()))
         nnz = sel.idx.numel()
         # the ternary symbols' (unsent, mu-, mu+) n*H: the entropy bound of the sparse pattern
         symbols = ternary_stream(x.numel(), nnz - n_pos, n_pos)

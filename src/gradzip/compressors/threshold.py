@@ -93,7 +93,7 @@ class Threshold(Compressor):
     ) -> Body:
         idx, sign = self._select(x)
         words = encode_entries(idx, sign, self.coding, self.rice_k)
-        n_pos = int(sign.sum())
+        n_pos = int(np.count_nonzero(sign.numpy()))
         # the ternary symbols' (unsent, -tau, +tau) n*H: the entropy bound of the sparse pattern
         symbols = ternary_stream(x.numel(), idx.numel() - n_pos, n_pos)
         return Body(
@@ -107,7 +107,7 @@ class Threshold(Compressor):
         self, body: memoryview, header: Header, side: torch.Tensor | None
     ) -> torch.Tensor:
         idx, sign = decode_entries(body, header.numel, self.coding, self.rice_k)
-        tau = float(np.float32(self.tau))
-        out = torch.zeros(header.numel, dtype=torch.float32)
-        out[idx] = torch.where(sign, tau, -tau)
-        return out
+        tau = np.float32(self.tau)
+        out = np.zeros(header.numel, dtype=np.float32)  # NumPy memory: few page faults
+        out[idx.numpy()] = np.where(sign.numpy(), tau, -tau)
+        return torch.from_numpy(out)
