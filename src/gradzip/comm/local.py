@@ -1,0 +1,103 @@
+"""P ranks simulated in one process: one thread per rank, queues as the wire.
+
+The ranks run the same SPMD code as real processes (every collective is built on the same two
+primitives), so a simulated run is bit-identical to a ``torch.distributed`` one. Threads give
+real parallelism here because torch and NumPy release the GIL in their kernels.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar, cast
+
+from gradzip.comm.transport import Transport
+from gradzip.errors import GradzipError
+
+T = TypeVar("T")
+
+
+class _Done:
+    """A send into an unbounded queue is complete as soon as it is queued."""
+
+    def wait(self) -> None:
+        return None
+
+
+class LocalGroup:
+    """The shared wire of ``world_size`` simulated ranks: one FIFO queue per (src, dst)."""
+
+    def __init__(self, world_size: int, timeout: float = 60.0) -> None:
+        if world_size < 1:
+            raise ValueError(f"a group needs at least one rank, got {world_size}")
+        self.world_size = world_size
+        self.timeout = timeout
+        self.failed = threading.Event()  # set when any rank raised: the others stop waiting
+        self._queues = {
+            (src, dst): queue.SimpleQueue[bytes]()
+            for src in range(world_size)
+            for dst in range(world_size)
+        }
+
+    def endpoint(self, rank: int) -> LocalTransport:
+        """Rank ``rank``'s transport."""
+        return LocalTransport(self, rank)
+
+
+class LocalTransport(Transport):
+    """One simulated rank's endpoint in a :class:`LocalGroup`."""
+
+    def __init__(self, group: LocalGroup, rank: int) -> None:
+        super().__init__(rank, group.world_size)
+        self._group = group
+
+    def _start_send(self, dst: int, data: bytes) -> _Done:
+        self._group._queues[self.rank, dst].put(bytes(data))
+        return _Done()
+
+    def _recv(self, src: int) -> bytes:
+        box = self._group._queues[src, self.rank]
+        deadline = time.monotonic() + self._group.timeout
+        while True:
+            try:
+                return box.get(timeout=min(0.05, max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                if self._group.failed.is_set():
+                    raise GradzipError(
+                        f"rank {self.rank}: gave up waiting for rank {src}: another rank failed"
+                    ) from None
+                if time.monotonic() >= deadline:
+                    raise GradzipError(
+                        f"rank {self.rank}: no message from rank {src} within "
+                        f"{self._group.timeout} s (the peer failed or stalled)"
+                    ) from None
+
+
+def run_local(world_size: int, fn: Callable[[LocalTransport], T], timeout: float = 60.0) -> list[T]:
+    """Run ``fn(transport)`` on ``world_size`` simulated ranks at once; their results in rank
+    order. An exception on any rank is re-raised here (the first, by rank)."""
+    group = LocalGroup(world_size, timeout)
+    results: list[T | None] = [None] * world_size
+    errors: list[BaseException | None] = [None] * world_size
+
+    def body(rank: int) -> None:
+        try:
+            results[rank] = fn(group.endpoint(rank))
+        except BaseException as err:  # re-raised in the caller's thread
+            errors[rank] = err
+            group.failed.set()
+
+    threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(world_size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    failed = [(rank, err) for rank, err in enumerate(errors) if err is not None]
+    if failed:
+        # the root cause first: ranks that only gave up waiting come last
+        failed.sort(key=lambda item: "another rank failed" in str(item[1]))
+        detail = "; ".join(f"rank {r}: {type(e).__name__}: {e}" for r, e in failed)
+        raise GradzipError(f"simulated ranks failed: {detail}") from failed[0][1]
+    return cast(list[T], results)

@@ -1,0 +1,50 @@
+"""Counting the bytes a rank really sends and receives, per step and per collective."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+
+@dataclass
+class Traffic:
+    """Bytes one rank sent and received (payload bytes plus the 8-byte length prefixes)."""
+
+    sent: int = 0
+    received: int = 0
+    messages: int = 0
+
+    def add(self, sent: int, received: int) -> None:
+        self.sent += sent
+        self.received += received
+        self.messages += 1
+
+
+class ByteMeter:
+    """Per-rank traffic keyed by ``(step, collective)``; ``step`` is whatever the caller tags
+    (the communication round), ``None`` for traffic outside any step."""
+
+    def __init__(self) -> None:
+        self._traffic: dict[tuple[int | None, str], Traffic] = defaultdict(Traffic)
+        self.step: int | None = None
+
+    def record(self, collective: str, sent: int, received: int) -> None:
+        """Add one message's bytes to the current step's entry for ``collective``."""
+        self._traffic[self.step, collective].add(sent, received)
+
+    def total(self, step: int | None = None, collective: str | None = None) -> Traffic:
+        """Traffic summed over every entry matching ``step`` and ``collective`` (None: any)."""
+        out = Traffic()
+        for (s, c), t in self._traffic.items():
+            if (step is None or s == step) and (collective is None or c == collective):
+                out.sent += t.sent
+                out.received += t.received
+                out.messages += t.messages
+        return out
+
+    def entries(self) -> dict[tuple[int | None, str], Traffic]:
+        """A copy of every ``(step, collective) -> Traffic`` entry."""
+        return {k: Traffic(v.sent, v.received, v.messages) for k, v in self._traffic.items()}
+
+    def reset(self) -> None:
+        self._traffic.clear()

@@ -1,0 +1,92 @@
+"""Scheme (a): all-gather the payloads, decode all of them in rank order, average."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import gradzip
+from gradzip.comm.local import run_local
+from gradzip.comm.spawn import run_processes
+from gradzip.comm.transport import Transport
+from gradzip.errors import GradzipError, KeyMismatchError
+from gradzip.keys import StreamKey
+from gradzip.schemes import AllGatherDecode
+
+RUN_SEED = 11
+
+
+def gradient(rank: int, step: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(1000 * step + rank)
+    return torch.randn(33, 17, generator=gen)
+
+
+def averaged(transport: Transport, name: str, steps: int = 2) -> list[np.ndarray]:
+    """A module-level function, so spawned processes can import it."""
+    cls = gradzip.get(name)
+    scheme = AllGatherDecode(cls(**cls.example_params), run_seed=RUN_SEED)
+    return [
+        scheme.mean(transport, gradient(transport.rank, step), step).numpy()
+        for step in range(steps)
+    ]
+
+
+@pytest.mark.parametrize("name", ["identity", "dqsg", "qsgd", "terngrad", "onebit", "topk"])
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_every_rank_holds_the_same_mean_of_the_decoded_payloads(name: str, world_size: int) -> None:
+    results = run_local(world_size, lambda t: averaged(t, name))
+    cls = gradzip.get(name)
+    comp = cls(**cls.example_params)
+    for step in range(2):
+        expected = torch.zeros(33, 17)
+        for rank in range(world_size):
+            key = StreamKey(RUN_SEED, rank, step, 0)
+            expected += comp.decode(comp.encode(gradient(rank, step), key).payload)
+        expected /= world_size
+        for rank in range(world_size):
+            assert results[rank][step].tobytes() == expected.numpy().tobytes()
+    if name == "identity":
+        exact = sum(gradient(r, 1) for r in range(world_size)) / world_size
+        assert np.array_equal(results[0][1], exact.numpy())
+
+
+def test_bytes_per_rank_are_the_other_payloads() -> None:
+    def run(transport: Transport) -> tuple[int, int, int]:
+        scheme = AllGatherDecode(gradzip.create("dqsg"))
+        g = gradient(transport.rank, 0)
+        own = len(scheme.compressor.encode(g, scheme.key(transport.rank, 0, 0)).payload)
+        scheme.mean(transport, g, step=0)
+        total = transport.meter.total(step=0)
+        return own, total.sent, total.received
+
+    out = run_local(4, run)
+    own = out[0][0]
+    assert all(o == own for o, _, _ in out)  # same shape, same size: equal payloads
+    for _, sent, received in out:
+        assert sent == received == 3 * (own + 8)
+
+
+def test_a_payload_of_another_step_is_rejected() -> None:
+    def run(transport: Transport) -> torch.Tensor:
+        scheme = AllGatherDecode(gradzip.create("dqsg"))
+        step = 5 if transport.rank == 1 else 4  # rank 1 is out of step
+        return scheme.mean(transport, gradient(transport.rank, 4), step)
+
+    with pytest.raises(GradzipError, match="KeyMismatchError") as info:
+        run_local(3, run)
+    assert isinstance(info.value.__cause__, KeyMismatchError)
+
+
+def test_side_information_codecs_are_refused() -> None:
+    with pytest.raises(ValueError, match="side information"):
+        AllGatherDecode(gradzip.create("ndqsg"))
+
+
+@pytest.mark.distributed
+def test_processes_match_simulation_bitwise() -> None:
+    real = run_processes(2, averaged, "dqsg")
+    simulated = run_local(2, lambda t: averaged(t, "dqsg"))
+    for rank in range(2):
+        for a, b in zip(real[rank], simulated[rank], strict=True):
+            assert a.tobytes() == b.tobytes()
