@@ -41,17 +41,31 @@ class AllGatherDecode:
         self, transport: Transport, tensor: torch.Tensor, step: int, tensor_index: int = 0
     ) -> torch.Tensor:
         """The average over ranks of the decoded tensors (float32, or float64 for float64)."""
-        transport.meter.step = step
         mine = self.key(transport.rank, step, tensor_index)
-        payloads = transport.all_gather_bytes(self.compressor.encode(tensor, mine).payload)
-        work = torch.float64 if tensor.dtype == torch.float64 else torch.float32
-        total = torch.zeros(tensor.shape, dtype=work)
-        for rank, payload in enumerate(payloads):
+        payload = self.compressor.encode(tensor, mine).payload
+        return self.exchange(transport, payload, step, tensor_index, tensor.shape, tensor.dtype)
+
+    def exchange(
+        self,
+        transport: Transport,
+        payload: bytes,
+        step: int,
+        tensor_index: int,
+        shape: torch.Size,
+        dtype: torch.dtype,
+    ) -> torch.Tensor:
+        """All-gather this rank's already encoded ``payload`` and average the decoded payloads
+        (for callers that encode themselves, e.g. through error feedback)."""
+        transport.meter.step = step
+        payloads = transport.all_gather_bytes(payload)
+        work = torch.float64 if dtype == torch.float64 else torch.float32
+        total = torch.zeros(shape, dtype=work)
+        for rank, received in enumerate(payloads):
             decoded = self.compressor.decode(
-                payload,
+                received,
                 expected_key=self.key(rank, step, tensor_index),
-                shape=tensor.shape,
-                dtype=tensor.dtype,
+                shape=shape,
+                dtype=dtype,
             )
             total += decoded.to(work)
         return total.div_(transport.world_size)
