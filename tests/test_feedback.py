@@ -165,3 +165,18 @@ def test_side_information_codec_passes_side_to_the_sender_decode() -> None:
         total_g += g.double()
     e_T = ef.residual(KEY.tensor_index).double()
     assert torch.allclose(total_hat, total_g - e_T, atol=1e-4)
+
+
+def test_snapshot_restore_undoes_later_encodes() -> None:
+    ef = ErrorFeedback(gradzip.create("topk", k=3))
+    gen = torch.Generator().manual_seed(21)
+    ef.encode(torch.randn(50, generator=gen), StreamKey(tensor_index=0))
+    before = ef.residual(0)
+    point = ef.snapshot()
+    ef.encode(torch.randn(50, generator=gen), StreamKey(step=1, tensor_index=0))
+    ef.encode(torch.randn(50, generator=gen), StreamKey(step=1, tensor_index=1))
+    assert not torch.equal(ef.residual(0), before)
+    ef.restore(point)
+    assert torch.equal(ef.residual(0), before)  # later encodes did not touch the held tensors
+    with pytest.raises(KeyError):
+        ef.residual(1)

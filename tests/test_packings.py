@@ -13,7 +13,7 @@ import torch
 from gradzip.compressors import Compressor, get, names
 from gradzip.errors import PayloadError
 from gradzip.keys import StreamKey
-from gradzip.payload import build_payload, parse_payload
+from gradzip.payload import build_payload, overhead_bits, parse_payload
 
 KEY = StreamKey(run_seed=5, rank=2, step=9, tensor_index=1)
 
@@ -22,17 +22,22 @@ def with_packing_names() -> list[str]:
     return [n for n in names() if "packing" in inspect.signature(get(n).__init__).parameters]
 
 
-def build(name: str, packing: str) -> Compressor:
+def build(name: str, packing: str, **params: object) -> Compressor:
     cls = get(name)
-    return cls(**{**cls.example_params, "packing": packing})
+    return cls(**{**cls.example_params, **params, "packing": packing})
 
 
-def decode_all(name: str, x: torch.Tensor) -> dict[str, tuple[int, torch.Tensor]]:
+def decode_all(name: str, x: torch.Tensor, **params: object) -> dict[str, tuple[int, torch.Tensor]]:
+    """Per packing: the measured wire bits (checked against the documented formula where there
+    is one) and the decoded tensor."""
     side = x if get(name).needs_side_information else None
     results = {}
     for packing in ("fixed", "dense", "entropy"):
-        comp = build(name, packing)
+        comp = build(name, packing, **params)
         enc = comp.encode(x, KEY)
+        formula = comp.expected_body_bits(x)
+        if formula is not None:
+            assert enc.wire_bits == overhead_bits(parse_payload(enc.payload)[0]) + formula
         results[packing] = (enc.wire_bits, comp.decode(enc.payload, expected_key=KEY, side=side))
     return results
 
@@ -52,6 +57,27 @@ def test_packings_decode_identically(name: str) -> None:
         _, decoded = results[packing]
         assert torch.equal(decoded, fixed), f"{name}: {packing} decodes differently"
     assert results["dense"][0] <= fixed_bits
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("dqsg", {"M": 2, "bucket_size": 100}),
+        ("half_dither", {"M": 3, "dither_sum": 3}),
+        ("ndqsg", {"L1": 5, "k": 5}),
+        ("qsgd", {"s": 5, "bucket_size": 7}),
+        ("hou", {"b": 3}),
+        ("lpc", {"b": 5, "theta": 0.5}),
+    ],
+    ids=str,
+)
+def test_packings_decode_identically_for_other_alphabets(
+    name: str, params: dict[str, object]
+) -> None:
+    x = torch.randn(3001, generator=torch.Generator().manual_seed(10)) * 1e-2
+    results = decode_all(name, x, **params)
+    for packing in ("dense", "entropy"):
+        assert torch.equal(results[packing][1], results["fixed"][1]), (name, packing)
 
 
 @pytest.mark.slow

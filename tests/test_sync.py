@@ -13,7 +13,7 @@ import gradzip
 from gradzip.comm.local import run_local
 from gradzip.comm.spawn import run_processes
 from gradzip.comm.transport import Transport
-from gradzip.errors import GradzipError, NonFiniteInputError
+from gradzip.errors import GradzipError, NonFiniteInputError, PayloadMismatchError
 from gradzip.optim import CompressedOptimizer
 from gradzip.sync import GradientSync
 
@@ -153,3 +153,24 @@ def test_real_processes_train_exactly_like_the_simulation() -> None:
     simulated = run_local(2, lambda t: train(t, "dqsg", True, 3))
     for rank in range(2):
         assert params_bytes(real[rank][0]) == params_bytes(simulated[rank][0])
+
+
+def test_a_step_failing_half_way_restores_error_feedback() -> None:
+    def body(transport: Transport) -> tuple[bool, str]:
+        sync = GradientSync(transport, gradzip.create("topk", k=2), error_feedback=True)
+        gen = torch.Generator().manual_seed(transport.rank)
+        sync.synchronize([torch.randn(6, generator=gen)])
+        before = sync.state_dict()["error_feedback"]["residual"]
+        # tensor 0 goes through and updates its residual, then rank 1's tensor 1 has another
+        # shape, so every rank rejects a payload
+        second = torch.randn(5 if transport.rank == 1 else 4, generator=gen)
+        try:
+            sync.synchronize([torch.randn(6, generator=gen), second])
+        except PayloadMismatchError as err:
+            after = sync.state_dict()["error_feedback"]["residual"]
+            same = len(after) == 1 and torch.equal(before[0], after[0])
+            return same and sync.step == 1, str(err)
+        return False, "no error"
+
+    for restored, message in run_local(2, body, timeout=10.0):
+        assert restored and "shape" in message

@@ -120,6 +120,15 @@ class ErrorFeedback:
                 f"no residual for tensor_index {tensor_index}, chunk {chunk}: nothing encoded yet"
             ) from None
 
+    def snapshot(self) -> dict[Slot, torch.Tensor]:
+        """A cheap restore point: encode replaces residual tensors instead of mutating them,
+        so holding the current references is enough (no copies)."""
+        return dict(self._residuals)
+
+    def restore(self, snapshot: dict[Slot, torch.Tensor]) -> None:
+        """Return to a :meth:`snapshot` (e.g. when a multi-tensor step fails half way)."""
+        self._residuals = dict(snapshot)
+
     def reset(self) -> None:
         """Forget every residual (they restart as zeros)."""
         self._residuals.clear()

@@ -49,12 +49,12 @@ class GradientSync:
     def synchronize(self, gradients: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """The rank-average of each gradient (same order, shapes and dtypes; on the CPU)."""
         self._agree_all_finite(gradients)
-        saved = self.feedback.state_dict() if self.feedback is not None else None
+        saved = self.feedback.snapshot() if self.feedback is not None else None
         try:
             means = [self._mean(index, g) for index, g in enumerate(gradients)]
         except BaseException:
             if self.feedback is not None and saved is not None:
-                self.feedback.load_state_dict(saved)
+                self.feedback.restore(saved)
             raise
         self.step += 1
         return means
