@@ -27,7 +27,7 @@ def averaged(transport: Transport, name: str, steps: int = 2) -> list[np.ndarray
     cls = gradzip.get(name)
     scheme = AllGatherDecode(cls(**cls.example_params), run_seed=RUN_SEED)
     return [
-        scheme.mean(transport, gradient(transport.rank, step), step).numpy()
+        scheme.reduce(transport, gradient(transport.rank, step), step).numpy()
         for step in range(steps)
     ]
 
@@ -56,7 +56,7 @@ def test_bytes_per_rank_are_the_other_payloads() -> None:
         scheme = AllGatherDecode(gradzip.create("dqsg"))
         g = gradient(transport.rank, 0)
         own = len(scheme.compressor.encode(g, scheme.key(transport.rank, 0, 0)).payload)
-        scheme.mean(transport, g, step=0)
+        scheme.reduce(transport, g, step=0)
         total = transport.meter.total(step=0)
         return own, total.sent, total.received
 
@@ -71,7 +71,7 @@ def test_a_payload_of_another_step_is_rejected() -> None:
     def run(transport: Transport) -> torch.Tensor:
         scheme = AllGatherDecode(gradzip.create("dqsg"))
         step = 5 if transport.rank == 1 else 4  # rank 1 is out of step
-        return scheme.mean(transport, gradient(transport.rank, 4), step)
+        return scheme.reduce(transport, gradient(transport.rank, 4), step)
 
     with pytest.raises(GradzipError, match="KeyMismatchError") as info:
         run_local(3, run)

@@ -116,7 +116,7 @@ def test_non_finite_gradient_on_one_rank_stops_every_rank_and_changes_nothing() 
         torch.nn.functional.mse_loss(net(x), y).backward()
         opt.step()  # a good step first, so there is error-feedback state to protect
         before = [p.detach().clone() for p in net.parameters()]
-        ef_before = opt.sync.state_dict()["error_feedback"]["residual"]
+        ef_before = opt.sync.state_dict()["scheme"]["feedback"]["worker"]["residual"]
         opt.zero_grad()
         torch.nn.functional.mse_loss(net(x), y).backward()
         if transport.rank == 1:
@@ -127,7 +127,7 @@ def test_non_finite_gradient_on_one_rank_stops_every_rank_and_changes_nothing() 
             unchanged = all(
                 torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True)
             )
-            residuals = opt.sync.state_dict()["error_feedback"]["residual"]
+            residuals = opt.sync.state_dict()["scheme"]["feedback"]["worker"]["residual"]
             unchanged &= all(torch.equal(a, b) for a, b in zip(ef_before, residuals, strict=True))
             return str(err), unchanged, opt.sync.step
         return "no error", False, opt.sync.step
@@ -160,14 +160,14 @@ def test_a_step_failing_half_way_restores_error_feedback() -> None:
         sync = GradientSync(transport, gradzip.create("topk", k=2), error_feedback=True)
         gen = torch.Generator().manual_seed(transport.rank)
         sync.synchronize([torch.randn(6, generator=gen)])
-        before = sync.state_dict()["error_feedback"]["residual"]
+        before = sync.state_dict()["scheme"]["feedback"]["worker"]["residual"]
         # tensor 0 goes through and updates its residual, then rank 1's tensor 1 has another
         # shape, so every rank rejects a payload
         second = torch.randn(5 if transport.rank == 1 else 4, generator=gen)
         try:
             sync.synchronize([torch.randn(6, generator=gen), second])
         except PayloadMismatchError as err:
-            after = sync.state_dict()["error_feedback"]["residual"]
+            after = sync.state_dict()["scheme"]["feedback"]["worker"]["residual"]
             same = len(after) == 1 and torch.equal(before[0], after[0])
             return same and sync.step == 1, str(err)
         return False, "no error"

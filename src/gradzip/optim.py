@@ -15,6 +15,9 @@ class CompressedOptimizer:
     gradient by the rank-average that :class:`~gradzip.sync.GradientSync` computes (compressed
     payloads, exchanged over its transport), then steps the inner optimizer.
 
+    With ``GradientSync(on_nonfinite="skip")``, a step where some rank has NaN or Inf gradients
+    leaves every rank's parameters and optimizer state untouched and returns ``None``.
+
     Every parameter with ``requires_grad`` takes part, in ``param_groups`` order (a missing
     gradient counts as zeros), so all ranks exchange the same tensors.
     """
@@ -34,6 +37,8 @@ class CompressedOptimizer:
         params = self._parameters()
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         means = self.sync.synchronize([g.detach() for g in grads])
+        if means is None:  # every rank skips this step (non-finite gradients, opt-in)
+            return None
         for p, mean in zip(params, means, strict=True):
             p.grad = mean.to(device=p.device, dtype=p.dtype)
         return self.optimizer.step(closure)

@@ -10,89 +10,105 @@ import torch
 from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor
 from gradzip.errors import GradzipError, NonFiniteInputError
-from gradzip.feedback import ErrorFeedback
 from gradzip.schemes import AllGatherDecode
+from gradzip.schemes.base import Scheme
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2
 
 
 class GradientSync:
-    """One communication round per :meth:`synchronize` call, over any transport.
+    """One communication round per :meth:`synchronize` call, over any transport and scheme.
 
-    Each rank encodes each gradient tensor (through :class:`~gradzip.feedback.ErrorFeedback` if
-    ``error_feedback``) with the key ``(run_seed, rank, step, tensor index)``, the payloads are
-    exchanged with the all-gather-decode scheme (:class:`~gradzip.schemes.AllGatherDecode`), and
-    every rank gets the same average. The step counter, the run seed and the error-feedback
-    residuals are the whole state (:meth:`state_dict`), so a run resumes bit-exactly.
+    Each rank hands its gradient tensors to an aggregation scheme (default
+    :class:`~gradzip.schemes.AllGatherDecode`; any :class:`~gradzip.schemes.base.Scheme`), which
+    compresses them with the key ``(run_seed, rank, step, tensor index)``, exchanges the
+    payloads and returns the same average on every rank. The step counter, the run seed and the
+    scheme's buffers (error-feedback residuals) are the whole state (:meth:`state_dict`), so a
+    run resumes bit-exactly.
 
     A step is all-or-nothing on every rank: the ranks first agree that every gradient is finite
-    (one byte per rank), so a NaN or Inf on any rank raises
-    :class:`~gradzip.errors.NonFiniteInputError` on all of them; any other failure (a payload of
-    another step, a peer that is gone) restores the error-feedback state and leaves the step
-    counter unchanged.
+    (one byte per rank). A NaN or Inf on any rank raises
+    :class:`~gradzip.errors.NonFiniteInputError` on all of them (``on_nonfinite="raise"``, the
+    default), or, with ``on_nonfinite="skip"``, every rank returns ``None`` for that step and
+    counts it in ``skipped_steps`` (the step counter does not advance: nothing was sent). Any
+    other failure (a payload of another step, a peer that is gone) restores the scheme's state
+    and leaves the step counter unchanged.
+
+    Pass either ``compressor`` (with ``error_feedback`` and ``run_seed``) for the default
+    scheme, or a ready ``scheme``.
     """
 
     def __init__(
         self,
         transport: Transport,
-        compressor: Compressor,
+        compressor: Compressor | None = None,
         *,
+        scheme: Scheme | None = None,
         error_feedback: bool = False,
         run_seed: int = 0,
+        on_nonfinite: str = "raise",
     ) -> None:
+        if (compressor is None) == (scheme is None):
+            raise ValueError("give GradientSync either a compressor or a scheme (not both)")
+        if scheme is not None and (error_feedback or run_seed):
+            raise ValueError(
+                "error_feedback and run_seed are the scheme's settings: pass them to the scheme"
+            )
+        if on_nonfinite not in ("raise", "skip"):
+            raise ValueError(f"on_nonfinite must be 'raise' or 'skip', got {on_nonfinite!r}")
+        if scheme is None:
+            assert compressor is not None
+            scheme = AllGatherDecode(compressor, run_seed=run_seed, error_feedback=error_feedback)
         self.transport = transport
-        self.scheme = AllGatherDecode(compressor, run_seed=run_seed)
-        self.feedback = ErrorFeedback(compressor) if error_feedback else None
-        self.run_seed = run_seed
+        self.scheme = scheme
+        self.on_nonfinite = on_nonfinite
         self.step = 0
+        self.skipped_steps = 0
 
-    def synchronize(self, gradients: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """The rank-average of each gradient (same order, shapes and dtypes; on the CPU)."""
-        self._agree_all_finite(gradients)
-        saved = self.feedback.snapshot() if self.feedback is not None else None
+    @property
+    def run_seed(self) -> int:
+        return self.scheme.run_seed
+
+    def synchronize(self, gradients: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
+        """The rank-average of each gradient (same order, shapes and dtypes; on the CPU), or
+        ``None`` when ``on_nonfinite="skip"`` and some rank's gradients are not finite."""
+        if not self._agree_all_finite(gradients):
+            self.skipped_steps += 1
+            return None
+        saved = self.scheme.snapshot()
         try:
-            means = [self._mean(index, g) for index, g in enumerate(gradients)]
+            means = [
+                self.scheme.reduce(self.transport, g, self.step, index).to(g.dtype)
+                for index, g in enumerate(gradients)
+            ]
         except BaseException:
-            if self.feedback is not None and saved is not None:
-                self.feedback.restore(saved)
+            self.scheme.restore(saved)
             raise
         self.step += 1
         return means
 
-    def _mean(self, index: int, gradient: torch.Tensor) -> torch.Tensor:
-        key = self.scheme.key(self.transport.rank, self.step, index)
-        if self.feedback is None:
-            payload = self.scheme.compressor.encode(gradient, key).payload
-            wire_dtype = gradient.dtype
-        else:
-            payload = self.feedback.encode(gradient, key).payload
-            # error feedback encodes g + e in float32 (float64 for float64 gradients)
-            wire_dtype = torch.float64 if gradient.dtype == torch.float64 else torch.float32
-        mean = self.scheme.exchange(
-            self.transport, payload, self.step, index, gradient.shape, wire_dtype
-        )
-        return mean.to(gradient.dtype)
-
-    def _agree_all_finite(self, gradients: Sequence[torch.Tensor]) -> None:
+    def _agree_all_finite(self, gradients: Sequence[torch.Tensor]) -> bool:
         finite = all(bool(torch.isfinite(g).all()) for g in gradients)
         self.transport.meter.step = self.step
         flags = self.transport.all_gather_bytes(b"\x01" if finite else b"\x00")
         bad = [rank for rank, flag in enumerate(flags) if flag != b"\x01"]
-        if bad:
+        if bad and self.on_nonfinite == "raise":
             raise NonFiniteInputError(
                 f"step {self.step}: rank(s) {bad} have NaN or Inf gradients; no rank applied "
                 "anything (parameters and error-feedback state unchanged)"
             )
+        return not bad
 
     def state_dict(self) -> dict[str, Any]:
-        """The step counter, the run seed and the error-feedback residuals (``torch.save``-able)."""
+        """The step counter, the run seed and the scheme's buffers (``torch.save``-able)."""
         return {
             "version": _STATE_VERSION,
             "step": self.step,
+            "skipped_steps": self.skipped_steps,
             "run_seed": self.run_seed,
             "rank": self.transport.rank,
             "world_size": self.transport.world_size,
-            "error_feedback": None if self.feedback is None else self.feedback.state_dict(),
+            "scheme": self.scheme.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -106,8 +122,9 @@ class GradientSync:
         ):
             if state[name] != mine:
                 raise GradzipError(f"sync state was saved with {name} {state[name]}, not {mine}")
-        if (state["error_feedback"] is None) != (self.feedback is None):
-            raise GradzipError("sync state and this object disagree on error feedback")
-        if self.feedback is not None:
-            self.feedback.load_state_dict(state["error_feedback"])
+        try:
+            self.scheme.load_state_dict(state["scheme"])
+        except ValueError as err:
+            raise GradzipError(f"sync state does not fit this scheme: {err}") from err
         self.step = int(state["step"])
+        self.skipped_steps = int(state["skipped_steps"])

@@ -1,0 +1,143 @@
+"""The aggregation-scheme contract: how the ranks' tensors become one bit-identical average.
+
+A scheme is SPMD code: every rank calls :meth:`Scheme.reduce` with its own tensor and the same
+``(step, tensor_index)``, and every rank gets the same float tensor back. What differs between
+schemes is the communication pattern (who sends which payload to whom), what is re-quantized
+on the way, and which error-feedback buffers are kept. Schemes own that state (as
+:class:`~gradzip.feedback.ErrorFeedback` objects, one per role), so a synchronisation object can
+snapshot it before a step, restore it when the step fails, and checkpoint it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import torch
+
+from gradzip.comm.transport import Transport
+from gradzip.compressors.base import Compressor
+from gradzip.feedback import ErrorFeedback, Slot
+from gradzip.keys import StreamKey
+
+_STATE_VERSION = 1
+
+
+def working_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Averages are float64 for float64 tensors and float32 otherwise."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+class Scheme(ABC):
+    """Base class of the aggregation schemes.
+
+    Subclasses implement :meth:`reduce` and say which error-feedback roles they keep by listing
+    them in ``feedback_roles`` (created when ``error_feedback=True``), e.g. ``("worker",)`` for
+    the sender-side residual, or ``("reduce_scatter", "allgather")`` for the ring.
+    """
+
+    name: ClassVar[str]
+    feedback_roles: ClassVar[tuple[str, ...]] = ("worker",)
+
+    def __init__(
+        self, compressor: Compressor, *, run_seed: int = 0, error_feedback: bool = False
+    ) -> None:
+        if not isinstance(compressor, Compressor):
+            raise TypeError(f"a scheme needs a Compressor, got {type(compressor).__name__}")
+        self.check_compatible(compressor)
+        self.compressor = compressor
+        self.run_seed = run_seed
+        self.feedback: dict[str, ErrorFeedback] = (
+            {role: ErrorFeedback(compressor) for role in self.feedback_roles}
+            if error_feedback
+            else {}
+        )
+
+    @classmethod
+    def check_compatible(cls, compressor: Compressor) -> None:
+        """Raise ``ValueError`` if ``compressor`` cannot be used with this scheme."""
+        if compressor.needs_side_information:
+            raise ValueError(
+                f"{compressor.name} needs side information; use the nested scheme for it"
+            )
+
+    @classmethod
+    def compatible(cls, compressor: Compressor) -> bool:
+        """Whether :meth:`check_compatible` accepts ``compressor``."""
+        try:
+            cls.check_compatible(compressor)
+        except ValueError:
+            return False
+        return True
+
+    @property
+    def error_feedback(self) -> bool:
+        return bool(self.feedback)
+
+    def key(self, rank: int, step: int, tensor_index: int, chunk: int = 0) -> StreamKey:
+        """The key of the payload that ``rank`` sends for ``(step, tensor_index, chunk)``."""
+        return StreamKey(self.run_seed, rank, step, tensor_index, chunk)
+
+    @abstractmethod
+    def reduce(
+        self, transport: Transport, tensor: torch.Tensor, step: int, tensor_index: int = 0
+    ) -> torch.Tensor:
+        """The average over ranks (float32, float64 for float64 input; on the CPU; the shape of
+        ``tensor``), bit-identical on every rank."""
+
+    # -- helpers for subclasses ---------------------------------------------------------------
+    def encode_own(
+        self, role: str, tensor: torch.Tensor, key: StreamKey
+    ) -> tuple[bytes, torch.dtype]:
+        """This rank's payload for ``tensor`` (through the ``role`` residual when error feedback
+        is on) and the dtype a receiver decodes it as: error feedback encodes ``g + e`` in the
+        working dtype, so half-precision gradients travel as float32 then."""
+        feedback = self.feedback.get(role)
+        if feedback is None:
+            return bytes(self.compressor.encode(tensor, key).payload), tensor.dtype
+        return bytes(feedback.encode(tensor, key).payload), working_dtype(tensor.dtype)
+
+    def decode(
+        self, payload: bytes, key: StreamKey, shape: torch.Size, dtype: torch.dtype
+    ) -> torch.Tensor:
+        """Decode a received payload, checking it carries ``key`` and ``shape``."""
+        return self.compressor.decode(payload, expected_key=key, shape=shape, dtype=dtype)
+
+    # -- state ----------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, dict[Slot, torch.Tensor]]:
+        """A cheap restore point of every buffer (see :meth:`ErrorFeedback.snapshot`)."""
+        return {role: fb.snapshot() for role, fb in self.feedback.items()}
+
+    def restore(self, snapshot: Mapping[str, dict[Slot, torch.Tensor]]) -> None:
+        """Return to a :meth:`snapshot` (a step that failed half way applies nothing)."""
+        for role, fb in self.feedback.items():
+            fb.restore(snapshot[role])
+
+    def state_dict(self) -> dict[str, Any]:
+        """The scheme's buffers as plain, ``torch.save``-able data."""
+        return {
+            "version": _STATE_VERSION,
+            "scheme": self.name,
+            "feedback": {role: fb.state_dict() for role, fb in self.feedback.items()},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from :meth:`state_dict`; the scheme and its error-feedback roles must match."""
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(f"scheme state has version {state.get('version')!r}")
+        if state.get("scheme") != self.name:
+            raise ValueError(f"scheme state is for {state.get('scheme')!r}, not {self.name!r}")
+        roles = state["feedback"]
+        if set(roles) != set(self.feedback):
+            raise ValueError(
+                f"scheme state has error-feedback buffers {sorted(roles)}, this scheme keeps "
+                f"{sorted(self.feedback)}"
+            )
+        saved = self.snapshot()
+        try:
+            for role, fb in self.feedback.items():
+                fb.load_state_dict(roles[role])
+        except BaseException:
+            self.restore(saved)
+            raise
