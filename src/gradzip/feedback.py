@@ -7,8 +7,8 @@ one sender and implements ``v = g + e``, ``c = encode(v)``, ``v_hat = decode(c)`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import torch
 
@@ -18,6 +18,7 @@ from gradzip.keys import StreamKey
 
 _STATE_VERSION = 1
 Slot = tuple[int, int]
+T = TypeVar("T")
 
 
 def _working_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -86,6 +87,26 @@ class ErrorFeedback:
         instead of decoding a second time.
         """
         key = key if key is not None else StreamKey()
+
+        def quantize(v: torch.Tensor) -> tuple[tuple[Encoded, torch.Tensor], torch.Tensor]:
+            encoded = self.inner.encode(v, key)  # raises on non-finite v before any change
+            v_hat = self.inner.decode(
+                encoded.payload, expected_key=key, shape=v.shape, dtype=v.dtype, side=side
+            )
+            return (encoded, v_hat), v_hat
+
+        return self.compensate(tensor, key, quantize)
+
+    def compensate(
+        self,
+        tensor: torch.Tensor,
+        key: StreamKey,
+        quantize: Callable[[torch.Tensor], tuple[T, torch.Tensor]],
+    ) -> T:
+        """Error feedback around any quantization step (for schemes that quantize in their own
+        way, e.g. on a scale agreed between ranks): ``v = tensor + e``; ``(result, v_hat) =
+        quantize(v)``; ``e = v - v_hat``; returns ``result``. The residual is replaced only if
+        ``quantize`` returns; ``v`` is in the working dtype (float32, or float64)."""
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
         slot = (key.tensor_index, key.chunk)
@@ -100,12 +121,9 @@ class ErrorFeedback:
         v = tensor.detach().to(device="cpu", dtype=dtype, copy=True)
         if residual is not None:
             v.add_(residual.to(dtype))
-        encoded = self.inner.encode(v, key)  # raises on non-finite v before any state change
-        v_hat = self.inner.decode(
-            encoded.payload, expected_key=key, shape=v.shape, dtype=dtype, side=side
-        )
-        self._residuals[slot] = v.sub_(v_hat)
-        return encoded, v_hat
+        result, v_hat = quantize(v)
+        self._residuals[slot] = v.sub_(v_hat.to(dtype))
+        return result
 
     def decode(self, payload: bytes | bytearray | memoryview, **kwargs: Any) -> torch.Tensor:
         """The receiver's side: exactly the inner compressor's ``decode``."""

@@ -39,6 +39,7 @@ from gradzip.compressors._bucket_math import (
     segments,
     truncate_to_uint8,
 )
+from gradzip.compressors._grid import CommonGrid
 from gradzip.compressors.base import Body, Compressor, body_tensor
 from gradzip.compressors.common import (
     bucket_absmax,
@@ -151,7 +152,7 @@ def safe_steps(scales: torch.Tensor, s: int) -> tuple[torch.Tensor, torch.Tensor
     return divisors, steps
 
 
-class ScaledStochastic(Compressor):
+class ScaledStochastic(Compressor, CommonGrid):
     """Common machinery of the per-bucket-scale stochastic quantizers (not registered).
 
     Subclasses set ``s`` (positive levels), ``_bucket``, ``packing`` and optionally override
@@ -219,6 +220,26 @@ class ScaledStochastic(Compressor):
 
     def expected_body_bits(self, x: torch.Tensor) -> int | None:
         return scaled_symbols_bits(x.numel(), self._bucket, self.alphabet, self.packing)
+
+    # -- common grid (integer-sum schemes, see gradzip.compressors._grid) ----------------------
+    def grid_supported(self) -> bool:
+        return self._decode_factor(1) == 1.0
+
+    def grid_levels(self) -> int:
+        return self.s
+
+    def grid_bucket_size(self, n: int) -> int:
+        return self._bucket
+
+    def grid_statistic(self, x: torch.Tensor) -> torch.Tensor:
+        return self._scales(x, float(x.abs().max()) if x.numel() else 0.0)
+
+    def grid_symbols(self, x: torch.Tensor, scales: torch.Tensor, key: StreamKey) -> torch.Tensor:
+        divisors, _ = safe_steps(scales, self.s)
+        return stochastic_symbols(x, divisors, self.s, key, self._bucket)
+
+    def grid_steps(self, scales: torch.Tensor) -> torch.Tensor:
+        return safe_steps(scales, self.s)[1].to(torch.float64)
 
     def encode_with_scale(
         self, tensor: torch.Tensor, key: StreamKey | None, scale: float

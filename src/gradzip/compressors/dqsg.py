@@ -19,6 +19,7 @@ from gradzip.compressors._bucket_math import (
     truncate_to_uint8,
     zero_buckets_to_zero,
 )
+from gradzip.compressors._grid import CommonGrid
 from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
 from gradzip.compressors.common import (
     bucket_absmax,
@@ -34,7 +35,7 @@ from gradzip.compressors.common import (
 from gradzip.compressors.registry import register
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
-from gradzip.rng import shared_uniform_plus_one
+from gradzip.rng import shared_uniform, shared_uniform_plus_one
 
 # float32 index arithmetic is exact enough (error <= (2M+1) * 2**-24 grid units, then clamped,
 # spec 0.3) while the symbols fit in a byte; larger alphabets use float64
@@ -42,7 +43,7 @@ _FLOAT32_MAX_LEVEL = 127
 
 
 @register
-class DQSG(Compressor):
+class DQSG(Compressor, CommonGrid):
     """DQSG: dithered quantization, ``g_hat = sigma * (q - u) / M`` with a shared dither.
 
     Per bucket, ``sigma = max|g_B|`` (float32), ``y = g_B / sigma`` and, with the shared dither
@@ -157,6 +158,32 @@ class DQSG(Compressor):
         out = dither_reconstruct(symbols, scales, bs, self.M, header.key)
         clamp_to_dtype_(out, header.dtype, float(scales.max()) * (1 + 0.5 / self.M))
         return out
+
+    # -- common grid (integer-sum schemes, see gradzip.compressors._grid) ----------------------
+    def grid_levels(self) -> int:
+        return self.M
+
+    def grid_bucket_size(self, n: int) -> int:
+        return self.bucket_size_for(n)
+
+    def grid_prepare(self, x: torch.Tensor) -> torch.Tensor:
+        if self.clip_std is None or x.numel() == 0:
+            return x
+        return clip_to_std(x, float(x.abs().max()), self.clip_std)[0]
+
+    def grid_statistic(self, x: torch.Tensor) -> torch.Tensor:
+        absmax = float(x.abs().max()) if x.numel() else 0.0
+        return bucket_absmax(x, self.bucket_size_for(x.numel()), absmax)
+
+    def grid_symbols(self, x: torch.Tensor, scales: torch.Tensor, key: StreamKey) -> torch.Tensor:
+        return dither_symbols(x, scales, self.bucket_size_for(x.numel()), self.M, key)
+
+    def grid_steps(self, scales: torch.Tensor) -> torch.Tensor:
+        return scales.to(torch.float64) / self.M
+
+    def grid_offsets(self, key: StreamKey, n: int) -> torch.Tensor | None:
+        """The subtractive dither ``up = u01 - 1/2`` of rank ``key.rank``."""
+        return shared_uniform(key, n).to(torch.float64).sub_(0.5)
 
 
 def dither_symbols(

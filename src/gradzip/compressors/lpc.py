@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 import torch
 
 from gradzip.codecs.symbols import check_packing, pack_symbols, packed_symbol_bits, unpack_symbols
+from gradzip.compressors._grid import CommonGrid
 from gradzip.compressors._stochastic import (
     fit_dtype_,
     stochastic_symbols,
@@ -23,7 +24,7 @@ _SMALLEST_SUBNORMAL = float(torch.finfo(torch.float32).smallest_normal) * 2.0**-
 
 
 @register
-class LPC(Compressor):
+class LPC(Compressor, CommonGrid):
     """LPC: ``Q_(delta,b)`` on the codebook ``{-s..s}*delta``, ``delta = theta*||u||_inf/s``.
 
     ``s = 2^(b-1) - 1`` positive levels (the paper's "quantization levels": 7 levels is
@@ -98,6 +99,25 @@ class LPC(Compressor):
         symbols = unpack_symbols(body_tensor(rest), header.numel, 2 * self.s + 1, self.packing)
         check_symbols(symbols, 2 * self.s + 1, self.name)
         return fit_dtype_(symbols_to_values(symbols, delta, self.s, 0), header.dtype)
+
+    # -- common grid (integer-sum schemes: LPC schemes (b) and (c), spec 3.3) -----------------
+    def grid_levels(self) -> int:
+        return int(self.s)
+
+    def grid_bucket_size(self, n: int) -> int:
+        return 0
+
+    def grid_statistic(self, x: torch.Tensor) -> torch.Tensor:
+        """``||u||_inf``: the common step is ``theta * max_alpha ||u_alpha||_inf / s``."""
+        return torch.tensor([float(x.abs().max()) if x.numel() else 0.0], dtype=torch.float32)
+
+    def grid_symbols(self, x: torch.Tensor, scales: torch.Tensor, key: StreamKey) -> torch.Tensor:
+        delta = self.delta(float(scales[0]))
+        step = torch.tensor([delta if delta > 0 else 1.0], dtype=torch.float32)
+        return stochastic_symbols(x, step, self.s, key, 0, may_overload=self.theta < 1)
+
+    def grid_steps(self, scales: torch.Tensor) -> torch.Tensor:
+        return torch.tensor([self.delta(float(scales[0]))], dtype=torch.float64)
 
     def expected_body_bits(self, x: torch.Tensor) -> int | None:
         bits = packed_symbol_bits(x.numel(), 2 * self.s + 1, self.packing)

@@ -74,3 +74,8 @@ class TernGrad(ScaledStochastic):
         if self.clip_sigma is not None:
             x, absmax = clip_to_std(x, absmax, self.clip_sigma)
         return super()._encode_flat(x, key, absmax, shape)
+
+    def grid_prepare(self, x: torch.Tensor) -> torch.Tensor:
+        if self.clip_sigma is None or x.numel() == 0:
+            return x
+        return clip_to_std(x, float(x.abs().max()), self.clip_sigma)[0]

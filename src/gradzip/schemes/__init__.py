@@ -11,9 +11,22 @@ from typing import Any
 from gradzip.compressors.base import Compressor
 from gradzip.schemes.allgather_decode import AllGatherDecode
 from gradzip.schemes.base import Scheme
+from gradzip.schemes.integer_allreduce import IntegerAllreduce
+from gradzip.schemes.nested import NestedScheme
+from gradzip.schemes.parameter_server import ParameterServer
+from gradzip.schemes.ring_requantize import RingRequantize
+from gradzip.schemes.server_integer_sum import ServerIntegerSum
 
 SCHEMES: dict[str, type[Scheme]] = {
-    AllGatherDecode.name: AllGatherDecode,
+    cls.name: cls
+    for cls in (
+        AllGatherDecode,
+        ParameterServer,
+        ServerIntegerSum,
+        IntegerAllreduce,
+        RingRequantize,
+        NestedScheme,
+    )
 }
 
 
@@ -27,4 +40,14 @@ def make_scheme(name: str, compressor: Compressor, **options: Any) -> Scheme:
     return cls(compressor, **options)
 
 
-__all__ = ["SCHEMES", "AllGatherDecode", "Scheme", "make_scheme"]
+__all__ = [
+    "SCHEMES",
+    "AllGatherDecode",
+    "IntegerAllreduce",
+    "NestedScheme",
+    "ParameterServer",
+    "RingRequantize",
+    "Scheme",
+    "ServerIntegerSum",
+    "make_scheme",
+]

@@ -38,7 +38,7 @@ class Scheme(ABC):
     """
 
     name: ClassVar[str]
-    feedback_roles: ClassVar[tuple[str, ...]] = ("worker",)
+    feedback_roles: tuple[str, ...] = ("worker",)
 
     def __init__(
         self, compressor: Compressor, *, run_seed: int = 0, error_feedback: bool = False

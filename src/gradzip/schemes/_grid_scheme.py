@@ -1,0 +1,115 @@
+"""Common machinery of the schemes that add integer codes quantized on an agreed scale."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+
+import torch
+
+from gradzip.comm.transport import Transport
+from gradzip.compressors._grid import CommonGrid
+from gradzip.compressors.base import Compressor
+from gradzip.compressors.common import per_element
+from gradzip.errors import NonFiniteInputError
+from gradzip.keys import StreamKey
+from gradzip.schemes.base import Scheme, working_dtype
+
+
+class GridScheme(Scheme):
+    """Quantize every rank's tensor on a common scale, let the subclass sum the integer symbols,
+    and rebuild the mean ``step * (sum_p level_p - sum_p offset_p) / P`` on every rank.
+
+    Subclasses implement :meth:`_agree` (the element-wise max of the ranks' scale statistics)
+    and :meth:`_mean` (how the integer sums travel, usually ending in :meth:`_decode_sum`). Error feedback (role ``"worker"``)
+    keeps ``v - v_hat_own`` where ``v_hat_own`` is this rank's own contribution on the common
+    grid.
+    """
+
+    @classmethod
+    def check_compatible(cls, compressor: Compressor) -> None:
+        super().check_compatible(compressor)
+        if not isinstance(compressor, CommonGrid) or not compressor.grid_supported():
+            raise ValueError(
+                f"{compressor.name} does not send integer levels on a scale the ranks can share "
+                "(supported: dqsg, qsgd, terngrad, lpc, unscaled hou); the allgather, ps and "
+                "ring schemes take any compressor"
+            )
+
+    @property
+    def grid(self) -> CommonGrid:
+        assert isinstance(self.compressor, CommonGrid)
+        return self.compressor
+
+    def reduce(
+        self, transport: Transport, tensor: torch.Tensor, step: int, tensor_index: int = 0
+    ) -> torch.Tensor:
+        transport.meter.step = step
+        n = tensor.numel()
+        own_key = self.key(transport.rank, step, tensor_index)
+        feedback = self.feedback.get("worker")
+
+        def quantize(v: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
+            x = self.grid.grid_prepare(v.detach().reshape(-1).to("cpu", torch.float32))
+            if n and not bool(torch.isfinite(x).all()):
+                raise NonFiniteInputError(
+                    f"{self.compressor.name}: cannot encode a tensor holding NaN or Inf; nothing "
+                    "was updated"
+                )
+            scales = self._agree(transport, self.grid.grid_statistic(x), step, tensor_index)
+            symbols = self.grid.grid_symbols(x, scales, own_key).to(torch.int64)
+            own = torch.empty(0)
+            if feedback is not None:
+                own = self._values(self._net_levels(symbols, [own_key]), scales)
+                own = own.view(v.shape).to(v.dtype)
+            return (symbols, scales), own
+
+        if n == 0:
+            return torch.zeros(tensor.shape, dtype=working_dtype(tensor.dtype))
+        if feedback is not None:
+            symbols, scales = feedback.compensate(tensor, own_key, quantize)
+        else:
+            (symbols, scales), _ = quantize(tensor)
+        mean = self._mean(transport, symbols, scales, step, tensor_index)
+        return mean.view(tensor.shape).to(working_dtype(tensor.dtype))
+
+    def _decode_sum(
+        self, sums: torch.Tensor, scales: torch.Tensor, step: int, tensor_index: int, count: int
+    ) -> torch.Tensor:
+        """The mean of ranks ``0 .. count-1`` from the sum of their symbols (float64)."""
+        keys = [self.key(p, step, tensor_index) for p in range(count)]
+        return self._values(self._net_levels(sums, keys), scales).div_(count)
+
+    def _net_levels(self, sums: torch.Tensor, keys: list[StreamKey]) -> torch.Tensor:
+        """``sum_p (level_p - offset_p)`` over the ranks of ``keys`` from their symbol sum."""
+        n = sums.numel()
+        levels = sums.to(torch.float64) - len(keys) * self.grid.grid_levels()
+        for key in keys:
+            offsets = self.grid.grid_offsets(key, n)
+            if offsets is not None:
+                levels -= offsets
+        return levels
+
+    def _values(self, levels: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+        """``levels * step`` per element (float64, in place)."""
+        n = levels.numel()
+        return levels.mul_(
+            per_element(self.grid.grid_steps(scales), n, self.grid.grid_bucket_size(n))
+        )
+
+    @abstractmethod
+    def _agree(
+        self, transport: Transport, statistic: torch.Tensor, step: int, tensor_index: int
+    ) -> torch.Tensor:
+        """The element-wise maximum over ranks of ``statistic`` (float32), on every rank."""
+
+    @abstractmethod
+    def _mean(
+        self,
+        transport: Transport,
+        symbols: torch.Tensor,
+        scales: torch.Tensor,
+        step: int,
+        tensor_index: int,
+    ) -> torch.Tensor:
+        """Exchange the ranks' symbols (int64, in ``[0, 2s]``) and return the mean (float64,
+        flat), bit-identical on every rank."""

@@ -1,0 +1,74 @@
+"""The schemes' own messages: integer code sums and float32 scale vectors.
+
+They travel in the same self-validating format as compressor payloads (:mod:`gradzip.payload`:
+header with the key, CRC32), so a sum of another step, seed or shape is rejected by name, and
+their bytes are counted like any payload. Integer sums are bit-packed at the width their range
+needs (``bits`` is written in the header's bucket-size field).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gradzip.codecs.bitpack import pack_bits, unpack_bits
+from gradzip.compressors.base import tensor_bytes
+from gradzip.errors import CorruptPayloadError, KeyMismatchError, PayloadMismatchError
+from gradzip.keys import StreamKey
+from gradzip.payload import Header, build_payload, parse_payload
+
+INT_CODEC = 40  # packed non-negative integers (code sums)
+FLOAT_CODEC = 41  # float32 vectors (scales)
+
+
+def bits_for(max_value: int) -> int:
+    """Bits holding every integer in ``[0, max_value]`` (at least 1)."""
+    return max(1, int(max_value).bit_length())
+
+
+def pack_ints(values: torch.Tensor, bits: int, key: StreamKey) -> bytes:
+    """``values`` (integers in ``[0, 2**bits)``) packed at ``bits`` bits each."""
+    header = Header(INT_CODEC, torch.float32, (values.numel(),), bits, key, b"")
+    return build_payload(header, [tensor_bytes(pack_bits(values, bits))])
+
+
+def unpack_ints(payload: bytes, n: int, bits: int, key: StreamKey) -> torch.Tensor:
+    """The ``n`` integers (int64) of a :func:`pack_ints` message that must carry ``key``."""
+    header, body = _open(payload, INT_CODEC, n, key)
+    if header.bucket_size != bits:
+        raise PayloadMismatchError(
+            f"integer message packed at {header.bucket_size} bits; expected {bits}"
+        )
+    return unpack_bits(torch.frombuffer(bytearray(body), dtype=torch.uint8), n, bits).to(
+        torch.int64
+    )
+
+
+def pack_floats(values: torch.Tensor, key: StreamKey) -> bytes:
+    """A float32 vector as a message."""
+    values = values.to(torch.float32).reshape(-1)
+    header = Header(FLOAT_CODEC, torch.float32, (values.numel(),), 0, key, b"")
+    return build_payload(header, [tensor_bytes(values)])
+
+
+def unpack_floats(payload: bytes, n: int, key: StreamKey) -> torch.Tensor:
+    """The ``n`` float32 values of a :func:`pack_floats` message that must carry ``key``."""
+    _, body = _open(payload, FLOAT_CODEC, n, key)
+    if len(body) != 4 * n:
+        raise CorruptPayloadError(f"float message body has {len(body)} bytes, expected {4 * n}")
+    values = torch.frombuffer(bytearray(body), dtype=torch.float32) if n else torch.empty(0)
+    if not bool(torch.isfinite(values).all()):
+        raise CorruptPayloadError("float message holds NaN or Inf")
+    return values
+
+
+def _open(payload: bytes, codec: int, n: int, key: StreamKey) -> tuple[Header, memoryview]:
+    header, body = parse_payload(payload)
+    if header.codec_id != codec:
+        raise PayloadMismatchError(f"expected a message of kind {codec}, got {header.codec_id}")
+    if header.key != key:
+        raise KeyMismatchError(
+            f"message key differs from the expected one: {header.key.describe_difference(key)}"
+        )
+    if header.shape != (n,):
+        raise PayloadMismatchError(f"message holds shape {header.shape}, expected ({n},)")
+    return header, body

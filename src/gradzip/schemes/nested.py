@@ -1,0 +1,156 @@
+"""Algorithm 2 of the NDQSG paper: DQSG workers first, nested workers decoded against the
+running mean of those already decoded."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from gradzip.comm.transport import Transport
+from gradzip.compressors._nested import failure_rate
+from gradzip.compressors.base import Compressor
+from gradzip.compressors.dqsg import DQSG
+from gradzip.compressors.identity import Identity
+from gradzip.compressors.ndqsg import NDQSG
+from gradzip.schemes.base import Scheme, working_dtype
+
+_TOPOLOGIES = ("allgather", "server")
+
+
+class NestedScheme(Scheme):
+    """Ranks ``p < ceil(ratio * P)`` (group P1) send DQSG payloads (``coarse``, default
+    ``DQSG(M=2)``, the paper's experiment; the authors' code uses ``M = 3``); the others
+    (group P2) send nested NDQSG payloads (``compressor``, paper ``(L1, k, alpha) = (3, 3, 1)``).
+    Decoding runs in ascending rank order with the running mean ``g_bar`` of all workers
+    decoded so far as side information (P1 first, then P2, each P2 worker against a mean that
+    includes the earlier P2 workers [CODE]): ``g_bar += (g_hat - g_bar) / cnt``.
+
+    ``topology="allgather"``: every rank receives every payload and decodes identically
+    (scheme (a) traffic, ``P - 1`` payloads per rank). ``topology="server"``: payloads go to the
+    server rank, which decodes and returns the fp32 mean (Alg. 2 as written).
+
+    Bits: a P2 worker sends ``32*#buckets + n*ceil(log2 k)`` bits (``n*log2 3 = 1.585 n`` for
+    ``k = 3``), a P1 worker DQSG's ``32*#buckets + n*ceil(log2(2M+1))``.
+
+    Variance and failures: a P2 worker's error is DQSG's with ``Delta = 1/L1`` when decoding
+    succeeds (``alpha = 1``); decoding fails, undetected, where ``|g_p - g_bar|`` is large
+    compared with the coarse cell ``k*sigma_p/L1`` (spec 1.8: ``P(fail) <= Delta1^2 /
+    (3 Delta2^2) + 4 alpha^2 sigma_z^2 / Delta2^2``). With ``record=True`` the scheme keeps the
+    last step's decoded tensors and side information, and :meth:`failure_rate` measures the
+    rate when the caller knows the true gradients (simulation).
+
+    Error feedback is not offered: a nested sender cannot know what the receiver decodes.
+
+    References: Abdi & Fekri, "Nested Dithered Quantization for Communication Reduction in
+    Distributed Training", Alg. 2; spec 1.6-1.8.
+    """
+
+    name = "nested"
+    feedback_roles = ()
+
+    def __init__(
+        self,
+        compressor: Compressor,
+        *,
+        run_seed: int = 0,
+        error_feedback: bool = False,
+        coarse: Compressor | None = None,
+        ratio: float = 0.5,
+        topology: str = "allgather",
+        server: int = 0,
+        record: bool = False,
+    ) -> None:
+        if error_feedback:
+            raise ValueError(
+                "the nested scheme has no error feedback (the sender cannot know "
+                "what a nested payload decodes to)"
+            )
+        if topology not in _TOPOLOGIES:
+            raise ValueError(f"topology must be one of {_TOPOLOGIES}, got {topology!r}")
+        if not 0.0 < ratio <= 1.0:
+            raise ValueError(f"ratio (the share of DQSG workers) must lie in (0, 1], got {ratio}")
+        super().__init__(compressor, run_seed=run_seed)
+        self.coarse = coarse if coarse is not None else DQSG(M=2)
+        if self.coarse.needs_side_information:
+            raise ValueError("the P1 (coarse) compressor must decode without side information")
+        self.ratio = ratio
+        self.topology = topology
+        self.server = server
+        self.record = record
+        self.decoded: list[torch.Tensor] = []
+        self.side: list[torch.Tensor | None] = []
+        self._fp32 = Identity()
+
+    @classmethod
+    def check_compatible(cls, compressor: Compressor) -> None:
+        if not compressor.needs_side_information:
+            raise ValueError(
+                f"the nested scheme needs a side-information compressor (ndqsg), not "
+                f"{compressor.name}"
+            )
+
+    def first_group(self, world_size: int) -> int:
+        """``|P1| = ceil(ratio * P)``: ranks below it send DQSG."""
+        return max(1, math.ceil(self.ratio * world_size - 1e-9))
+
+    def reduce(
+        self, transport: Transport, tensor: torch.Tensor, step: int, tensor_index: int = 0
+    ) -> torch.Tensor:
+        transport.meter.step = step
+        rank, size = transport.rank, transport.world_size
+        own = self.coarse if rank < self.first_group(size) else self.compressor
+        payload = bytes(own.encode(tensor, self.key(rank, step, tensor_index)).payload)
+        if self.topology == "allgather":
+            return self._decode_all(transport.all_gather_bytes(payload), tensor, step, tensor_index)
+        gathered = transport.gather_bytes(payload, self.server)
+        down_key = self.key(size, step, tensor_index)
+        down = None
+        if gathered is not None:
+            mean = self._decode_all(gathered, tensor, step, tensor_index)
+            down = bytes(self._fp32.encode(mean, down_key).payload)
+        received = transport.broadcast_bytes(down, self.server)
+        work = working_dtype(tensor.dtype)
+        return self._fp32.decode(received, expected_key=down_key, shape=tensor.shape, dtype=work)
+
+    def _decode_all(
+        self, payloads: list[bytes], tensor: torch.Tensor, step: int, tensor_index: int
+    ) -> torch.Tensor:
+        shape, dtype = tensor.shape, tensor.dtype
+        mean = torch.zeros(shape, dtype=working_dtype(dtype))
+        first = self.first_group(len(payloads))
+        decoded, sides = [], []
+        for rank, payload in enumerate(payloads):
+            key = self.key(rank, step, tensor_index)
+            side = None if rank < first else mean.clone()
+            codec = self.coarse if side is None else self.compressor
+            g_hat = codec.decode(payload, expected_key=key, shape=shape, dtype=dtype, side=side)
+            mean += (g_hat.to(mean.dtype) - mean) / (rank + 1)
+            if self.record:
+                decoded.append(g_hat)
+                sides.append(side)
+        self.decoded, self.side = decoded, sides
+        return mean
+
+    def failure_rate(self, true_tensors: list[torch.Tensor]) -> float:
+        """Fraction of the P2 coordinates of the last recorded step that were decoded wrongly
+        (spec 1.6), given every rank's true tensor; needs ``record=True``."""
+        if not self.record or not self.decoded:
+            raise ValueError("construct the scheme with record=True and run a step first")
+        if len(true_tensors) != len(self.decoded):
+            raise ValueError(f"need {len(self.decoded)} true tensors, got {len(true_tensors)}")
+        nested = self.compressor
+        assert isinstance(nested, NDQSG)
+        rates = [
+            failure_rate(
+                g,
+                g_hat,
+                side,
+                L1=nested.L1,
+                alpha=nested.alpha,
+                bucket_size=nested.bucket_size or None,
+            )
+            for g, g_hat, side in zip(true_tensors, self.decoded, self.side, strict=True)
+            if side is not None
+        ]
+        return sum(rates) / len(rates) if rates else 0.0
