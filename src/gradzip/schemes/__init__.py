@@ -29,6 +29,28 @@ SCHEMES: dict[str, type[Scheme]] = {
     )
 }
 
+#: Named configurations worth comparing: ``"name[option]" -> (scheme name, its options)``.
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "allgather": ("allgather", {}),
+    "ps[fp32]": ("ps", {"downlink": "fp32"}),
+    "ps[requantize]": ("ps", {"downlink": "requantize"}),
+    "ps_intsum[sum]": ("ps_intsum", {"downlink": "sum"}),
+    "ps_intsum[requantize]": ("ps_intsum", {"downlink": "requantize"}),
+    "allreduce": ("allreduce", {}),
+    "ring": ("ring", {}),
+    "nested[allgather]": ("nested", {"topology": "allgather"}),
+    "nested[server]": ("nested", {"topology": "server"}),
+}
+
+
+def make_variant(variant: str, compressor: Compressor, **options: Any) -> Scheme:
+    """The configuration ``variant`` of :data:`VARIANTS` (``options`` add to or override it)."""
+    try:
+        name, preset = VARIANTS[variant]
+    except KeyError:
+        raise ValueError(f"unknown variant {variant!r}; choose one of {sorted(VARIANTS)}") from None
+    return make_scheme(name, compressor, **{**preset, **options})
+
 
 def make_scheme(name: str, compressor: Compressor, **options: Any) -> Scheme:
     """The scheme called ``name`` around ``compressor`` (``options``: ``run_seed``,
@@ -42,6 +64,7 @@ def make_scheme(name: str, compressor: Compressor, **options: Any) -> Scheme:
 
 __all__ = [
     "SCHEMES",
+    "VARIANTS",
     "AllGatherDecode",
     "IntegerAllreduce",
     "NestedScheme",
@@ -50,4 +73,5 @@ __all__ = [
     "Scheme",
     "ServerIntegerSum",
     "make_scheme",
+    "make_variant",
 ]
