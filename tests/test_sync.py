@@ -15,6 +15,7 @@ from gradzip.comm.spawn import run_processes
 from gradzip.comm.transport import Transport
 from gradzip.errors import GradzipError, NonFiniteInputError, PayloadMismatchError
 from gradzip.optim import CompressedOptimizer
+from gradzip.schemes import SCHEMES, VARIANTS, make_variant
 from gradzip.sync import GradientSync
 
 RUN_SEED = 5
@@ -37,10 +38,12 @@ def model() -> torch.nn.Module:
     return net
 
 
-def make(transport: Transport, net: torch.nn.Module, name: str, ef: bool) -> CompressedOptimizer:
+def make(
+    transport: Transport, net: torch.nn.Module, name: str, ef: bool, variant: str = "allgather"
+) -> CompressedOptimizer:
     cls = gradzip.get(name)
-    compressor = cls(**cls.example_params)
-    sync = GradientSync(transport, compressor, error_feedback=ef, run_seed=RUN_SEED)
+    scheme = make_variant(variant, cls(**cls.example_params), error_feedback=ef, run_seed=RUN_SEED)
+    sync = GradientSync(transport, scheme=scheme)
     return CompressedOptimizer(torch.optim.SGD(net.parameters(), lr=0.05), sync)
 
 
@@ -51,11 +54,12 @@ def train(
     steps: int,
     state: bytes | None = None,
     first: int = 0,
+    variant: str = "allgather",
 ) -> tuple[list[np.ndarray], bytes]:
     """Train ``steps`` steps from step ``first`` (resuming from ``state`` if given); returns the
     parameters and a checkpoint. Module level, so spawned processes can import it."""
     net = model()
-    opt = make(transport, net, name, ef)
+    opt = make(transport, net, name, ef, variant)
     if state is not None:
         saved = torch.load(io.BytesIO(state), weights_only=True)
         net.load_state_dict(saved["model"])
@@ -98,14 +102,28 @@ def test_identity_equals_exact_gradient_averaging() -> None:
     assert params_bytes(results[0][0]) == params_bytes(reference)
 
 
-def test_resume_from_a_checkpoint_is_bit_exact() -> None:
-    straight = run_local(2, lambda t: train(t, "dqsg", True, steps=6))
-    first = run_local(2, lambda t: train(t, "dqsg", True, steps=3))
+def variant_setups() -> list[tuple[str, str, bool]]:
+    """One (variant, compressor, error feedback) per scheme variant, with every buffer in use."""
+    return [
+        (v, "ndqsg", False)
+        if v.startswith("nested")
+        else (v, "dqsg", SCHEMES[n].feedback_roles != ())
+        for v, (n, _) in VARIANTS.items()
+    ]
+
+
+@pytest.mark.parametrize(("variant", "name", "ef"), variant_setups())
+def test_resume_from_a_checkpoint_is_bit_exact(variant: str, name: str, ef: bool) -> None:
+    straight = run_local(3, lambda t: train(t, name, ef, steps=6, variant=variant))
+    first = run_local(3, lambda t: train(t, name, ef, steps=3, variant=variant))
     resumed = run_local(
-        2, lambda t: train(t, "dqsg", True, steps=3, state=first[t.rank][1], first=3)
+        3,
+        lambda t: train(t, name, ef, steps=3, state=first[t.rank][1], first=3, variant=variant),
     )
-    for rank in range(2):
+    for rank in range(3):
         assert params_bytes(resumed[rank][0]) == params_bytes(straight[rank][0])
+    interrupted = [params_bytes(p) for p, _ in first]
+    assert interrupted[0] != params_bytes(straight[0][0])  # the resumed half did something
 
 
 def test_non_finite_gradient_on_one_rank_stops_every_rank_and_changes_nothing() -> None:
@@ -153,6 +171,49 @@ def test_real_processes_train_exactly_like_the_simulation() -> None:
     simulated = run_local(2, lambda t: train(t, "dqsg", True, 3))
     for rank in range(2):
         assert params_bytes(real[rank][0]) == params_bytes(simulated[rank][0])
+
+
+@pytest.mark.parametrize(("variant", "name", "ef"), [s for s in variant_setups() if s[2]])
+def test_a_failed_step_leaves_every_scheme_buffer_unchanged(
+    variant: str, name: str, ef: bool
+) -> None:
+    """Tensor 0 goes through (its buffers change), then rank 1 sends tensor 1 with another
+    run seed: every rank raises, and the whole scheme state is as before the step."""
+
+    def body(transport: Transport) -> tuple[bool, int]:
+        scheme = make_variant(variant, gradzip.create(name), error_feedback=ef, run_seed=4)
+        sync = GradientSync(transport, scheme=scheme)
+        gen = torch.Generator().manual_seed(transport.rank)
+        sync.synchronize([torch.randn(6, 3, generator=gen)])
+        before = sync.state_dict()
+        mean = sync.scheme.reduce
+
+        def sabotage(t: Transport, g: torch.Tensor, step: int, index: int = 0) -> torch.Tensor:
+            if index == 1 and t.rank == 1:
+                scheme.run_seed = 99  # this rank's payloads now carry another run seed
+            return mean(t, g, step, index)
+
+        sync.scheme.reduce = sabotage  # type: ignore[method-assign]
+        try:
+            sync.synchronize([torch.randn(6, 3, generator=gen), torch.randn(4, generator=gen)])
+        except GradzipError:
+            scheme.run_seed = 4
+            after = sync.state_dict()
+            return str(after) == str(before) and _same_tensors(before, after), sync.step
+        return False, sync.step
+
+    for restored, step in run_local(3, body, timeout=3.0):
+        assert restored and step == 1
+
+
+def _same_tensors(a: object, b: object) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return torch.equal(a, b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_tensors(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_tensors(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
 
 
 def test_a_step_failing_half_way_restores_error_feedback() -> None:

@@ -8,16 +8,26 @@ needs (``bits`` is written in the header's bucket-size field).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from gradzip.codecs.bitpack import pack_bits, unpack_bits
+from gradzip.comm.transport import Transport
 from gradzip.compressors.base import tensor_bytes
-from gradzip.errors import CorruptPayloadError, KeyMismatchError, PayloadMismatchError
+from gradzip.errors import (
+    CorruptPayloadError,
+    GradzipError,
+    KeyMismatchError,
+    PayloadMismatchError,
+)
 from gradzip.keys import StreamKey
 from gradzip.payload import Header, build_payload, parse_payload
 
 INT_CODEC = 40  # packed non-negative integers (code sums)
 FLOAT_CODEC = 41  # float32 vectors (scales)
+ABORT_CODEC = 42  # a server's "this step failed" notice, with the reason as UTF-8
+_CODEC_BYTE = 3  # offset of the codec id in every header (after the magic and the version)
 
 
 def bits_for(max_value: int) -> int:
@@ -38,9 +48,7 @@ def unpack_ints(payload: bytes, n: int, bits: int, key: StreamKey) -> torch.Tens
         raise PayloadMismatchError(
             f"integer message packed at {header.bucket_size} bits; expected {bits}"
         )
-    return unpack_bits(torch.frombuffer(bytearray(body), dtype=torch.uint8), n, bits).to(
-        torch.int64
-    )
+    return unpack_bits(_bytes(body), n, bits).to(torch.int64)
 
 
 def pack_floats(values: torch.Tensor, key: StreamKey) -> bytes:
@@ -55,10 +63,17 @@ def unpack_floats(payload: bytes, n: int, key: StreamKey) -> torch.Tensor:
     _, body = _open(payload, FLOAT_CODEC, n, key)
     if len(body) != 4 * n:
         raise CorruptPayloadError(f"float message body has {len(body)} bytes, expected {4 * n}")
-    values = torch.frombuffer(bytearray(body), dtype=torch.float32) if n else torch.empty(0)
+    values = _bytes(body).view(torch.float32) if n else torch.empty(0)
     if not bool(torch.isfinite(values).all()):
         raise CorruptPayloadError("float message holds NaN or Inf")
     return values
+
+
+def _bytes(body: memoryview) -> torch.Tensor:
+    """A uint8 copy of ``body`` (``torch.frombuffer`` refuses empty buffers)."""
+    if len(body) == 0:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer(bytearray(body), dtype=torch.uint8)
 
 
 def _open(payload: bytes, codec: int, n: int, key: StreamKey) -> tuple[Header, memoryview]:
@@ -72,3 +87,41 @@ def _open(payload: bytes, codec: int, n: int, key: StreamKey) -> tuple[Header, m
     if header.shape != (n,):
         raise PayloadMismatchError(f"message holds shape {header.shape}, expected ({n},)")
     return header, body
+
+
+class ServerAbortError(GradzipError):
+    """The server rank could not complete the step and told every worker why."""
+
+
+def serve(
+    transport: Transport,
+    payload: bytes,
+    server: int,
+    reply: Callable[[list[bytes]], bytes],
+    key: StreamKey,
+) -> bytes:
+    """Gather ``payload`` at ``server``, which broadcasts ``reply(payloads)``; returns that reply
+    on every rank.
+
+    If ``reply`` raises on the server (a payload of another step, a corrupt message), the
+    server broadcasts an abort notice before re-raising, so the workers raise
+    :class:`ServerAbortError` at once, naming the reason, instead of waiting for a timeout.
+    """
+    gathered = transport.gather_bytes(payload, server)
+    message = None
+    if gathered is not None:
+        try:
+            message = reply(gathered)
+        except Exception as err:
+            reason = f"{type(err).__name__}: {err}".encode()
+            header = Header(ABORT_CODEC, torch.float32, (len(reason),), 0, key, b"")
+            transport.broadcast_bytes(build_payload(header, [reason]), server)
+            raise
+    received = transport.broadcast_bytes(message, server)
+    if len(received) > _CODEC_BYTE and received[_CODEC_BYTE] == ABORT_CODEC:
+        header, body = parse_payload(received)
+        raise ServerAbortError(
+            f"rank {transport.rank}: the server (rank {server}) abandoned step {header.key.step}, "
+            f"nothing was applied: {bytes(body).decode(errors='replace')}"
+        )
+    return received

@@ -13,6 +13,7 @@ from gradzip.compressors.base import Compressor
 from gradzip.compressors.dqsg import DQSG
 from gradzip.compressors.identity import Identity
 from gradzip.compressors.ndqsg import NDQSG
+from gradzip.schemes._messages import serve
 from gradzip.schemes.base import Scheme, working_dtype
 
 _TOPOLOGIES = ("allgather", "server")
@@ -103,13 +104,13 @@ class NestedScheme(Scheme):
         payload = bytes(own.encode(tensor, self.key(rank, step, tensor_index)).payload)
         if self.topology == "allgather":
             return self._decode_all(transport.all_gather_bytes(payload), tensor, step, tensor_index)
-        gathered = transport.gather_bytes(payload, self.server)
         down_key = self.key(size, step, tensor_index)
-        down = None
-        if gathered is not None:
+
+        def reply(gathered: list[bytes]) -> bytes:
             mean = self._decode_all(gathered, tensor, step, tensor_index)
-            down = bytes(self._fp32.encode(mean, down_key).payload)
-        received = transport.broadcast_bytes(down, self.server)
+            return bytes(self._fp32.encode(mean, down_key).payload)
+
+        received = serve(transport, payload, self.server, reply, down_key)
         work = working_dtype(tensor.dtype)
         return self._fp32.decode(received, expected_key=down_key, shape=tensor.shape, dtype=work)
 

@@ -7,6 +7,7 @@ import torch
 from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor
 from gradzip.compressors.identity import Identity
+from gradzip.schemes._messages import serve
 from gradzip.schemes.base import Scheme, working_dtype
 
 _DOWNLINKS = ("fp32", "requantize")
@@ -67,20 +68,19 @@ class ParameterServer(Scheme):
         payload, dtype = self.encode_own(
             "worker", tensor, self.key(transport.rank, step, tensor_index)
         )
-        gathered = transport.gather_bytes(payload, self.server)
         down_key = self.key(size, step, tensor_index)
         down_dtype = working_dtype(dtype)
-        down = None
-        if gathered is not None:
-            total = torch.zeros(shape, dtype=working_dtype(dtype))
+
+        def reply(gathered: list[bytes]) -> bytes:
+            total = torch.zeros(shape, dtype=down_dtype)
             for rank, received in enumerate(gathered):
                 total += self.decode(received, self.key(rank, step, tensor_index), shape, dtype)
             mean = total.div_(size)
             if self.downlink == "fp32":
-                down = bytes(self._fp32.encode(mean, down_key).payload)
-            else:
-                down, down_dtype = self.encode_own("server", mean, down_key)
-        received_down = transport.broadcast_bytes(down, self.server)
+                return bytes(self._fp32.encode(mean, down_key).payload)
+            return self.encode_own("server", mean, down_key)[0]
+
+        received_down = serve(transport, payload, self.server, reply, down_key)
         decoder = self._fp32 if self.downlink == "fp32" else self.compressor
         out = decoder.decode(received_down, expected_key=down_key, shape=shape, dtype=down_dtype)
         return out.to(working_dtype(tensor.dtype))

@@ -13,6 +13,9 @@ from gradzip.schemes.base import Scheme, working_dtype
 class RingRequantize(Scheme):
     """Compressed reduce-scatter + allgather, with the sender and owner error-feedback buffers.
 
+    A rank that rejects a message (another step or seed) stops; its neighbours then fail when
+    the transport's timeout expires, not at once as in the server schemes.
+
     The tensor is split into ``P`` contiguous slices along its first axis (rows of a weight
     matrix, i.e. per output neuron; elements of a vector), sizes differing by at most one row;
     rank ``r`` owns slice ``r``.

@@ -9,7 +9,14 @@ from gradzip.compressors.base import Compressor
 from gradzip.errors import CorruptPayloadError
 from gradzip.rng import local_uniform
 from gradzip.schemes._grid_scheme import GridScheme
-from gradzip.schemes._messages import bits_for, pack_floats, pack_ints, unpack_floats, unpack_ints
+from gradzip.schemes._messages import (
+    bits_for,
+    pack_floats,
+    pack_ints,
+    serve,
+    unpack_floats,
+    unpack_ints,
+)
 
 _DOWNLINKS = ("sum", "requantize")
 
@@ -65,18 +72,17 @@ class ServerIntegerSum(GridScheme):
         self, transport: Transport, statistic: torch.Tensor, step: int, tensor_index: int
     ) -> torch.Tensor:
         n = statistic.numel()
-        gathered = transport.gather_bytes(
-            pack_floats(statistic, self.key(transport.rank, step, tensor_index)), self.server
-        )
         down = self.key(transport.world_size, step, tensor_index)
-        message = None
-        if gathered is not None:
+
+        def reply(gathered: list[bytes]) -> bytes:
             every = [
                 unpack_floats(m, n, self.key(rank, step, tensor_index))
                 for rank, m in enumerate(gathered)
             ]
-            message = pack_floats(torch.stack(every).amax(dim=0), down)
-        return unpack_floats(transport.broadcast_bytes(message, self.server), n, down)
+            return pack_floats(torch.stack(every).amax(dim=0), down)
+
+        mine = pack_floats(statistic, self.key(transport.rank, step, tensor_index))
+        return unpack_floats(serve(transport, mine, self.server, reply, down), n, down)
 
     def _mean(
         self,
@@ -88,28 +94,28 @@ class ServerIntegerSum(GridScheme):
     ) -> torch.Tensor:
         size, n, s = transport.world_size, symbols.numel(), self.grid.grid_levels()
         up_bits = bits_for(2 * s)
-        mine = pack_ints(symbols, up_bits, self.key(transport.rank, step, tensor_index))
-        gathered = transport.gather_bytes(mine, self.server)
         down = self.key(size, step, tensor_index)
-        offsets = self.grid.grid_offsets(down, 1) is not None
-        top = s + 1 if offsets else s  # the re-quantized grid's levels per sign
+        top = s + 1 if self.grid.grid_offsets(down, 1) is not None else s  # re-quantized grid
         sum_bits, requant_bits = bits_for(2 * s * size), bits_for(2 * top)
-        message = None
-        if gathered is not None:
+
+        def reply(gathered: list[bytes]) -> bytes:
             sums = torch.zeros(n, dtype=torch.int64)
             for rank, m in enumerate(gathered):
                 sums += unpack_ints(m, n, up_bits, self.key(rank, step, tensor_index))
             if self.downlink == "sum":
-                message = pack_ints(sums, sum_bits, down)
-            else:
-                keys = [self.key(p, step, tensor_index) for p in range(size)]
-                mean_levels = self._net_levels(sums, keys).div_(size)
-                u = local_uniform(down, n).to(torch.float64)
-                rounded = mean_levels.add_(u).floor_().clamp_(-top, top).to(torch.int64)
-                message = pack_ints(rounded + top, requant_bits, down)
-        received = transport.broadcast_bytes(message, self.server)
+                return pack_ints(sums, sum_bits, down)
+            keys = [self.key(p, step, tensor_index) for p in range(size)]
+            mean_levels = self._net_levels(sums, keys).div_(size)
+            u = local_uniform(down, n).to(torch.float64)
+            rounded = mean_levels.add_(u).floor_().clamp_(-top, top).to(torch.int64)
+            return pack_ints(rounded + top, requant_bits, down)
+
+        mine = pack_ints(symbols, up_bits, self.key(transport.rank, step, tensor_index))
+        received = serve(transport, mine, self.server, reply, down)
         if self.downlink == "sum":
             sums = unpack_ints(received, n, sum_bits, down)
+            if n and int(sums.max()) > 2 * s * size:
+                raise CorruptPayloadError(f"code sums beyond {2 * s * size} in step {step}")
             return self._decode_sum(sums, scales, step, tensor_index, size)
         symbols_down = unpack_ints(received, n, requant_bits, down)
         if n and int(symbols_down.max()) > 2 * top:
