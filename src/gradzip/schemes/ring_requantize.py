@@ -62,7 +62,9 @@ class RingRequantize(Scheme):
         size, rank = transport.world_size, transport.rank
         work = working_dtype(tensor.dtype)
         x = tensor.detach().to("cpu")
-        rows = x.reshape(x.shape[0], -1) if x.dim() >= 1 and x.numel() else x.reshape(-1, 1)
+        # slices along the first axis; a vector stays a vector, so per-row codecs (onebit)
+        # group its slices as they would the whole vector
+        rows = x.reshape(1) if x.dim() == 0 else x
         bounds = slice_bounds(rows.shape[0], size)
 
         def piece(t: torch.Tensor, part: int) -> torch.Tensor:
