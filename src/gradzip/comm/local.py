@@ -35,6 +35,9 @@ class LocalGroup:
         self.world_size = world_size
         self.timeout = timeout
         self.failed = threading.Event()  # set when any rank raised: the others stop waiting
+        # ranks whose transport timed out: like a real process group's closed connections, any
+        # later message to or from them fails, even one already queued
+        self.broken: set[int] = set()
         self._queues = {
             (src, dst): queue.SimpleQueue[bytes]()
             for src in range(world_size)
@@ -54,10 +57,24 @@ class LocalTransport(Transport):
         self._group = group
 
     def _start_send(self, dst: int, data: bytes) -> _Done:
+        self._check_usable(dst)
         self._group._queues[self.rank, dst].put(bytes(data))
         return _Done()
 
+    def _check_usable(self, peer: int) -> None:
+        if self.rank in self._group.broken:
+            raise GradzipError(
+                f"rank {self.rank}: this transport timed out earlier and its message stream is "
+                "out of step"
+            )
+        if peer in self._group.broken:
+            raise GradzipError(
+                f"rank {self.rank}: rank {peer} timed out earlier waiting for a peer and left "
+                "the group"
+            )
+
     def _recv(self, src: int) -> bytes:
+        self._check_usable(src)
         box = self._group._queues[src, self.rank]
         deadline = time.monotonic() + self._group.timeout
         while True:
@@ -69,6 +86,7 @@ class LocalTransport(Transport):
                         f"rank {self.rank}: gave up waiting for rank {src}: another rank failed"
                     ) from None
                 if time.monotonic() >= deadline:
+                    self._group.broken.add(self.rank)
                     raise GradzipError(
                         f"rank {self.rank}: no message from rank {src} within "
                         f"{self._group.timeout} s (the peer failed or stalled)"

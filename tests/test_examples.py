@@ -1,0 +1,63 @@
+"""The torchrun example, launched as a user would: two processes, a few steps, ranks agree."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "examples" / "torchrun_train.py"
+
+
+def torchrun(*args: str, nproc: int = 2) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc_per_node=nproc examples/torchrun_train.py args``."""
+    launcher = Path(sys.executable).with_name("torchrun")
+    command = (
+        [str(launcher)] if launcher.exists() else [sys.executable, "-m", "torch.distributed.run"]
+    )
+    return subprocess.run(
+        [*command, "--standalone", f"--nproc_per_node={nproc}", str(SCRIPT), *args],
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+def checked(run: subprocess.CompletedProcess[str], steps: int, nproc: int = 2) -> str:
+    """The parameter checksum rank 0 printed, after checking the rest of the printout."""
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert re.findall(r"^step +(\d+) +loss \d+\.\d+$", run.stdout, re.M) == [
+        str(s) for s in range(steps)
+    ]
+    traffic = re.findall(r"^  rank (\d+): sent ([\d,.]+) B, received ([\d,.]+) B", run.stdout, re.M)
+    assert [int(rank) for rank, _, _ in traffic] == list(range(nproc))
+    assert all(float(sent.replace(",", "")) > 0 for _, sent, _ in traffic)
+    found = re.search(r"^parameter checksum ([0-9a-f]{16}): all ranks agree$", run.stdout, re.M)
+    assert found is not None, run.stdout
+    return found.group(1)
+
+
+ARGS = ("--steps", "3", "--compressor", "topk", "--error-feedback", "--timeout", "30")
+
+
+@pytest.mark.distributed
+def test_torchrun_example_trains_and_every_rank_agrees() -> None:
+    checked(torchrun(*ARGS), steps=3)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.skipif(
+    importlib.util.find_spec("gradzip.integrations.ddp") is None, reason="no DDP hook"
+)
+def test_torchrun_example_with_the_ddp_hook_trains_the_same_parameters() -> None:
+    # the DDP hook averages exactly what CompressedOptimizer does: the same parameters
+    assert checked(torchrun(*ARGS, "--ddp"), steps=3) == checked(torchrun(*ARGS), steps=3)
