@@ -29,8 +29,8 @@ test-slow: setup
 	$(BIN)/pytest -m slow
 
 lint: setup
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests examples
+	$(BIN)/ruff format --check src tests examples
 
 typecheck: setup
 	$(BIN)/mypy

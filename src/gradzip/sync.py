@@ -9,9 +9,9 @@ import torch
 
 from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor
-from gradzip.errors import GradzipError, NonFiniteInputError
 from gradzip.schemes import AllGatherDecode
 from gradzip.schemes.base import Scheme
+from gradzip.stepping import agree_all_finite, check_on_nonfinite, load_step_state, step_state
 
 _STATE_VERSION = 2
 
@@ -54,14 +54,12 @@ class GradientSync:
             raise ValueError(
                 "error_feedback and run_seed are the scheme's settings: pass them to the scheme"
             )
-        if on_nonfinite not in ("raise", "skip"):
-            raise ValueError(f"on_nonfinite must be 'raise' or 'skip', got {on_nonfinite!r}")
         if scheme is None:
             assert compressor is not None
             scheme = AllGatherDecode(compressor, run_seed=run_seed, error_feedback=error_feedback)
         self.transport = transport
         self.scheme = scheme
-        self.on_nonfinite = on_nonfinite
+        self.on_nonfinite = check_on_nonfinite(on_nonfinite)
         self.step = 0
         self.skipped_steps = 0
 
@@ -88,43 +86,16 @@ class GradientSync:
         return means
 
     def _agree_all_finite(self, gradients: Sequence[torch.Tensor]) -> bool:
-        finite = all(bool(torch.isfinite(g).all()) for g in gradients)
-        self.transport.meter.step = self.step
-        flags = self.transport.all_gather_bytes(b"\x01" if finite else b"\x00")
-        bad = [rank for rank, flag in enumerate(flags) if flag != b"\x01"]
-        if bad and self.on_nonfinite == "raise":
-            raise NonFiniteInputError(
-                f"step {self.step}: rank(s) {bad} have NaN or Inf gradients; no rank applied "
-                "anything (parameters and error-feedback state unchanged)"
-            )
-        return not bad
+        return agree_all_finite(self.transport, gradients, self.step, self.on_nonfinite, "")
 
     def state_dict(self) -> dict[str, Any]:
         """The step counter, the run seed and the scheme's buffers (``torch.save``-able)."""
-        return {
-            "version": _STATE_VERSION,
-            "step": self.step,
-            "skipped_steps": self.skipped_steps,
-            "run_seed": self.run_seed,
-            "rank": self.transport.rank,
-            "world_size": self.transport.world_size,
-            "scheme": self.scheme.state_dict(),
-        }
+        return step_state(
+            _STATE_VERSION, self.step, self.skipped_steps, self.transport, self.scheme
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`; the run seed, rank and group size must match."""
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(f"sync state has version {state.get('version')!r}")
-        for name, mine in (
-            ("run_seed", self.run_seed),
-            ("rank", self.transport.rank),
-            ("world_size", self.transport.world_size),
-        ):
-            if state[name] != mine:
-                raise GradzipError(f"sync state was saved with {name} {state[name]}, not {mine}")
-        try:
-            self.scheme.load_state_dict(state["scheme"])
-        except ValueError as err:
-            raise GradzipError(f"sync state does not fit this scheme: {err}") from err
-        self.step = int(state["step"])
-        self.skipped_steps = int(state["skipped_steps"])
+        self.step, self.skipped_steps = load_step_state(
+            state, _STATE_VERSION, "sync state", self.transport, self.scheme
+        )

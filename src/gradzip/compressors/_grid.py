@@ -58,5 +58,5 @@ class CommonGrid:
         raise NotImplementedError
 
     def grid_offsets(self, key: StreamKey, n: int) -> torch.Tensor | None:
-        """What the receiver subtracts from rank ``key.rank``'s levels (float64), or None."""
+        """What the receiver subtracts from rank ``key.rank``'s levels (float32), or None."""
         return None

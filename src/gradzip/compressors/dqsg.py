@@ -182,8 +182,8 @@ class DQSG(Compressor, CommonGrid):
         return scales.to(torch.float64) / self.M
 
     def grid_offsets(self, key: StreamKey, n: int) -> torch.Tensor | None:
-        """The subtractive dither ``up = u01 - 1/2`` of rank ``key.rank``."""
-        return shared_uniform(key, n).to(torch.float64).sub_(0.5)
+        """The subtractive dither ``up = u01 - 1/2`` of rank ``key.rank`` (exact in float32)."""
+        return shared_uniform(key, n).sub_(0.5)
 
 
 def dither_symbols(

@@ -59,12 +59,12 @@ from gradzip.comm.transport import Transport
 from gradzip.errors import GradzipError, NonFiniteInputError
 from gradzip.feedback import Slot
 from gradzip.schemes.base import Scheme
+from gradzip.stepping import agree_all_finite, check_on_nonfinite, load_step_state, step_state
 
 if TYPE_CHECKING:
     from torch.nn.parallel import DistributedDataParallel
 
 _STATE_VERSION = 1
-_ON_NONFINITE = ("raise", "skip")
 
 
 class GradzipHookState:
@@ -125,11 +125,9 @@ class GradzipHookState:
             raise TypeError(f"GradzipHookState needs a gradzip Scheme, got {type(scheme).__name__}")
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        if on_nonfinite not in _ON_NONFINITE:
-            raise ValueError(f"on_nonfinite must be 'raise' or 'skip', got {on_nonfinite!r}")
         self.scheme = scheme
         self.transport: Transport = DistributedTransport() if transport is None else transport
-        self.on_nonfinite = on_nonfinite
+        self.on_nonfinite = check_on_nonfinite(on_nonfinite)
         self.step = 0
         self.skipped_steps = 0
         # the list keeps the parameters alive, so their ids stay theirs
@@ -220,20 +218,15 @@ class GradzipHookState:
             ) from None
 
     def _agree_all_finite(self, grads: list[torch.Tensor], position: int) -> bool:
-        finite = (
-            bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()) if grads else True
+        return agree_all_finite(
+            self.transport,
+            grads,
+            self.step,
+            self.on_nonfinite,
+            f", DDP bucket {position}",
+            ". DDP will refuse the next forward pass of this wrapper: wrap the module again and "
+            "register this hook state on it, or resume from a checkpoint",
         )
-        self.transport.meter.step = self.step
-        flags = self.transport.all_gather_bytes(b"\x01" if finite else b"\x00")
-        bad = [rank for rank, flag in enumerate(flags) if flag != b"\x01"]
-        if bad and self.on_nonfinite == "raise":
-            raise NonFiniteInputError(
-                f"step {self.step}, DDP bucket {position}: rank(s) {bad} have NaN or Inf "
-                "gradients; no rank applied anything (error-feedback state and step counter "
-                "unchanged). DDP will refuse the next forward pass of this wrapper: wrap the "
-                "module again and register this hook state on it, or resume from a checkpoint"
-            )
-        return not bad
 
     # -- step bookkeeping ----------------------------------------------------------------------
     def _begin_step(self) -> None:
@@ -256,39 +249,16 @@ class GradzipHookState:
         scheme's buffers (``torch.save``-able); with the model's and the optimizer's state it
         resumes a run bit-exactly."""
         self._roll_back()
-        return {
-            "version": _STATE_VERSION,
-            "step": self.step,
-            "skipped_steps": self.skipped_steps,
-            "run_seed": self.run_seed,
-            "rank": self.transport.rank,
-            "world_size": self.transport.world_size,
-            "scheme": self.scheme.state_dict(),
-        }
+        return step_state(
+            _STATE_VERSION, self.step, self.skipped_steps, self.transport, self.scheme
+        )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from :meth:`state_dict`; the run seed, rank and group size must match."""
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(f"DDP hook state has version {state.get('version')!r}")
-        for name, mine in (
-            ("run_seed", self.run_seed),
-            ("rank", self.transport.rank),
-            ("world_size", self.transport.world_size),
-        ):
-            if state[name] != mine:
-                raise GradzipError(
-                    f"DDP hook state was saved with {name} {state[name]}, not {mine}"
-                )
-        step, skipped = int(state["step"]), int(state["skipped_steps"])
-        if step < 0 or skipped < 0:
-            raise ValueError(f"DDP hook state has step {step} and skipped_steps {skipped}")
         self._roll_back()
-        try:
-            self.scheme.load_state_dict(state["scheme"])
-        except ValueError as err:
-            raise GradzipError(f"DDP hook state does not fit this scheme: {err}") from err
-        self.step = step
-        self.skipped_steps = skipped
+        self.step, self.skipped_steps = load_step_state(
+            state, _STATE_VERSION, "DDP hook state", self.transport, self.scheme
+        )
 
 
 def gradzip_hook(state: GradzipHookState, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:

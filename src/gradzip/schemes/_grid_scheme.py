@@ -56,7 +56,7 @@ class GridScheme(Scheme):
                     "was updated"
                 )
             scales = self._agree(transport, self.grid.grid_statistic(x), step, tensor_index)
-            symbols = self.grid.grid_symbols(x, scales, own_key).to(torch.int64)
+            symbols = self.grid.grid_symbols(x, scales, own_key)
             own = torch.empty(0)
             if feedback is not None:
                 own = self._values(self._net_levels(symbols, [own_key]), scales)
@@ -75,26 +75,30 @@ class GridScheme(Scheme):
     def _decode_sum(
         self, sums: torch.Tensor, scales: torch.Tensor, step: int, tensor_index: int, count: int
     ) -> torch.Tensor:
-        """The mean of ranks ``0 .. count-1`` from the sum of their symbols (float64)."""
+        """The mean of ranks ``0 .. count-1`` from the sum of their symbols (float32)."""
         keys = [self.key(p, step, tensor_index) for p in range(count)]
-        return self._values(self._net_levels(sums, keys), scales).div_(count)
+        return self._values(self._net_levels(sums, keys), scales, count)
 
     def _net_levels(self, sums: torch.Tensor, keys: list[StreamKey]) -> torch.Tensor:
-        """``sum_p (level_p - offset_p)`` over the ranks of ``keys`` from their symbol sum."""
+        """``sum_p (level_p - offset_p)`` over the ranks of ``keys`` from their symbol sum.
+
+        float32 [CHOICE]: the integer part is exact (below 2**24) and the dithers add a
+        rounding of about ``P * 2**-24`` levels, far below the quantization error; every rank
+        runs the same operations in the same order, so all get the same bits.
+        """
         n = sums.numel()
-        levels = sums.to(torch.float64) - len(keys) * self.grid.grid_levels()
+        levels = sums.to(torch.float32).sub_(len(keys) * self.grid.grid_levels())
         for key in keys:
             offsets = self.grid.grid_offsets(key, n)
             if offsets is not None:
-                levels -= offsets
+                levels.sub_(offsets)
         return levels
 
-    def _values(self, levels: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-        """``levels * step`` per element (float64, in place)."""
+    def _values(self, levels: torch.Tensor, scales: torch.Tensor, count: int = 1) -> torch.Tensor:
+        """``levels * step / count`` per element (float32, in place)."""
         n = levels.numel()
-        return levels.mul_(
-            per_element(self.grid.grid_steps(scales), n, self.grid.grid_bucket_size(n))
-        )
+        steps = (self.grid.grid_steps(scales) / count).to(torch.float32)
+        return levels.mul_(per_element(steps, n, self.grid.grid_bucket_size(n)))
 
     @abstractmethod
     def _agree(
@@ -111,5 +115,5 @@ class GridScheme(Scheme):
         step: int,
         tensor_index: int,
     ) -> torch.Tensor:
-        """Exchange the ranks' symbols (int64, in ``[0, 2s]``) and return the mean (float64,
+        """Exchange the ranks' symbols (integers in ``[0, 2s]``) and return the mean (float32,
         flat), bit-identical on every rank."""

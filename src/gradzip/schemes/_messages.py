@@ -42,13 +42,13 @@ def pack_ints(values: torch.Tensor, bits: int, key: StreamKey) -> bytes:
 
 
 def unpack_ints(payload: bytes, n: int, bits: int, key: StreamKey) -> torch.Tensor:
-    """The ``n`` integers (int64) of a :func:`pack_ints` message that must carry ``key``."""
+    """The ``n`` integers (int32) of a :func:`pack_ints` message that must carry ``key``."""
     header, body = _open(payload, INT_CODEC, n, key)
     if header.bucket_size != bits:
         raise PayloadMismatchError(
             f"integer message packed at {header.bucket_size} bits; expected {bits}"
         )
-    return unpack_bits(_bytes(body), n, bits).to(torch.int64)
+    return unpack_bits(_bytes(body), n, bits).to(torch.int32)
 
 
 def pack_floats(values: torch.Tensor, key: StreamKey) -> bytes:

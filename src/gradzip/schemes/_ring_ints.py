@@ -36,14 +36,14 @@ def ring_allreduce_ints(
     max_value: int,
     key: Callable[[int, int], StreamKey],
 ) -> torch.Tensor:
-    """The element-wise sum over ranks of ``values`` (int64, each in ``[0, max_value]``).
+    """The element-wise sum over ranks of ``values`` (int32, each in ``[0, max_value]``).
 
     ``key(rank, chunk)`` names each message: reduce-scatter messages carry the sender and the
     slice, allgather messages the slice's owner and ``P + slice`` (they are forwarded as
     received, without repacking).
     """
     size, rank = transport.world_size, transport.rank
-    acc = values.to(torch.int64).clone()
+    acc = values.to(torch.int32, copy=True)
     if size == 1:
         return acc
     bounds = slice_bounds(acc.numel(), size)

@@ -99,16 +99,15 @@ class ServerIntegerSum(GridScheme):
         sum_bits, requant_bits = bits_for(2 * s * size), bits_for(2 * top)
 
         def reply(gathered: list[bytes]) -> bytes:
-            sums = torch.zeros(n, dtype=torch.int64)
+            sums = torch.zeros(n, dtype=torch.int32)
             for rank, m in enumerate(gathered):
                 sums += unpack_ints(m, n, up_bits, self.key(rank, step, tensor_index))
             if self.downlink == "sum":
                 return pack_ints(sums, sum_bits, down)
             keys = [self.key(p, step, tensor_index) for p in range(size)]
             mean_levels = self._net_levels(sums, keys).div_(size)
-            u = local_uniform(down, n).to(torch.float64)
-            rounded = mean_levels.add_(u).floor_().clamp_(-top, top).to(torch.int64)
-            return pack_ints(rounded + top, requant_bits, down)
+            rounded = mean_levels.add_(local_uniform(down, n)).floor_().clamp_(-top, top)
+            return pack_ints(rounded.add_(top).to(torch.int32), requant_bits, down)
 
         mine = pack_ints(symbols, up_bits, self.key(transport.rank, step, tensor_index))
         received = serve(transport, mine, self.server, reply, down)
@@ -122,4 +121,4 @@ class ServerIntegerSum(GridScheme):
             raise CorruptPayloadError(
                 f"re-quantized levels beyond +-{top} in the server's message of step {step}"
             )
-        return self._values(symbols_down.to(torch.float64).sub_(top), scales)
+        return self._values(symbols_down.to(torch.float32).sub_(top), scales)
