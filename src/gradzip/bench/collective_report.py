@@ -72,16 +72,16 @@ def make_row(
 
 
 HEADER = (
-    f"{'scheme':<16} {'compressor':<10} {'P':>2}  {'sent B/rank/step':>23}  "
+    f"{'scheme':<21} {'compressor':<10} {'P':>2}  {'sent B/rank/step':>23}  "
     f"{'recv B/rank/step':>23}  {'bits/elem':>9}  {'ms/step':>8}  bytes"
 )
-SUBHEADER = f"{'':<16} {'':<10} {'':>2}  {'mean / max':>23}  {'mean / max':>23}  {'(sent)':>9}"
+SUBHEADER = f"{'':<21} {'':<10} {'':>2}  {'mean / max':>23}  {'mean / max':>23}  {'(sent)':>9}"
 
 
 def format_row(row: CollectiveRow) -> str:
     source = "measured" if row.bytes_source == "measured" else "FORMULA 2(P-1)/P*bytes*n"
     return (
-        f"{row.scheme:<16} {row.compressor:<10} {row.world_size:>2}  "
+        f"{row.scheme:<21} {row.compressor:<10} {row.world_size:>2}  "
         f"{row.sent_mean:>11,.0f} / {row.sent_max:>9,.0f}  "
         f"{row.received_mean:>11,.0f} / {row.received_max:>9,.0f}  "
         f"{row.bits_per_element:>9.3f}  {row.ms_per_step:>8.2f}  {source}"
@@ -139,13 +139,13 @@ def format_growth(items: list[Growth]) -> list[str]:
     lines = [
         f"Growth of bytes per rank and step with P (ratio P={hi} / P={lo}; for reference "
         f"P-1 grows {(hi - 1) / (lo - 1):.2f}x, 2(P-1)/P grows {(hi - 1) * lo / (hi * (lo - 1)):.2f}x):",
-        f"{'scheme':<16} {'compressor':<10} {'mean sent':>10} {'mean recv':>10} "
+        f"{'scheme':<21} {'compressor':<10} {'mean sent':>10} {'mean recv':>10} "
         f"{'busiest rank sent+recv':>23}",
     ]
     for g in items:
         note = "  (formula)" if g.bytes_source == "formula" else ""
         lines.append(
-            f"{g.scheme:<16} {g.compressor:<10} {g.sent_mean_ratio:>9.2f}x "
+            f"{g.scheme:<21} {g.compressor:<10} {g.sent_mean_ratio:>9.2f}x "
             f"{g.received_mean_ratio:>9.2f}x {g.busiest_rank_ratio:>22.2f}x{note}"
         )
     return lines
