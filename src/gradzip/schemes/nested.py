@@ -93,6 +93,7 @@ class NestedScheme(Scheme):
 
     def first_group(self, world_size: int) -> int:
         """``|P1| = ceil(ratio * P)``: ranks below it send DQSG."""
+        # the epsilon keeps float noise from adding a rank (0.3 * 10 is 3.0000000000000004)
         return max(1, math.ceil(self.ratio * world_size - 1e-9))
 
     def reduce(
