@@ -29,7 +29,8 @@ def agree_all_finite(
     where: str,
     advice: str = "",
 ) -> bool:
-    """Whether every rank's ``tensors`` are finite (one flag byte all-gathered, counted).
+    """Whether every rank's ``tensors`` are finite (one flag byte all-gathered, counted under
+    the collective ``"finite_check"``).
 
     With ``on_nonfinite="raise"`` a NaN or Inf on any rank raises
     :class:`~gradzip.errors.NonFiniteInputError` on every rank, naming the ranks; with
@@ -37,7 +38,7 @@ def agree_all_finite(
     """
     finite = all(bool(torch.isfinite(t).all()) for t in tensors)
     transport.meter.step = step
-    flags = transport.all_gather_bytes(b"\x01" if finite else b"\x00")
+    flags = transport.all_gather_bytes(b"\x01" if finite else b"\x00", "finite_check")
     bad = [rank for rank, flag in enumerate(flags) if flag != b"\x01"]
     if bad and on_nonfinite == "raise":
         raise NonFiniteInputError(

@@ -70,16 +70,17 @@ class Transport(ABC):
         return received
 
     # -- collectives --------------------------------------------------------------------------
-    def all_gather_bytes(self, payload: bytes) -> list[bytes]:
+    def all_gather_bytes(self, payload: bytes, collective: str = "all_gather") -> list[bytes]:
         """Every rank's payload, in rank order, on every rank (a ring: P - 1 rounds, each rank
         forwarding what it received last). Per rank: receives every payload but its own once,
-        and sends every payload but its successor's once (plus 8 bytes per message)."""
+        and sends every payload but its successor's once (plus 8 bytes per message); counted
+        under ``collective``."""
         out: list[bytes | None] = [None] * self.world_size
         out[self.rank] = payload
         nxt, prv = (self.rank + 1) % self.world_size, (self.rank - 1) % self.world_size
         current = payload
         for step in range(self.world_size - 1):
-            current = self.exchange_bytes(nxt, current, prv, "all_gather")
+            current = self.exchange_bytes(nxt, current, prv, collective)
             out[(self.rank - step - 1) % self.world_size] = current
         return [p for p in out if p is not None]
 

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from gradzip.accounting import Encoded
 from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor
 from gradzip.feedback import ErrorFeedback, Slot
@@ -48,6 +49,10 @@ class Scheme(ABC):
         self.check_compatible(compressor)
         self.compressor = compressor
         self.run_seed = run_seed
+        #: the latest payload this rank encoded itself per ``(role, tensor_index, chunk)``, for
+        #: bit accounting (``wire_bits``, ``paper_bits``, ``entropy_bits``); bounded by the
+        #: number of tensors, so long runs do not accumulate
+        self.produced: dict[tuple[str, int, int], Encoded] = {}
         self.feedback: dict[str, ErrorFeedback] = (
             {role: ErrorFeedback(compressor) for role in self.feedback_roles}
             if error_feedback
@@ -95,8 +100,11 @@ class Scheme(ABC):
         working dtype, so half-precision gradients travel as float32 then."""
         feedback = self.feedback.get(role)
         if feedback is None:
-            return bytes(self.compressor.encode(tensor, key).payload), tensor.dtype
-        return bytes(feedback.encode(tensor, key).payload), working_dtype(tensor.dtype)
+            encoded, dtype = self.compressor.encode(tensor, key), tensor.dtype
+        else:
+            encoded, dtype = feedback.encode(tensor, key), working_dtype(tensor.dtype)
+        self.produced[role, key.tensor_index, key.chunk] = encoded
+        return bytes(encoded.payload), dtype
 
     def decode(
         self, payload: bytes, key: StreamKey, shape: torch.Size, dtype: torch.dtype

@@ -102,7 +102,10 @@ class NestedScheme(Scheme):
         transport.meter.step = step
         rank, size = transport.rank, transport.world_size
         own = self.coarse if rank < self.first_group(size) else self.compressor
-        payload = bytes(own.encode(tensor, self.key(rank, step, tensor_index)).payload)
+        key = self.key(rank, step, tensor_index)
+        encoded = own.encode(tensor, key)
+        self.produced["worker", key.tensor_index, key.chunk] = encoded
+        payload = bytes(encoded.payload)
         if self.topology == "allgather":
             return self._decode_all(transport.all_gather_bytes(payload), tensor, step, tensor_index)
         down_key = self.key(size, step, tensor_index)
