@@ -172,3 +172,26 @@ class DistributedTransport(Transport):
                 f"rank {self.rank}: this transport failed earlier and its message stream is out "
                 f"of step ({self._broken}); start a new process group"
             )
+
+
+def init_from_environment(world_size: int, backend: str = "gloo") -> DistributedTransport:
+    """Join the process group described by ``torchrun``'s environment (env:// rendezvous:
+    ``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``) and return this rank's
+    transport; ``world_size`` must equal ``WORLD_SIZE``."""
+    import os
+
+    missing = [
+        v for v in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE") if v not in os.environ
+    ]
+    if missing:
+        raise GradzipError(
+            f"backend 'env' needs torchrun's environment ({', '.join(missing)} missing): launch "
+            "with `torchrun --nproc_per_node=P ...`"
+        )
+    if int(os.environ["WORLD_SIZE"]) != world_size:
+        raise GradzipError(
+            f"--workers {world_size} differs from torchrun's WORLD_SIZE {os.environ['WORLD_SIZE']}"
+        )
+    if not dist.is_initialized():
+        dist.init_process_group(backend)
+    return DistributedTransport()

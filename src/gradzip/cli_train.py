@@ -1,0 +1,124 @@
+"""``gradzip train``: the command-line front end of :mod:`gradzip.experiments.trainer`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from gradzip.errors import GradzipError
+from gradzip.experiments.config import BACKENDS, OPTIMIZERS, ConfigError, TrainConfig
+
+
+def parse_value(text: str) -> Any:
+    """``KEY=VALUE`` values: JSON where it parses (numbers, true/false, null), else a string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_pairs(pairs: list[str], option: str) -> dict[str, Any]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{option} takes KEY=VALUE, got {pair!r}")
+        out[key] = parse_value(value)
+    return out
+
+
+def add_train_parser(sub: Any) -> None:
+    """Register ``gradzip train`` on the CLI's subparsers."""
+    d = TrainConfig()
+    p = sub.add_parser(
+        "train",
+        help="train a model with compressed gradients (default: NDQSG, FC-300-100, MNIST, 8 workers)",
+        description=(
+            "Synchronous data-parallel training with compressed gradients. With no options: "
+            "FC-300-100 on MNIST, 8 simulated workers (half DQSG with Delta=1/2, half nested "
+            "NDQSG with Delta1=1/3, Delta2=1), Adam lr 1e-3, total batch 256, one epoch."
+        ),
+    )
+    p.add_argument("--model", default=d.model, help="fc-300-100, lenet, cifarnet, dryden-mlp")
+    p.add_argument(
+        "--dataset", default=None, help="mnist, fashion-mnist, cifar10 (default: the model's)"
+    )
+    p.add_argument("--data-dir", default=None, help="a directory holding the dataset's files")
+    p.add_argument("--compressor", default=d.compressor, help="any name from `gradzip list`")
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="compressor parameter (repeatable), e.g. --param M=2",
+    )
+    p.add_argument("--scheme", default=None, help="a scheme variant (default: the paper's server)")
+    p.add_argument("--scheme-param", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--error-feedback", action="store_true")
+    p.add_argument("--workers", type=int, default=d.workers)
+    p.add_argument("--backend", choices=BACKENDS, default=d.backend)
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=d.optimizer)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--lr-decay", type=float, default=d.lr_decay, help="per epoch")
+    p.add_argument("--momentum", type=float, default=d.momentum)
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="total over workers")
+    p.add_argument("--epochs", type=int, default=d.epochs)
+    p.add_argument("--max-steps", type=int, default=None)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--out", default=None, help="run directory (default runs/<...>)")
+    p.add_argument("--entropy", action="store_true", help="entropy-code the payloads (ANS)")
+    p.add_argument("--eval-every", type=int, default=d.eval_every)
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_train)
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    return TrainConfig(
+        model=args.model,
+        dataset=args.dataset,
+        data_dir=args.data_dir,
+        compressor=args.compressor,
+        compressor_params=parse_pairs(args.param, "--param"),
+        scheme=args.scheme,
+        scheme_params=parse_pairs(args.scheme_param, "--scheme-param"),
+        error_feedback=args.error_feedback,
+        workers=args.workers,
+        backend=args.backend,
+        optimizer=args.optimizer,
+        lr=args.lr,
+        lr_decay=args.lr_decay,
+        momentum=args.momentum,
+        weight_decay=args.weight_decay,
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        max_steps=args.max_steps,
+        seed=args.seed,
+        out=args.out,
+        entropy=args.entropy,
+        eval_every=args.eval_every,
+        progress=not args.no_progress,
+    )
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from gradzip.experiments.backends import train
+
+    try:
+        config = config_from_args(args).validate()
+        summary = train(config)
+    except (ConfigError, GradzipError) as err:
+        print(f"gradzip train: {err}", file=sys.stderr)
+        return 2
+    acc = summary.get("test_acc")
+    wire = summary.get("wire_bits") or summary.get("sent_bits")
+    print(
+        f"{summary['steps']} steps in {summary['seconds']:.1f} s "
+        f"({summary['steps_per_second']:.2f} steps/s); test accuracy "
+        f"{'n/a' if acc is None else f'{100 * acc:.2f}%'}; "
+        f"{'n/a' if wire is None else f'{wire / 1000:,.1f}'} Kbit per worker per step "
+        f"(fp32: {summary['baseline_bits'] / 1000:,.1f}); run directory {config.resolved_out()}"
+    )
+    return 0

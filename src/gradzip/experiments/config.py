@@ -1,0 +1,119 @@
+"""The configuration of a training run: typed, validated, serialisable.
+
+Defaults reproduce the NDQSG experiment of the DQSG paper (spec 1.10, Figure 5) at a size that
+finishes in minutes on two cores: FC-300-100 on MNIST, 8 simulated workers, half of them sending
+DQSG with Delta = 1/2 (M = 2) and half nested NDQSG with Delta1 = 1/3, Delta2 = 1 (L1 = 3,
+k = 3), a parameter server returning the fp32 mean (Alg. 2), Adam with lr 1e-3, total batch 256,
+one epoch, learning rate x0.98 per epoch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+OPTIMIZERS = ("sgd", "adam", "adagrad")
+BACKENDS = ("local", "gloo", "env")
+#: learning rates of spec 1.10 (SGD, Adam) and a common Adagrad default
+DEFAULT_LR = {"sgd": 0.01, "adam": 0.001, "adagrad": 0.01}
+
+
+class ConfigError(ValueError):
+    """A training option is invalid; the message names the option and the fix."""
+
+
+@dataclass
+class TrainConfig:
+    """Every option of ``gradzip train``; see the field comments."""
+
+    model: str = "fc-300-100"  # gradzip.experiments.models.MODELS
+    dataset: str | None = None  # default: the model's dataset
+    data_dir: str | None = None  # a directory with the dataset's files (else the defaults)
+    compressor: str = "ndqsg"  # any registered compressor (`gradzip list`)
+    compressor_params: dict[str, Any] = field(default_factory=dict)  # ndqsg: L1=3, k=3
+    scheme: str | None = None  # a gradzip.schemes.VARIANTS name; default: the paper's server
+    scheme_params: dict[str, Any] = field(default_factory=dict)
+    error_feedback: bool = False
+    workers: int = 8
+    backend: str = "local"  # local: simulated ranks; gloo: spawned processes; env: torchrun
+    optimizer: str = "adam"
+    lr: float | None = None  # default per optimizer (DEFAULT_LR)
+    lr_decay: float = 0.98  # multiplied in after every epoch
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    batch_size: int = 256  # total over the workers
+    epochs: int = 1
+    max_steps: int | None = None  # stop early (quick runs, tests)
+    seed: int = 0
+    out: str | None = None  # run directory; default runs/<model>-<compressor>-<workers>w-s<seed>
+    entropy: bool = False  # entropy-code the symbols (real ANS payloads)
+    eval_every: int = 50  # steps between test-accuracy evaluations (and at the end)
+    progress: bool = True
+
+    def resolved_scheme(self) -> str:
+        if self.scheme is not None:
+            return self.scheme
+        return "nested[server]" if self.compressor == "ndqsg" else "ps[fp32]"
+
+    def resolved_lr(self) -> float:
+        return self.lr if self.lr is not None else DEFAULT_LR[self.optimizer]
+
+    def resolved_out(self) -> str:
+        if self.out is not None:
+            return self.out
+        return f"runs/{self.model}-{self.compressor}-{self.workers}w-s{self.seed}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, with the defaults that depend on others filled in."""
+        out = asdict(self)
+        out.update(scheme=self.resolved_scheme(), lr=self.resolved_lr(), out=self.resolved_out())
+        return out
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown option(s) {unknown}; known: {sorted(known)}")
+        return cls(**values)
+
+    def validate(self) -> TrainConfig:
+        """Check every option (names against the registries, numbers in range); returns self."""
+        # imported here: the registries import torch-heavy modules
+        import gradzip
+        from gradzip.experiments.models import MODELS
+        from gradzip.schemes import VARIANTS
+
+        if self.model not in MODELS:
+            raise ConfigError(f"unknown model {self.model!r}; choose one of {sorted(MODELS)}")
+        if self.compressor not in gradzip.names():
+            raise ConfigError(
+                f"unknown compressor {self.compressor!r}; `gradzip list` shows them all"
+            )
+        if self.resolved_scheme() not in VARIANTS:
+            raise ConfigError(
+                f"unknown scheme {self.resolved_scheme()!r}; choose one of {sorted(VARIANTS)}"
+            )
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"unknown optimizer {self.optimizer!r}; choose one of {OPTIMIZERS}")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"unknown backend {self.backend!r}; choose one of {BACKENDS}")
+        lr = self.resolved_lr()
+        if not (math.isfinite(lr) and lr > 0):
+            raise ConfigError(f"--lr must be a positive number, got {lr}")
+        for name in ("lr_decay", "momentum", "weight_decay"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {value}")
+        for name in ("workers", "batch_size", "epochs", "eval_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ConfigError("--max-steps must be >= 1")
+        if self.batch_size % self.workers:
+            raise ConfigError(
+                f"--batch-size {self.batch_size} must be divisible by --workers {self.workers} "
+                "(the total batch is split evenly)"
+            )
+        return self

@@ -1,0 +1,115 @@
+"""A training run's directory: the resolved config, per-step metrics, a summary, plots, a report.
+
+Layout of ``<out>/``:
+
+* ``config.json``: every option, defaults resolved;
+* ``metrics.jsonl``: one JSON object per step (step, epoch, loss, train_acc, test_acc when
+  evaluated, bits per worker: wire bits of this step's own payloads, paper bits, entropy
+  bits, bits every rank sent as counted by the transport, wall time);
+* ``summary.json``: final accuracy, mean bits per worker per step, steps per second;
+* ``accuracy.png``, ``loss.png``, ``bits.png``: the curves against the iteration;
+* ``report.md``: a short human-readable account.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TextIO
+
+
+class RunWriter:
+    """Writes a run directory incrementally (metrics are flushed every step)."""
+
+    def __init__(self, out: str | Path, config: dict[str, Any]) -> None:
+        self.dir = Path(out)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        self._metrics: TextIO = (self.dir / "metrics.jsonl").open("w")
+        self.rows: list[dict[str, Any]] = []
+
+    def step(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        self._metrics.write(json.dumps(row, sort_keys=True) + "\n")
+        self._metrics.flush()
+
+    def finish(self, summary: dict[str, Any], config: dict[str, Any]) -> None:
+        self._metrics.close()
+        (self.dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        plot_run(self.rows, self.dir)
+        (self.dir / "report.md").write_text(report(summary, config))
+
+
+def plot_run(rows: list[dict[str, Any]], out: Path) -> None:
+    """Accuracy, loss and bits per worker against the iteration, as PNG files."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    steps = [r["step"] for r in rows]
+    series = {
+        "accuracy.png": (
+            "accuracy",
+            [("train", [r["train_acc"] for r in rows])],
+            [("test", [(r["step"], r["test_acc"]) for r in rows if r.get("test_acc") is not None])],
+        ),
+        "loss.png": ("training loss", [("loss", [r["loss"] for r in rows])], []),
+        "bits.png": (
+            "Kbit per worker per iteration",
+            [
+                (name, [r[key] / 1000 if r.get(key) is not None else float("nan") for r in rows])
+                for name, key in (
+                    ("wire (payloads)", "wire_bits"),
+                    ("entropy", "entropy_bits"),
+                    ("sent (transport)", "sent_bits"),
+                )
+            ],
+            [],
+        ),
+    }
+    for name, (ylabel, lines, points) in series.items():
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for label, values in lines:
+            ax.plot(steps, values, label=label)
+        for label, pairs in points:
+            if pairs:
+                ax.plot([p[0] for p in pairs], [p[1] for p in pairs], "o-", label=label)
+        ax.set_xlabel("iteration")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=100)
+        plt.close(fig)
+
+
+def report(summary: dict[str, Any], config: dict[str, Any]) -> str:
+    """A short Markdown account of the run."""
+
+    def fmt(value: Any, scale: float = 1.0, digits: int = 1) -> str:
+        return "n/a" if value is None else f"{value / scale:,.{digits}f}"
+
+    return "\n".join(
+        [
+            f"# gradzip run: {config['model']} on {summary['dataset']}",
+            "",
+            f"- compressor `{config['compressor']}` {config['compressor_params']}, scheme "
+            f"`{config['scheme']}`, error feedback {config['error_feedback']}",
+            f"- {config['workers']} workers ({config['backend']}), {config['optimizer']} "
+            f"lr {config['lr']}, total batch {config['batch_size']}, {summary['steps']} steps",
+            f"- final test accuracy: {fmt(summary['test_acc'], 0.01, 2)}%",
+            f"- final training loss: {fmt(summary['loss'], 1.0, 4)}",
+            f"- Kbit per worker per iteration: wire {fmt(summary['wire_bits'], 1000)}, paper "
+            f"{fmt(summary['paper_bits'], 1000)}, entropy {fmt(summary['entropy_bits'], 1000)}, "
+            f"sent as counted by the transport (mean over ranks, a server's downlinks "
+            f"included) {fmt(summary['sent_bits'], 1000)} "
+            f"(fp32 baseline {fmt(summary['baseline_bits'], 1000)})",
+            f"- {fmt(summary['steps_per_second'], 1.0, 2)} steps/s, "
+            f"{fmt(summary['seconds'], 1.0, 1)} s in all",
+            "",
+            "Files: `config.json`, `metrics.jsonl`, `summary.json`, `accuracy.png`, `loss.png`, "
+            "`bits.png`.",
+            "",
+        ]
+    )

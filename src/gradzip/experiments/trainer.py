@@ -1,0 +1,218 @@
+"""``gradzip train``: synchronous data-parallel training with compressed gradients.
+
+Every step, each of the P workers computes the gradient of its share of the total batch, the
+ranks exchange compressed payloads through the configured scheme, and every rank applies the
+same averaged gradient with the same optimizer, so all replicas stay bit-identical.
+
+Backends:
+
+* ``local`` (default): P simulated ranks in this process. All P gradients come from one
+  vectorized pass (:class:`~gradzip.experiments.workers.WorkerGradients`, ``torch.func``), the
+  ranks run the real SPMD synchronisation code on threads (:class:`~gradzip.comm.pool.RankPool`)
+  with real payloads and byte counts, and one model copy is updated (the replicas are identical
+  by construction).
+* ``gloo``: P spawned processes joined by a gloo group on this machine.
+* ``env``: run under ``torchrun`` (env:// rendezvous); rank 0 writes the run directory.
+
+In the process backends each rank computes its own shard's gradient with the same vectorized
+function, so a process run reproduces the simulation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+import gradzip
+from gradzip.comm.transport import Transport
+from gradzip.compressors.base import Compressor
+from gradzip.experiments.config import ConfigError, TrainConfig
+from gradzip.experiments.data import Dataset, EpochBatches, load_dataset
+from gradzip.experiments.models import build_model, model_info
+from gradzip.experiments.progress import Progress
+from gradzip.experiments.run_output import RunWriter
+from gradzip.experiments.workers import WorkerGradients, WorkerStep
+from gradzip.schemes import make_variant
+from gradzip.schemes.base import Scheme
+from gradzip.sync import GradientSync
+
+
+def make_compressor(config: TrainConfig, name: str | None = None, **overrides: Any) -> Compressor:
+    """The configured compressor (``packing="entropy"`` when entropy coding is on)."""
+    params = {**config.compressor_params, **overrides} if name is None else dict(overrides)
+    if config.entropy:
+        params["packing"] = "entropy"
+    try:
+        return gradzip.create(name or config.compressor, **params)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"compressor {name or config.compressor!r}: {err}") from err
+
+
+def make_sync(config: TrainConfig, transport: Transport) -> GradientSync:
+    """One rank's synchronisation object for ``config``."""
+    return GradientSync(transport, scheme=make_scheme(config))
+
+
+def make_scheme(config: TrainConfig) -> Scheme:
+    """The configured scheme around the configured compressor (each rank builds its own)."""
+    options = dict(config.scheme_params)
+    if config.resolved_scheme().startswith("nested") and "coarse" not in options:
+        # the paper's P1 workers: DQSG with Delta = 1/2 (spec 1.10, Figure 5)
+        options["coarse"] = make_compressor(config, "dqsg", M=2)
+    try:
+        scheme = make_variant(
+            config.resolved_scheme(),
+            make_compressor(config),
+            run_seed=config.seed,
+            error_feedback=config.error_feedback,
+            **options,
+        )
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"scheme {config.resolved_scheme()!r}: {err}") from err
+    return scheme
+
+
+def make_optimizer(config: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    params, lr, wd = model.parameters(), config.resolved_lr(), config.weight_decay
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=config.momentum, weight_decay=wd)
+    if config.optimizer == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=wd)
+    return torch.optim.Adagrad(params, lr=lr, weight_decay=wd)
+
+
+def rank_bits(sync: GradientSync, step: int) -> dict[str, float | None]:
+    """This rank's bits for ``step``: its own payloads (wire, paper, entropy) and everything it
+    sent as counted by its transport (the finite-gradient flags excluded)."""
+    produced = list(sync.scheme.produced.values())
+    meter = sync.transport.meter
+    sent = meter.total(step=step).sent - meter.total(step=step, collective="finite_check").sent
+    if not produced:  # schemes that never send a whole compressor payload (integer sums)
+        return {"wire_bits": None, "paper_bits": None, "entropy_bits": None, "sent_bits": 8 * sent}
+    return {
+        "wire_bits": float(sum(e.wire_bits for e in produced)),
+        "paper_bits": float(sum(e.paper_bits for e in produced)),
+        "entropy_bits": float(sum(e.entropy_bits for e in produced)),
+        "sent_bits": float(8 * sent),
+    }
+
+
+def mean_bits(per_rank: list[dict[str, float | None]]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for key in per_rank[0]:
+        values = [r[key] for r in per_rank]
+        out[key] = (
+            None if any(v is None for v in values) else sum(v for v in values if v) / len(values)
+        )
+    return out
+
+
+def evaluate(model: torch.nn.Module, data: Dataset, batch: int = 2000) -> float:
+    """Test accuracy (fraction) of ``model`` in eval mode."""
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for start in range(0, len(data.test_y), batch):
+            logits = model(data.test_x[start : start + batch])
+            correct += int((logits.argmax(dim=1) == data.test_y[start : start + batch]).sum())
+    model.train()
+    return correct / len(data.test_y)
+
+
+@dataclass
+class Exchanged:
+    """What one step's exchange returns: the averaged gradients, every rank's bits, and the
+    workers' losses (rank order) and correct predictions, gathered over all workers."""
+
+    means: list[torch.Tensor]
+    bits: list[dict[str, float | None]]
+    losses: list[float]
+    correct: int
+
+
+Exchange = Callable[[int, WorkerStep], Exchanged]
+
+
+class Trainer:
+    """The training loop, shared by every backend: ``exchange(step, worker_step)`` turns the
+    gradients computed here into the step's averaged gradients and gathered statistics."""
+
+    def __init__(self, config: TrainConfig) -> None:
+        self.config = config.validate()
+        make_scheme(config)  # option errors now, in the caller, not later on a rank
+        info = model_info(config.model)
+        self.data = load_dataset(config.dataset or info.dataset, config.data_dir)
+        self.model = build_model(config.model, config.seed)
+        self.optimizer = make_optimizer(config, self.model)
+        self.gradients = WorkerGradients(self.model)
+        self.batches = EpochBatches(
+            len(self.data.train_y), config.batch_size, config.workers, config.seed
+        )
+        self.baseline_bits = 32 * sum(p.numel() for p in self.model.parameters())
+
+    def total_steps(self) -> int:
+        total = self.batches.steps_per_epoch * self.config.epochs
+        return total if self.config.max_steps is None else min(total, self.config.max_steps)
+
+    def run(
+        self, exchange: Exchange, writer: RunWriter | None, shard: int | None = None
+    ) -> dict[str, Any]:
+        """Train; ``shard`` is this process's worker (process backends) or None (all workers
+        computed here). Only a rank with a ``writer`` evaluates and records. The summary."""
+        config, model = self.config, self.model
+        params = list(model.parameters())
+        per_epoch, total = self.batches.steps_per_epoch, self.total_steps()
+        progress = Progress(total, enabled=config.progress and writer is not None)
+        scheduler = torch.optim.lr_scheduler.ExponentialLR(self.optimizer, config.lr_decay)
+        start, step, test_acc, rows = time.perf_counter(), 0, None, []
+        while step < total:
+            epoch = step // per_epoch
+            index = self.batches.indices(epoch, step % per_epoch)  # (workers, B/P)
+            if shard is not None:
+                index = index[shard : shard + 1]
+            out = self.gradients(self.data.train_x[index], self.data.train_y[index])
+            result = exchange(step, out)
+            for p, g in zip(params, result.means, strict=True):
+                p.grad = g.view_as(p)
+            self.optimizer.step()
+            step += 1
+            if step % per_epoch == 0:
+                scheduler.step()
+            row: dict[str, Any] = {
+                "step": step,
+                "epoch": epoch,
+                "loss": sum(result.losses) / len(result.losses),
+                "train_acc": result.correct / config.batch_size,
+                "test_acc": None,
+                "seconds": time.perf_counter() - start,
+                **mean_bits(result.bits),
+            }
+            if writer is not None:
+                if step % config.eval_every == 0 or step == total:
+                    row["test_acc"] = test_acc = evaluate(model, self.data)
+                writer.step(row)
+            rows.append(row)
+            progress.update(step, row)
+        progress.close()
+        seconds = time.perf_counter() - start
+        summary: dict[str, Any] = {
+            "dataset": self.data.name,
+            "data_source": self.data.source,
+            "steps": step,
+            "seconds": seconds,
+            "steps_per_second": step / seconds if seconds else None,
+            "loss": rows[-1]["loss"] if rows else None,
+            "train_acc": rows[-1]["train_acc"] if rows else None,
+            "test_acc": test_acc,
+            "baseline_bits": self.baseline_bits,
+        }
+        for key in ("wire_bits", "paper_bits", "entropy_bits", "sent_bits"):
+            values = [r[key] for r in rows if r.get(key) is not None]
+            summary[key] = sum(values) / len(values) if values else None
+        return summary

@@ -1,0 +1,87 @@
+"""`gradzip train`: a tiny run end to end, determinism, bad input, processes == simulation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gradzip.cli import main
+
+TINY = ["--max-steps", "3", "--eval-every", "2", "--workers", "2", "--no-progress"]
+
+
+def metrics(out: Path) -> list[dict[str, object]]:
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        row.pop("seconds")
+    return rows
+
+
+def test_a_tiny_run_writes_the_whole_run_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    assert main(["train", *TINY, "--out", str(out)]) == 0
+    assert "3 steps" in capsys.readouterr().out
+    for name in (
+        "config.json",
+        "metrics.jsonl",
+        "summary.json",
+        "report.md",
+        "accuracy.png",
+        "loss.png",
+        "bits.png",
+    ):
+        assert (out / name).stat().st_size > 0, name
+    config = json.loads((out / "config.json").read_text())
+    assert config["scheme"] == "nested[server]" and config["lr"] == 0.001
+    rows = metrics(out)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert rows[1]["test_acc"] is not None and rows[0]["test_acc"] is None
+    # one DQSG (M=2: 3-bit symbols) and one NDQSG worker (k=3: 2-bit symbols), plus headers
+    n = 266_610
+    assert 2.5 * n < rows[0]["wire_bits"] < 2.5 * n + 8 * 400
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["baseline_bits"] == 32 * n and summary["steps"] == 3
+
+
+def test_the_same_seed_gives_the_same_metrics(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        assert main(["train", *TINY, "--compressor", "qsgd", "--out", str(tmp_path / name)]) == 0
+    assert metrics(tmp_path / "a") == metrics(tmp_path / "b")
+    assert (
+        main(["train", *TINY, "--compressor", "qsgd", "--seed", "1", "--out", str(tmp_path / "c")])
+        == 0
+    )
+    assert metrics(tmp_path / "c") != metrics(tmp_path / "a")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "resnet"], "unknown model"),
+        (["--compressor", "zip"], "unknown compressor"),
+        (["--lr", "-1"], "--lr must be a positive"),
+        (["--batch-size", "255"], "divisible"),
+        (["--dataset", "cifar10", "--model", "cifarnet"], "--data-dir"),
+        (["--dataset", "mnist", "--data-dir", "/nonexistent"], "nonexistent"),
+        (["--param", "M"], "KEY=VALUE"),
+        (["--compressor", "dqsg", "--param", "levels=3"], "levels"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_fix(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["train", *TINY, "--out", str(tmp_path / "r"), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.distributed
+def test_gloo_processes_give_the_simulated_metrics(tmp_path: Path) -> None:
+    common = [*TINY, "--compressor", "dqsg", "--param", "M=2"]
+    assert main(["train", *common, "--out", str(tmp_path / "local")]) == 0
+    assert main(["train", *common, "--backend", "gloo", "--out", str(tmp_path / "gloo")]) == 0
+    assert metrics(tmp_path / "gloo") == metrics(tmp_path / "local")
