@@ -112,6 +112,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     except (ConfigError, GradzipError) as err:
         print(f"gradzip train: {err}", file=sys.stderr)
         return 2
+    if summary.get("rank", 0) != 0:
+        return 0  # under torchrun, rank 0 reports
     acc = summary.get("test_acc")
     wire = summary.get("wire_bits") or summary.get("sent_bits")
     print(

@@ -26,17 +26,25 @@ class ByteMeter:
 
     def __init__(self) -> None:
         self._traffic: dict[tuple[int | None, str], Traffic] = defaultdict(Traffic)
+        # the collectives seen per step, so a per-step total does not scan the whole history
+        self._by_step: dict[int | None, set[str]] = defaultdict(set)
         self.step: int | None = None
 
     def record(self, collective: str, sent: int, received: int) -> None:
         """Add one message's bytes to the current step's entry for ``collective``."""
         self._traffic[self.step, collective].add(sent, received)
+        self._by_step[self.step].add(collective)
 
     def total(self, step: int | None = None, collective: str | None = None) -> Traffic:
         """Traffic summed over every entry matching ``step`` and ``collective`` (None: any)."""
+        if step is None:
+            keys = list(self._traffic)
+        else:
+            keys = [(step, c) for c in self._by_step.get(step, ())]
         out = Traffic()
-        for (s, c), t in self._traffic.items():
-            if (step is None or s == step) and (collective is None or c == collective):
+        for s, c in keys:
+            if collective is None or c == collective:
+                t = self._traffic[s, c]
                 out.sent += t.sent
                 out.received += t.received
                 out.messages += t.messages
@@ -48,3 +56,4 @@ class ByteMeter:
 
     def reset(self) -> None:
         self._traffic.clear()
+        self._by_step.clear()

@@ -80,6 +80,7 @@ def train_rank(transport: Transport, config: TrainConfig) -> dict[str, Any]:
         )
 
     summary = trainer.run(exchange, writer, shard=transport.rank)
+    summary["rank"] = transport.rank
     if writer is not None:
         writer.finish(summary, config.to_dict())
     return summary
