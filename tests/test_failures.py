@@ -49,10 +49,10 @@ def count_all_gathers(transport: Transport, before: Callable[[int], None]) -> li
     original = transport.all_gather_bytes
     calls = [0]
 
-    def counted(payload: bytes) -> list[bytes]:
+    def counted(payload: bytes, collective: str = "all_gather") -> list[bytes]:
         before(calls[0])
         calls[0] += 1
-        return original(payload)
+        return original(payload, collective)
 
     transport.all_gather_bytes = counted  # type: ignore[method-assign]
     return calls
