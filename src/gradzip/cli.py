@@ -7,6 +7,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from gradzip.cli_reproduce import add_reproduce_parser
 from gradzip.cli_train import add_train_parser
 from gradzip.compressors import get, names
 from gradzip.compressors.registry import summary
@@ -196,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_t1 = bits_sub.add_parser("table1", help="Table 1 of the DQSG paper from parameter shapes")
     p_t1.set_defaults(func=_cmd_bits_table1)
     add_train_parser(sub)
+    add_reproduce_parser(sub)
     return parser
 
 

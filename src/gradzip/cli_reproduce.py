@@ -1,0 +1,46 @@
+"""``gradzip reproduce``: recompute a table or figure of the seed papers (see
+:mod:`gradzip.experiments.reproduce`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def add_reproduce_parser(sub: Any) -> None:
+    """Register ``gradzip reproduce`` on the CLI's subparsers."""
+    p = sub.add_parser(
+        "reproduce",
+        help="recompute a table or figure of the papers and compare with their numbers",
+        description=(
+            "Run one experiment and write <out>/<id>/report.md (the paper's value, ours, the "
+            "deviation), result.json and, for curves, accuracy.png. `gradzip reproduce --list` "
+            "(or `gradzip reproduce list`) shows the ids."
+        ),
+    )
+    p.add_argument("id", nargs="?", help="experiment id (see --list)")
+    p.add_argument("--list", action="store_true", help="list the experiment ids and exit")
+    p.add_argument("--quick", action="store_true", help="scaled-down run (about a minute)")
+    p.add_argument("--out", default="reproduce", help="output directory (default: reproduce)")
+    p.set_defaults(func=cmd_reproduce)
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from gradzip.experiments.reproduce import EXPERIMENTS, reproduce
+
+    if args.list or args.id in (None, "list"):
+        width = max(len(e) for e in EXPERIMENTS)
+        for e in EXPERIMENTS.values():
+            print(f"{e.id:<{width}}  {e.summary} (--quick: about {e.quick_seconds} s)")
+        return 0
+    if args.id not in EXPERIMENTS:
+        print(
+            f"gradzip reproduce: unknown experiment {args.id!r}; choose one of "
+            f"{', '.join(EXPERIMENTS)}",
+            file=sys.stderr,
+        )
+        return 2
+    outcome = reproduce(args.id, args.out, quick=args.quick)
+    print(f"{args.id}: {outcome.seconds:.1f} s; report in {args.out}/{args.id}/report.md")
+    return 0

@@ -1,0 +1,77 @@
+"""``gradzip reproduce``: the seed papers' tables and figures, recomputed with this library.
+
+Each experiment id maps to a function ``run(out_dir, quick) -> Outcome``; :func:`reproduce`
+runs one and writes ``<out>/<id>/report.md`` (the paper's value, ours, the deviation) and
+``<out>/<id>/result.json``, plus ``accuracy.png`` for the curves.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gradzip.experiments.reproduce.common import Outcome, write_outcome
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One reproducible table or figure."""
+
+    id: str
+    summary: str
+    quick_seconds: int  # rough --quick wall time on 2 cores
+    run: Callable[[Path, bool], Outcome]
+
+
+def _table1(out: Path, quick: bool) -> Outcome:
+    from gradzip.experiments.reproduce import table1
+
+    return table1.run(out, quick)
+
+
+def _fig5(out: Path, quick: bool) -> Outcome:
+    from gradzip.experiments.reproduce import fig5
+
+    return fig5.run(out, quick)
+
+
+def _table2(out: Path, quick: bool) -> Outcome:
+    from gradzip.experiments.reproduce import table2
+
+    return table2.run(out, quick)
+
+
+def _dryden(out: Path, quick: bool) -> Outcome:
+    from gradzip.experiments.reproduce import dryden
+
+    return dryden.run(out, quick)
+
+
+EXPERIMENTS: dict[str, Experiment] = {
+    e.id: e
+    for e in (
+        Experiment("dqsg-table1", "DQSG Table 1: raw Kbit per worker per iteration", 5, _table1),
+        Experiment(
+            "dqsg-fig5", "DQSG Figure 5: NDQSG vs DQSG M=2 vs baseline, FC-300-100", 45, _fig5
+        ),
+        Experiment("dqsg-table2", "DQSG Table 2: entropy Kbit per worker, 32 workers", 40, _table2),
+        Experiment(
+            "dryden-accuracy", "Dryden et al.: MNIST accuracy of four quantizers", 30, _dryden
+        ),
+    )
+}
+
+
+def reproduce(experiment_id: str, out: str | Path, quick: bool = False) -> Outcome:
+    """Run ``experiment_id`` and write its report under ``out/<id>/``; the outcome."""
+    if experiment_id not in EXPERIMENTS:
+        raise KeyError(experiment_id)
+    directory = Path(out) / experiment_id
+    directory.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    outcome = EXPERIMENTS[experiment_id].run(directory, quick)
+    outcome.seconds = time.perf_counter() - started
+    write_outcome(outcome, directory)
+    return outcome

@@ -1,0 +1,118 @@
+"""Shared pieces of ``gradzip reproduce``: comparison rows, the report and the result file.
+
+Every experiment returns a :class:`Outcome`: rows of (quantity, the paper's value, ours), notes
+on what was scaled down, and extra sections; :func:`write_outcome` turns it into
+``<out>/<id>/report.md`` and ``<out>/<id>/result.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Row:
+    """One compared quantity: ``ours`` beside ``paper`` (``None`` where there is nothing to
+    compare: the paper gives no figure, or we did not measure it)."""
+
+    quantity: str
+    paper: float | None
+    ours: float | None
+    unit: str = ""
+
+    @property
+    def deviation(self) -> float | None:
+        """``ours - paper``."""
+        if self.paper is None or self.ours is None:
+            return None
+        return self.ours - self.paper
+
+    @property
+    def deviation_pct(self) -> float | None:
+        """``100 * (ours / paper - 1)``."""
+        if self.paper is None or self.ours is None or self.paper == 0:
+            return None
+        return 100.0 * (self.ours / self.paper - 1.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(deviation=self.deviation, deviation_pct=self.deviation_pct)
+        return out
+
+
+@dataclass
+class Outcome:
+    """What one experiment measured, ready to be written."""
+
+    id: str
+    title: str
+    quick: bool
+    rows: list[Row]
+    scaled_down: list[str]
+    notes: list[str] = field(default_factory=list)
+    plots: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def _fmt(value: float | None, digits: int = 2, sign: bool = False) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:+,.{digits}f}" if sign else f"{value:,.{digits}f}"
+
+
+def format_rows(rows: list[Row]) -> str:
+    """The comparison as a Markdown table."""
+    lines = [
+        "| quantity | unit | paper | ours | deviation | deviation % |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.quantity} | {r.unit} | {_fmt(r.paper)} | {_fmt(r.ours)} | "
+            f"{_fmt(r.deviation, sign=True)} | {_fmt(r.deviation_pct, sign=True)} |"
+        )
+    return "\n".join(lines)
+
+
+def format_report(o: Outcome) -> str:
+    """The Markdown report of one experiment."""
+    mode = "--quick (scaled down further for a fast check)" if o.quick else "full"
+    parts = [
+        f"# {o.id}: {o.title}",
+        "",
+        f"Mode: {mode}. Wall time: {o.seconds:.1f} s.",
+        "",
+        format_rows(o.rows),
+        "",
+        "## What was scaled down, and why",
+        "",
+        *(f"- {s}" for s in o.scaled_down),
+    ]
+    if o.notes:
+        parts += ["", "## Notes", "", *(f"- {n}" for n in o.notes)]
+    if o.plots:
+        parts += ["", "## Plots", "", *(f"![{p}]({p})" for p in o.plots)]
+    return "\n".join(parts) + "\n"
+
+
+def write_outcome(o: Outcome, directory: Path) -> None:
+    """Write ``report.md`` and ``result.json`` into ``directory`` (created)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "report.md").write_text(format_report(o))
+    result = {
+        "id": o.id,
+        "title": o.title,
+        "quick": o.quick,
+        "seconds": o.seconds,
+        "rows": [r.to_dict() for r in o.rows],
+        "scaled_down": o.scaled_down,
+        "notes": o.notes,
+        "plots": o.plots,
+        **o.extra,
+    }
+    (directory / "result.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,61 @@
+"""Training runs for ``gradzip reproduce``: one :func:`~gradzip.experiments.backends.train` call
+per curve, its per-step rows read back from the run directory, and the curve plot."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gradzip.experiments.config import TrainConfig
+
+
+@dataclass
+class Run:
+    """One finished run: its label, the summary of ``train`` and the per-step metrics rows."""
+
+    label: str
+    summary: dict[str, Any]
+    rows: list[dict[str, Any]]
+
+    def mean(self, key: str) -> float | None:
+        """Mean of ``key`` over the steps that report it (e.g. ``entropy_bits``)."""
+        values = [float(r[key]) for r in self.rows if r.get(key) is not None]
+        return sum(values) / len(values) if values else None
+
+    def curve(self, key: str = "test_acc") -> list[tuple[int, float]]:
+        """``(step, value)`` for every step that reports ``key``."""
+        return [(int(r["step"]), float(r[key])) for r in self.rows if r.get(key) is not None]
+
+
+def run_training(label: str, out: Path, **options: Any) -> Run:
+    """Train with ``TrainConfig(**options)`` into ``out`` (simulated workers, no progress bar)."""
+    from gradzip.experiments.backends import train
+
+    config = TrainConfig(out=str(out), progress=False, **options)
+    summary = train(config)
+    with (out / "metrics.jsonl").open() as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return Run(label, summary, rows)
+
+
+def plot_curves(runs: list[Run], path: Path, title: str, key: str = "test_acc") -> None:
+    """``key`` (in %) against the iteration for every run, as one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for run in runs:
+        points = run.curve(key)
+        ax.plot([p[0] for p in points], [100 * p[1] for p in points], "o-", ms=3, label=run.label)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("test accuracy (%)" if key == "test_acc" else key)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,107 @@
+"""``dqsg-table2``: Table 2 of the DQSG paper, the entropy of one worker's message (Kbit per
+worker per iteration) at 32 workers, from short training runs with entropy coding on.
+
+With ``entropy=True`` every payload is ANS-coded, so a run's ``wire_bits`` are real coded sizes
+and its ``entropy_bits`` the empirical entropy of the symbols plus side data; both are averaged
+over the run's iterations and the 32 workers.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from gradzip.experiments.reproduce.common import Outcome, Row
+from gradzip.experiments.reproduce.runs import run_training
+
+#: Table 2, Kbit per worker per iteration at 32 workers.
+PAPER_TABLE2: dict[tuple[str, str], float] = {
+    ("FC-300-100", "DQSGD"): 38.6,
+    ("FC-300-100", "QSGD"): 38.2,
+    ("FC-300-100", "TernGrad"): 48.23,
+    ("FC-300-100", "One-Bit"): 330.0,
+    ("LeNet", "DQSGD"): 299.7,
+    ("LeNet", "QSGD"): 307.3,
+    ("LeNet", "TernGrad"): 438.2,
+    ("LeNet", "One-Bit"): 1889.0,
+    ("CifarNet", "DQSGD"): 192.7,
+    ("CifarNet", "QSGD"): 197.0,
+    ("CifarNet", "TernGrad"): 281.0,
+    ("CifarNet", "One-Bit"): 1241.0,
+}
+
+#: (label, compressor, parameters, error feedback); the columns of Table 2
+METHODS: tuple[tuple[str, str, dict[str, Any], bool], ...] = (
+    ("DQSGD", "dqsg", {"M": 1}, False),
+    ("QSGD", "qsgd", {"s": 1, "norm": "max"}, False),
+    ("TernGrad", "terngrad", {}, False),
+    ("One-Bit", "onebit", {"group": "out"}, True),
+)
+MODELS = {"FC-300-100": "fc-300-100", "LeNet": "lenet"}
+QUICK_STEPS, FULL_STEPS = {"FC-300-100": 4}, {"FC-300-100": 100, "LeNet": 30}
+
+
+def run(out: Path, quick: bool) -> Outcome:
+    steps = QUICK_STEPS if quick else FULL_STEPS
+    rows: list[Row] = []
+    measured: dict[str, dict[str, Any]] = {}
+    started = time.perf_counter()
+    for paper_model, steps_for_model in steps.items():
+        for label, codec, params, feedback in METHODS:
+            r = run_training(
+                f"{paper_model} {label}",
+                out / "runs" / f"{MODELS[paper_model]}-{codec}",
+                model=MODELS[paper_model],
+                compressor=codec,
+                compressor_params=params,
+                error_feedback=feedback,
+                workers=32,
+                optimizer="adam",
+                batch_size=256,
+                max_steps=steps_for_model,
+                eval_every=10_000,  # accuracy is not the point: evaluated once, at the end
+                entropy=True,
+            )
+            paper = PAPER_TABLE2[paper_model, label]
+            entropy = (r.mean("entropy_bits") or 0.0) / 1000
+            wire = (r.mean("wire_bits") or 0.0) / 1000
+            rows.append(Row(f"{paper_model} {label}: entropy", paper, entropy, "Kbit"))
+            rows.append(Row(f"{paper_model} {label}: ANS-coded wire", paper, wire, "Kbit"))
+            measured[r.label] = {
+                "entropy_kbit": entropy,
+                "wire_kbit": wire,
+                "coded_over_entropy": wire / entropy if entropy else None,
+                "steps": r.summary["steps"],
+                "test_acc": r.summary["test_acc"],
+            }
+    seconds = time.perf_counter() - started
+    scaled = [
+        "32 workers are simulated in one process (real ANS payloads per worker); the total "
+        "batch stays 256, i.e. 8 examples per worker as in the paper.",
+        "Only FC-300-100"
+        + (" and LeNet" if not quick else "")
+        + " are run; CifarNet needs CIFAR-10, which the user must supply (no downloads).",
+        "Runs are short: "
+        + ", ".join(f"{m} {n} iterations" for m, n in steps.items())
+        + " per method instead of the paper's full training (several epochs at 32 workers "
+        "cost minutes per epoch on 2 cores). The paper does not say at which point of training "
+        "its entropies were taken; entropy of the quantized gradient changes as training "
+        "proceeds, so early-training figures are expected to differ.",
+    ]
+    return Outcome(
+        id="dqsg-table2",
+        title="DQSG paper, Table 2: entropy, Kbit per worker per iteration, 32 workers",
+        quick=quick,
+        rows=rows,
+        scaled_down=scaled,
+        notes=[
+            "Each method appears twice: the empirical entropy (the paper's measure) and the "
+            "size of the real ANS-coded payload, both compared with the paper's entropy. The "
+            "paper claims adaptive arithmetic coding comes within 5% of the entropy; the coded "
+            "payloads here include headers and per-tensor side data.",
+            "One-Bit runs with error feedback (Seide et al.'s method); the others without.",
+            f"Wall time of the {len(measured)} runs: {seconds:.1f} s.",
+        ],
+        extra={"measured": measured},
+    )
