@@ -19,6 +19,25 @@ def test_list_names_every_compressor(capsys: pytest.CaptureFixture[str]) -> None
     assert "codec id 10" in out
 
 
+def test_list_experiments_models_and_schemes(capsys: pytest.CaptureFixture[str]) -> None:
+    from gradzip.experiments.reproduce import EXPERIMENTS
+    from gradzip.schemes import VARIANTS
+
+    assert main(["list", "experiments"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"\n{e} " in "\n" + out for e in EXPERIMENTS)
+    assert main(["list", "models"]) == 0
+    out = capsys.readouterr().out
+    assert "fc-300-100  MNIST, input 1x28x28, 266,610 parameters" in out
+    assert "1,663,370" in out and "1,068,298" in out
+    assert main(["list", "schemes"]) == 0
+    assert capsys.readouterr().out.split() == list(VARIANTS)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["list", "tables"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'tables'" in capsys.readouterr().err
+
+
 def test_bench_codecs_measures_and_writes_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,4 +1,5 @@
-"""The ``gradzip`` command line: ``gradzip list``, ``gradzip bench codecs``, ``gradzip bench
+"""The ``gradzip`` command line: ``gradzip list [compressors|experiments|models|schemes]``,
+``gradzip bench codecs``, ``gradzip bench
 collectives``, ``gradzip bits table1``, ``gradzip bits --model M --compressor C``."""
 
 from __future__ import annotations
@@ -14,6 +15,27 @@ from gradzip.compressors.registry import summary
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    if args.what == "experiments":
+        from gradzip.cli_reproduce import print_experiments
+
+        print_experiments()
+        return 0
+    if args.what == "models":
+        from gradzip.experiments.models import MODELS, model_info
+
+        width = max(len(m) for m in MODELS)
+        for model in MODELS:
+            info = model_info(model)
+            count = sum(p.numel() for p in info.factory(0.0).parameters())
+            shape = "x".join(map(str, info.input_shape))
+            print(f"{model:<{width}}  {info.dataset}, input {shape}, {count:,} parameters")
+        return 0
+    if args.what == "schemes":
+        from gradzip.schemes import VARIANTS
+
+        for variant in VARIANTS:
+            print(variant)
+        return 0
     width = max(len(n) for n in names())
     for name in names():
         cls = get(name)
@@ -112,7 +134,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p_list = sub.add_parser("list", help="list the registered compressors")
+    p_list = sub.add_parser(
+        "list", help="list the compressors (default), experiments, models or schemes"
+    )
+    p_list.add_argument(
+        "what",
+        nargs="?",
+        default="compressors",
+        choices=("compressors", "experiments", "models", "schemes"),
+        help="what to list (default: compressors)",
+    )
     p_list.add_argument("-v", "--verbose", action="store_true", help="show ids and example configs")
     p_list.set_defaults(func=_cmd_list)
 

@@ -26,13 +26,20 @@ def add_reproduce_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_reproduce)
 
 
+def print_experiments() -> None:
+    """One line per experiment id: what it reproduces and how long ``--quick`` takes."""
+    from gradzip.experiments.reproduce import EXPERIMENTS
+
+    width = max(len(e) for e in EXPERIMENTS)
+    for e in EXPERIMENTS.values():
+        print(f"{e.id:<{width}}  {e.summary} (--quick: about {e.quick_seconds} s)")
+
+
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from gradzip.experiments.reproduce import EXPERIMENTS, reproduce
 
     if args.list or args.id in (None, "list"):
-        width = max(len(e) for e in EXPERIMENTS)
-        for e in EXPERIMENTS.values():
-            print(f"{e.id:<{width}}  {e.summary} (--quick: about {e.quick_seconds} s)")
+        print_experiments()
         return 0
     if args.id not in EXPERIMENTS:
         print(
