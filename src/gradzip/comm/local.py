@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections.abc import Callable
 from typing import TypeVar, cast
 
@@ -26,6 +25,13 @@ class _Done:
         return None
 
 
+class _Wake:
+    """Queued into every box when a rank fails, so a blocked receiver wakes at once."""
+
+
+_WAKE = _Wake()
+
+
 class LocalGroup:
     """The shared wire of ``world_size`` simulated ranks: one FIFO queue per (src, dst)."""
 
@@ -39,10 +45,21 @@ class LocalGroup:
         # later message to or from them fails, even one already queued
         self.broken: set[int] = set()
         self._queues = {
-            (src, dst): queue.SimpleQueue[bytes]()
+            (src, dst): queue.SimpleQueue[bytes | _Wake]()
             for src in range(world_size)
             for dst in range(world_size)
         }
+
+    def fail(self) -> None:
+        """Mark the group failed and wake every rank blocked in a receive.
+
+        Receivers block without polling (polling 64 threads every few ms costs the running
+        ranks the GIL), so a failure has to reach them through their queues."""
+        if self.failed.is_set():
+            return
+        self.failed.set()
+        for box in self._queues.values():
+            box.put(_WAKE)
 
     def endpoint(self, rank: int) -> LocalTransport:
         """Rank ``rank``'s transport."""
@@ -76,21 +93,19 @@ class LocalTransport(Transport):
     def _recv(self, src: int) -> bytes:
         self._check_usable(src)
         box = self._group._queues[src, self.rank]
-        deadline = time.monotonic() + self._group.timeout
-        while True:
-            try:
-                return box.get(timeout=min(0.05, max(0.0, deadline - time.monotonic())))
-            except queue.Empty:
-                if self._group.failed.is_set():
-                    raise GradzipError(
-                        f"rank {self.rank}: gave up waiting for rank {src}: another rank failed"
-                    ) from None
-                if time.monotonic() >= deadline:
-                    self._group.broken.add(self.rank)
-                    raise GradzipError(
-                        f"rank {self.rank}: no message from rank {src} within "
-                        f"{self._group.timeout} s (the peer failed or stalled)"
-                    ) from None
+        try:
+            item = box.get(timeout=self._group.timeout)
+        except queue.Empty:
+            self._group.broken.add(self.rank)
+            raise GradzipError(
+                f"rank {self.rank}: no message from rank {src} within "
+                f"{self._group.timeout} s (the peer failed or stalled)"
+            ) from None
+        if isinstance(item, _Wake):
+            raise GradzipError(
+                f"rank {self.rank}: gave up waiting for rank {src}: another rank failed"
+            )
+        return item
 
 
 def run_local(world_size: int, fn: Callable[[LocalTransport], T], timeout: float = 60.0) -> list[T]:
@@ -105,7 +120,7 @@ def run_local(world_size: int, fn: Callable[[LocalTransport], T], timeout: float
             results[rank] = fn(group.endpoint(rank))
         except BaseException as err:  # re-raised in the caller's thread
             errors[rank] = err
-            group.failed.set()
+            group.fail()
 
     threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(world_size)]
     for thread in threads:

@@ -39,7 +39,7 @@ def _serve(transport: LocalTransport, inbox: queue.SimpleQueue[Any], outbox: Any
         try:
             outcome: _Outcome = (transport.rank, True, job(transport))
         except BaseException as err:  # handed to the caller's thread
-            group.failed.set()
+            group.fail()
             outcome = (transport.rank, False, err)
         outbox.put(outcome)
         del job, outcome
@@ -129,7 +129,7 @@ class RankPool:
                     else:
                         errors[rank] = value
             except BaseException:  # interrupted while ranks may still be running fn
-                self.group.failed.set()
+                self.group.fail()
                 self.broken = "a call was interrupted before every rank had finished"
                 raise
             failed = [(rank, err) for rank, err in enumerate(errors) if err is not None]
