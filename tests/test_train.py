@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gradzip.cli import main
@@ -77,6 +79,38 @@ def test_bad_input_is_one_line_naming_the_fix(
     assert main(["train", *TINY, "--out", str(tmp_path / "r"), *args]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
+
+
+def _tiny_cifar10(root: Path, per_file: int = 16) -> Path:
+    """A random CIFAR-10 python version, ``per_file`` images per batch file."""
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name in [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"]:
+        batch = {
+            b"data": rng.integers(0, 256, (per_file, 3072), dtype=np.uint8),
+            b"labels": [int(v) for v in rng.integers(0, 10, per_file)],
+        }
+        (folder / name).write_bytes(pickle.dumps(batch, protocol=2))
+    return root
+
+
+def test_cifarnet_trains_on_24x24_crops_of_cifar10(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = str(_tiny_cifar10(tmp_path / "data"))
+    args = ["train", "--max-steps", "2", "--workers", "2", "--batch-size", "8", "--no-progress"]
+    cifar = ["--model", "cifarnet", "--data-dir", data, "--compressor", "dqsg"]
+    out = tmp_path / "run"
+    assert main([*args, *cifar, "--eval-images", "5", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["dataset"] == "cifar10"
+    assert summary["test_acc"] in {k / 5 for k in range(6)}  # evaluated on 5 images
+    capsys.readouterr()
+    lenet = ["--model", "lenet", "--dataset", "cifar10", "--data-dir", data]
+    assert main([*args, *lenet, "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "1x28x28" in err and "3x32x32" in err and len(err.splitlines()) == 1
 
 
 @pytest.mark.distributed

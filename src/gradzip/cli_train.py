@@ -71,6 +71,13 @@ def add_train_parser(sub: Any) -> None:
     p.add_argument("--out", default=None, help="run directory (default runs/<...>)")
     p.add_argument("--entropy", action="store_true", help="entropy-code the payloads (ANS)")
     p.add_argument("--eval-every", type=int, default=d.eval_every)
+    p.add_argument(
+        "--eval-images",
+        type=int,
+        default=None,
+        metavar="N",
+        help="evaluate on the first N test images only (default: all)",
+    )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_train)
 
@@ -99,6 +106,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         out=args.out,
         entropy=args.entropy,
         eval_every=args.eval_every,
+        eval_images=args.eval_images,
         progress=not args.no_progress,
     )
 

@@ -49,6 +49,7 @@ class TrainConfig:
     out: str | None = None  # run directory; default runs/<model>-<compressor>-<workers>w-s<seed>
     entropy: bool = False  # entropy-code the symbols (real ANS payloads)
     eval_every: int = 50  # steps between test-accuracy evaluations (and at the end)
+    eval_images: int | None = None  # evaluate on the first N test images only (quick runs)
     progress: bool = True
 
     def resolved_scheme(self) -> str:
@@ -111,6 +112,8 @@ class TrainConfig:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
         if self.max_steps is not None and self.max_steps < 1:
             raise ConfigError("--max-steps must be >= 1")
+        if self.eval_images is not None and self.eval_images < 1:
+            raise ConfigError("--eval-images must be >= 1 (or left out: the whole test set)")
         if self.batch_size % self.workers:
             raise ConfigError(
                 f"--batch-size {self.batch_size} must be divisible by --workers {self.workers} "

@@ -12,8 +12,9 @@ of shape ``(N, C, H, W)`` and int64 labels. Nothing is ever downloaded. Where ea
   :data:`DEBIAN_FASHION_MNIST_DIR`, where Debian's ``dataset-fashion-mnist`` package puts them.
 * ``"cifar10"``: the Python batches (``data_batch_1`` .. ``data_batch_5``, ``test_batch``) of the
   CIFAR-10 "python version" archive, extracted under ``data_dir`` (as ``cifar-10-batches-py``).
-  The paper's CifarNet trains on 24x24 crops (:data:`CIFARNET_CROP`): apply
-  :func:`random_crop_flip` to each training batch and :func:`center_crop` to the test images.
+  The paper's CifarNet trains on 24x24 crops (:data:`CIFARNET_CROP`): the trainer applies
+  :func:`random_crop_flip` to each training batch and :func:`center_crop` to the test images
+  (:mod:`gradzip.experiments.inputs`).
 
 :class:`EpochBatches` (from :mod:`gradzip.experiments.data_batches`) gives each epoch's shuffled
 mini-batches, split evenly among the data-parallel workers.

@@ -32,6 +32,7 @@ from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor
 from gradzip.experiments.config import ConfigError, TrainConfig
 from gradzip.experiments.data import Dataset, EpochBatches, load_dataset
+from gradzip.experiments.inputs import InputFit
 from gradzip.experiments.models import build_model, model_info
 from gradzip.experiments.progress import Progress
 from gradzip.experiments.run_output import RunWriter
@@ -147,7 +148,9 @@ class Trainer:
         self.config = config.validate()
         make_scheme(config)  # option errors now, in the caller, not later on a rank
         info = model_info(config.model)
-        self.data = load_dataset(config.dataset or info.dataset, config.data_dir)
+        data = load_dataset(config.dataset or info.dataset, config.data_dir)
+        self.inputs = InputFit(data, info.input_shape, config.model, config.seed)
+        self.data = self.inputs.test_set(data, config.eval_images)
         self.model = build_model(config.model, config.seed)
         self.optimizer = make_optimizer(config, self.model)
         self.gradients = WorkerGradients(self.model)
@@ -174,9 +177,11 @@ class Trainer:
         while step < total:
             epoch = step // per_epoch
             index = self.batches.indices(epoch, step % per_epoch)  # (workers, B/P)
-            if shard is not None:
-                index = index[shard : shard + 1]
-            out = self.gradients(self.data.train_x[index], self.data.train_y[index])
+            images = self.inputs.train_batch(self.data.train_x[index], step)
+            labels = self.data.train_y[index]
+            if shard is not None:  # crops are drawn for all workers: same as the simulation
+                images, labels = images[shard : shard + 1], labels[shard : shard + 1]
+            out = self.gradients(images, labels)
             result = exchange(step, out)
             for p, g in zip(params, result.means, strict=True):
                 p.grad = g.view_as(p)
