@@ -85,3 +85,17 @@ def test_dryden(tmp_path: Path) -> None:
         assert paper in report
     assert "FC-300-100" in report
     assert (tmp_path / "dryden-accuracy" / "accuracy.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_dryden_volume(tmp_path: Path) -> None:
+    report, result = _run("dryden-volume", tmp_path)
+    assert "adaptive / one-bit" in report
+    assert (tmp_path / "dryden-volume" / "volume.png").stat().st_size > 0
+    kbit = result["wire_kbit"]
+    assert isinstance(kbit, dict)
+    # fp32 is 32 bits per entry plus framing; one-bit is about 1 bit per entry plus its pairs
+    assert 8531.5 < kbit["Normal"] < 8531.5 * 1.001
+    assert 266.6 < kbit["One-bit"] < kbit["Normal"] / 16
+    # a ten times smaller threshold sends more entries
+    assert kbit["Threshold tau=0.001"] > kbit["Threshold"]

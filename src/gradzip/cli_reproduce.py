@@ -36,6 +36,7 @@ def print_experiments() -> None:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
+    from gradzip.experiments.data_files import DatasetUnavailableError
     from gradzip.experiments.reproduce import EXPERIMENTS, reproduce
 
     if args.list or args.id in (None, "list"):
@@ -48,6 +49,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    outcome = reproduce(args.id, args.out, quick=args.quick)
+    try:
+        outcome = reproduce(args.id, args.out, quick=args.quick)
+    except DatasetUnavailableError as err:  # one line: which data set, how to supply it
+        print(f"gradzip reproduce: {err}", file=sys.stderr)
+        return 1
     print(f"{args.id}: {outcome.seconds:.1f} s; report in {args.out}/{args.id}/report.md")
     return 0

@@ -7,11 +7,13 @@ runs one and writes ``<out>/<id>/report.md`` (the paper's value, ours, the devia
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gradzip.experiments.data_files import DatasetUnavailableError
 from gradzip.experiments.reproduce.common import Outcome, write_outcome
 
 
@@ -43,35 +45,78 @@ def _table2(out: Path, quick: bool) -> Outcome:
     return table2.run(out, quick)
 
 
+def _table3(out: Path, quick: bool) -> Outcome:
+    from gradzip.experiments.reproduce import table3
+
+    return table3.run(out, quick)
+
+
+def _fig4(out: Path, quick: bool) -> Outcome:
+    from gradzip.experiments.reproduce import fig4
+
+    return fig4.run(out, quick)
+
+
 def _dryden(out: Path, quick: bool) -> Outcome:
     from gradzip.experiments.reproduce import dryden
 
     return dryden.run(out, quick)
 
 
+def _dryden_volume(out: Path, quick: bool) -> Outcome:
+    from gradzip.experiments.reproduce import dryden_volume
+
+    return dryden_volume.run(out, quick)
+
+
 EXPERIMENTS: dict[str, Experiment] = {
     e.id: e
     for e in (
         Experiment("dqsg-table1", "DQSG Table 1: raw Kbit per worker per iteration", 5, _table1),
+        Experiment("dqsg-table2", "DQSG Table 2: entropy Kbit per worker, 32 workers", 40, _table2),
+        Experiment("dqsg-table3", "DQSG Table 3: CifarNet accuracy (needs CIFAR-10)", 190, _table3),
+        Experiment("dqsg-fig4", "DQSG Figure 4: final accuracy vs workers, MNIST", 25, _fig4),
         Experiment(
             "dqsg-fig5", "DQSG Figure 5: NDQSG vs DQSG M=2 vs baseline, FC-300-100", 45, _fig5
         ),
-        Experiment("dqsg-table2", "DQSG Table 2: entropy Kbit per worker, 32 workers", 40, _table2),
         Experiment(
             "dryden-accuracy", "Dryden et al.: MNIST accuracy of four quantizers", 30, _dryden
+        ),
+        Experiment(
+            "dryden-volume", "Dryden et al.: data volume per mini-batch", 35, _dryden_volume
         ),
     )
 }
 
 
 def reproduce(experiment_id: str, out: str | Path, quick: bool = False) -> Outcome:
-    """Run ``experiment_id`` and write its report under ``out/<id>/``; the outcome."""
+    """Run ``experiment_id`` and write its report under ``out/<id>/``; the outcome.
+
+    ``DatasetUnavailableError`` (a data set the user must supply is missing) propagates, and
+    the directories this call created are removed again."""
     if experiment_id not in EXPERIMENTS:
         raise KeyError(experiment_id)
     directory = Path(out) / experiment_id
+    created = _outermost_missing(directory)
     directory.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    outcome = EXPERIMENTS[experiment_id].run(directory, quick)
+    try:
+        outcome = EXPERIMENTS[experiment_id].run(directory, quick)
+    except DatasetUnavailableError:
+        # a data set the user must supply is missing: leave no empty report directory behind
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
     outcome.seconds = time.perf_counter() - started
     write_outcome(outcome, directory)
     return outcome
+
+
+def _outermost_missing(path: Path) -> Path | None:
+    """The outermost of ``path`` and its parents that does not exist yet (None if it does)."""
+    missing = None
+    for p in (path, *path.parents):
+        if p.exists():
+            break
+        missing = p
+    return missing

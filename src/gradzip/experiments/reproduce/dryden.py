@@ -16,11 +16,15 @@ from gradzip.experiments.reproduce.common import Outcome, Row
 from gradzip.experiments.reproduce.runs import plot_curves, run_training
 
 PAPER_ACCURACY = {"Normal": 98.51, "One-bit": 98.49, "Threshold": 98.12, "Adaptive": 98.53}
+#: The paper's threshold is "the best tau found", not given [CHOICE]: 0.01, where 0.02% of
+#: dryden-mlp's gradient entries at initialisation (batch 64) exceed tau (6.6% exceed 0.001), so
+#: threshold sends "very little" as the paper says.
+THRESHOLD_TAU = 0.01
 #: (label, compressor, parameters, error feedback)
 METHODS: tuple[tuple[str, str, dict[str, Any], bool], ...] = (
     ("Normal", "identity", {}, False),
     ("One-bit", "onebit", {"group": "out"}, True),
-    ("Threshold", "threshold", {"tau": 0.001}, True),
+    ("Threshold", "threshold", {"tau": THRESHOLD_TAU}, True),
     ("Adaptive", "adaptive", {"proportion": 32}, True),
 )
 QUICK_STEPS = 40
@@ -73,7 +77,7 @@ def run(out: Path, quick: bool) -> Outcome:
         "Dryden et al. ran 4-way data parallelism x 48-way model parallelism on 192 ranks; "
         "here only the 4-way data parallelism is kept (4 simulated workers, total batch 256), "
         "no model parallelism.",
-        "Threshold uses tau = 0.001 (the paper reports only 'the best tau found'); "
+        f"Threshold uses tau = {THRESHOLD_TAU} (the paper reports only 'the best tau found'); "
         "one-bit, threshold and adaptive keep a residual (error feedback), as in the paper.",
     ]
     if quick:
