@@ -99,3 +99,11 @@ def test_dryden_volume(tmp_path: Path) -> None:
     assert 266.6 < kbit["One-bit"] < kbit["Normal"] / 16
     # a ten times smaller threshold sends more entries
     assert kbit["Threshold tau=0.001"] > kbit["Threshold"]
+
+
+def test_every_experiment_module_has_a_run_function() -> None:
+    import importlib
+
+    for experiment in EXPERIMENTS.values():
+        module = importlib.import_module(f"gradzip.experiments.reproduce.{experiment.module}")
+        assert callable(module.run), experiment.id

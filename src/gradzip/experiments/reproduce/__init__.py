@@ -7,9 +7,9 @@ runs one and writes ``<out>/<id>/report.md`` (the paper's value, ours, the devia
 
 from __future__ import annotations
 
+import importlib
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,74 +19,36 @@ from gradzip.experiments.reproduce.common import Outcome, write_outcome
 
 @dataclass(frozen=True)
 class Experiment:
-    """One reproducible table or figure."""
+    """One reproducible table or figure: its id, a one-line summary, the rough ``--quick`` wall
+    time on 2 cores, and the module of this package whose ``run(out, quick)`` computes it
+    (imported only when the experiment runs)."""
 
     id: str
     summary: str
-    quick_seconds: int  # rough --quick wall time on 2 cores
-    run: Callable[[Path, bool], Outcome]
+    quick_seconds: int
+    module: str
+
+    def run(self, out: Path, quick: bool) -> Outcome:
+        module = importlib.import_module(f"{__name__}.{self.module}")
+        outcome: Outcome = module.run(out, quick)
+        return outcome
 
 
-def _table1(out: Path, quick: bool) -> Outcome:
-    from gradzip.experiments.reproduce import table1
-
-    return table1.run(out, quick)
-
-
-def _fig5(out: Path, quick: bool) -> Outcome:
-    from gradzip.experiments.reproduce import fig5
-
-    return fig5.run(out, quick)
-
-
-def _table2(out: Path, quick: bool) -> Outcome:
-    from gradzip.experiments.reproduce import table2
-
-    return table2.run(out, quick)
-
-
-def _table3(out: Path, quick: bool) -> Outcome:
-    from gradzip.experiments.reproduce import table3
-
-    return table3.run(out, quick)
-
-
-def _fig4(out: Path, quick: bool) -> Outcome:
-    from gradzip.experiments.reproduce import fig4
-
-    return fig4.run(out, quick)
-
-
-def _dryden(out: Path, quick: bool) -> Outcome:
-    from gradzip.experiments.reproduce import dryden
-
-    return dryden.run(out, quick)
-
-
-def _dryden_volume(out: Path, quick: bool) -> Outcome:
-    from gradzip.experiments.reproduce import dryden_volume
-
-    return dryden_volume.run(out, quick)
-
-
-EXPERIMENTS: dict[str, Experiment] = {
-    e.id: e
-    for e in (
-        Experiment("dqsg-table1", "DQSG Table 1: raw Kbit per worker per iteration", 5, _table1),
-        Experiment("dqsg-table2", "DQSG Table 2: entropy Kbit per worker, 32 workers", 40, _table2),
-        Experiment("dqsg-table3", "DQSG Table 3: CifarNet accuracy (needs CIFAR-10)", 190, _table3),
-        Experiment("dqsg-fig4", "DQSG Figure 4: final accuracy vs workers, MNIST", 25, _fig4),
-        Experiment(
-            "dqsg-fig5", "DQSG Figure 5: NDQSG vs DQSG M=2 vs baseline, FC-300-100", 45, _fig5
-        ),
-        Experiment(
-            "dryden-accuracy", "Dryden et al.: MNIST accuracy of four quantizers", 30, _dryden
-        ),
-        Experiment(
-            "dryden-volume", "Dryden et al.: data volume per mini-batch", 35, _dryden_volume
-        ),
-    )
-}
+_TABLE = (
+    # seed 000: DQSG / NDQSG (Abdi & Fekri)
+    Experiment("dqsg-table1", "DQSG Table 1: raw Kbit per worker per iteration", 5, "table1"),
+    Experiment("dqsg-table2", "DQSG Table 2: entropy Kbit per worker, 32 workers", 40, "table2"),
+    Experiment("dqsg-table3", "DQSG Table 3: CifarNet accuracy (needs CIFAR-10)", 190, "table3"),
+    Experiment("dqsg-fig4", "DQSG Figure 4: final accuracy vs workers, MNIST", 25, "fig4"),
+    Experiment("dqsg-fig5", "DQSG Figure 5: NDQSG vs DQSG M=2 vs baseline, FC-300-100", 45, "fig5"),
+    # seed 001: QESGD
+    # seed 002: LPC-SVRG / ALPC-SVRG
+    # seed 003: DQGAN
+    # seed 004: Dryden et al.
+    Experiment("dryden-accuracy", "Dryden et al.: MNIST accuracy of four quantizers", 30, "dryden"),
+    Experiment("dryden-volume", "Dryden et al.: data volume per mini-batch", 35, "dryden_volume"),
+)
+EXPERIMENTS: dict[str, Experiment] = {e.id: e for e in _TABLE}
 
 
 def reproduce(experiment_id: str, out: str | Path, quick: bool = False) -> Outcome:
