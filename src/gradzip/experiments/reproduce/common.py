@@ -62,6 +62,9 @@ class Outcome:
 def _fmt(value: float | None, digits: int = 2, sign: bool = False) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
+    if value != 0 and not 10**-digits <= abs(value) < 1e9:
+        # a convergence ratio of 1e-7 or a divergence of 1e12 keeps its significant digits
+        return f"{value:+.3g}" if sign else f"{value:.3g}"
     return f"{value:+,.{digits}f}" if sign else f"{value:,.{digits}f}"
 
 
