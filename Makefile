@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup run test test-slow lint typecheck bench clean
+.PHONY: setup data run test test-slow lint typecheck bench clean
 
 # A virtual environment with torch pinned exactly: a looser torch requirement would pull a
 # multi-gigabyte CUDA build.
@@ -18,6 +18,20 @@ $(BIN)/gradzip: pyproject.toml
 	touch $@
 
 setup: $(BIN)/gradzip
+
+# Optional data: Fashion-MNIST (`--dataset fashion-mnist`, `gradzip reproduce qesgd-fmnist`) from
+# Debian's dataset-fashion-mnist package, installed when run as root on a Debian-based machine;
+# otherwise it says how to supply it. The tests that need it skip without it.
+data:
+	@if dpkg -s dataset-fashion-mnist >/dev/null 2>&1; then \
+		echo "Fashion-MNIST: Debian's dataset-fashion-mnist is installed"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist >/dev/null && \
+		echo "Fashion-MNIST: installed Debian's dataset-fashion-mnist"; \
+	else \
+		echo "Fashion-MNIST: not installed; run 'apt-get install dataset-fashion-mnist' as root," \
+			"or pass --data-dir DIR holding its four IDX files"; \
+	fi
 
 # The main job on its built-in default: one epoch of FC-300-100 on MNIST with 8 simulated
 # workers sending DQSG / nested NDQSG (about 1.5 minutes on 2 cores); writes runs/...
