@@ -113,6 +113,6 @@ def test_ternary_case_matches_terngrad() -> None:
 
 
 def test_parameter_validation() -> None:
-    for kwargs in ({"b": 1}, {"b": 17}, {"theta": 0.0}, {"theta": 1.5}, {"packing": "x"}):
+    for kwargs in ({"b": 1}, {"b": 25}, {"theta": 0.0}, {"theta": 1.5}, {"packing": "x"}):
         with pytest.raises(ValueError):
             LPC(**kwargs)  # type: ignore[arg-type]

@@ -21,6 +21,10 @@ from gradzip.keys import StreamKey
 from gradzip.payload import Header
 
 _SMALLEST_SUBNORMAL = float(torch.finfo(torch.float32).smallest_normal) * 2.0**-23
+#: widest code: codes ``< 2^24`` stay exact integers in the float32 decoder (see :class:`LPC`)
+MAX_BITS = 24
+#: widest code the "dense" and "entropy" packings take (alphabets up to ``2^16``)
+MAX_CODED_BITS = 16
 
 
 @register
@@ -37,6 +41,14 @@ class LPC(Compressor, CommonGrid):
     Bits: ``b*d + 32`` (float32 ``delta`` then the codes, ``packing="fixed"``);
     ``paper_bits = d*log2(2s+1) + 32``. A zero vector sends ``delta = 0`` and decodes to zeros.
 
+    Width ``b`` in ``[2, 24]`` [CHOICE]. ``b = 24`` is the spec's "32-bit-like precision"
+    (spec 3.7): a level then has the resolution of a float32 mantissa. The limit is where the
+    arithmetic stays exact: levels are formed in float64 (spec 0.3) and codes up to
+    ``2^24 - 2`` are integers a float32 holds exactly, so the decoder's ``(code - s) * delta``
+    is one float32 rounding; the stochastic rounding's uniforms have 23 fractional bits, so its
+    bias is below ``2^-23`` of a level. ``packing="dense"`` and ``"entropy"`` handle alphabets
+    up to ``2^16``, i.e. ``b <= 16``; wider codes travel at fixed width.
+
     Variance: inside the hull ``E(Q(v) - v)^2 = (v - a)(a + delta - v) <= delta^2/4`` (Lemma 3);
     ``E||Q(u) - u||^2 <= [(d - kc) theta^2/(4 s^2) + kc (1 - theta)^2] ||u||_inf^2`` with
     ``kc = #{i : |u_i| > theta ||u||_inf}`` (Lemma 4). ``theta = 1`` is unbiased (the
@@ -52,15 +64,20 @@ class LPC(Compressor, CommonGrid):
     example_params: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, b: int = 4, theta: float = 1.0, packing: str = "fixed") -> None:
-        if isinstance(b, bool) or not isinstance(b, int) or not 2 <= b <= 16:
-            raise ValueError(f"lpc: b must be an int in [2, 16], got {b!r}")
+        if isinstance(b, bool) or not isinstance(b, int) or not 2 <= b <= MAX_BITS:
+            raise ValueError(f"lpc: b must be an int in [2, {MAX_BITS}], got {b!r}")
         theta = float(theta)
         if not 0.0 < theta <= 1.0:
             raise ValueError(f"lpc: theta must lie in (0, 1], got {theta}")
+        self.packing = check_packing(packing)
+        if packing != "fixed" and b > MAX_CODED_BITS:
+            raise ValueError(
+                f"lpc: packing={packing!r} codes alphabets of up to 2^{MAX_CODED_BITS} symbols, "
+                f"so b <= {MAX_CODED_BITS}; b = {b} needs packing='fixed'"
+            )
         self.b = b
         self.s = 2 ** (b - 1) - 1
         self.theta = theta
-        self.packing = check_packing(packing)
 
     def wire_params(self) -> dict[str, int | float | bool | str]:
         return {"b": self.b, "theta": self.theta, "packing": self.packing}

@@ -14,6 +14,11 @@ from gradzip.errors import NonFiniteInputError
 from gradzip.keys import StreamKey
 from gradzip.schemes.base import Scheme, working_dtype
 
+#: the largest integer up to which every integer is exact in float32
+FLOAT32_EXACT = 2**24
+#: code sums must stay below this: they are int32 and packed at up to 31 bits
+MAX_SUM = 2**31
+
 
 class GridScheme(Scheme):
     """Quantize every rank's tensor on a common scale, let the subclass sum the integer symbols,
@@ -43,6 +48,7 @@ class GridScheme(Scheme):
     def reduce(
         self, transport: Transport, tensor: torch.Tensor, step: int, tensor_index: int = 0
     ) -> torch.Tensor:
+        self.check_sum_range(transport.world_size)
         transport.meter.step = step
         n = tensor.numel()
         own_key = self.key(transport.rank, step, tensor_index)
@@ -72,6 +78,19 @@ class GridScheme(Scheme):
         mean = self._mean(transport, symbols, scales, step, tensor_index)
         return mean.view(tensor.shape).to(working_dtype(tensor.dtype))
 
+    def check_sum_range(self, world_size: int) -> None:
+        """Refuse a group whose code sums could overflow: the sums of ``P`` ranks' symbols reach
+        ``2 s P`` and travel as int32 (packed at up to 31 bits). Every rank raises the same
+        ``ValueError`` before sending anything (e.g. ``lpc`` with ``b = 24`` on more than 128
+        ranks)."""
+        top = 2 * self.grid.grid_levels() * world_size
+        if top >= MAX_SUM:
+            raise ValueError(
+                f"{self.name}: the sum of {world_size} ranks' {self.compressor.describe()} codes "
+                f"reaches {top}, beyond the int32 code sums of this scheme (at most "
+                f"{MAX_SUM - 1}); use fewer bits, fewer ranks or the allgather scheme"
+            )
+
     def _decode_sum(
         self, sums: torch.Tensor, scales: torch.Tensor, step: int, tensor_index: int, count: int
     ) -> torch.Tensor:
@@ -82,12 +101,16 @@ class GridScheme(Scheme):
     def _net_levels(self, sums: torch.Tensor, keys: list[StreamKey]) -> torch.Tensor:
         """``sum_p (level_p - offset_p)`` over the ranks of ``keys`` from their symbol sum.
 
-        float32 [CHOICE]: the integer part is exact (below 2**24) and the dithers add a
-        rounding of about ``P * 2**-24`` levels, far below the quantization error; every rank
-        runs the same operations in the same order, so all get the same bits.
+        float32 [CHOICE] while the sums stay below ``2**24`` (exact integers in float32): the
+        dithers add a rounding of about ``P * 2**-24`` levels, far below the quantization
+        error. Wider sums (``lpc`` with ``b`` above about 20) are formed in float64, where they
+        are exact too. Every rank runs the same operations in the same order, so all get the
+        same bits.
         """
         n = sums.numel()
-        levels = sums.to(torch.float32).sub_(len(keys) * self.grid.grid_levels())
+        s = self.grid.grid_levels()
+        dtype = torch.float32 if 2 * s * len(keys) <= FLOAT32_EXACT else torch.float64
+        levels = sums.to(dtype).sub_(len(keys) * s)
         for key in keys:
             offsets = self.grid.grid_offsets(key, n)
             if offsets is not None:
@@ -95,9 +118,10 @@ class GridScheme(Scheme):
         return levels
 
     def _values(self, levels: torch.Tensor, scales: torch.Tensor, count: int = 1) -> torch.Tensor:
-        """``levels * step / count`` per element (float32, in place)."""
+        """``levels * step / count`` per element (in place, in ``levels``' dtype: float32, or
+        float64 for wide sums, see :meth:`_net_levels`)."""
         n = levels.numel()
-        steps = (self.grid.grid_steps(scales) / count).to(torch.float32)
+        steps = (self.grid.grid_steps(scales) / count).to(levels.dtype)
         return levels.mul_(per_element(steps, n, self.grid.grid_bucket_size(n)))
 
     @abstractmethod
