@@ -8,7 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gradzip.codecs.bitpack import pack_bits, packed_bytes, unpack_bits
-from gradzip.codecs.symbols import pack_symbols, packed_symbol_bits, symbol_bits, unpack_symbols
+from gradzip.codecs.symbols import (
+    pack_symbols,
+    packed_symbol_bits,
+    symbol_bits,
+    twos_complement_values,
+    unpack_symbols,
+)
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 
 
@@ -74,3 +80,13 @@ def test_symbol_helpers_fixed_packing() -> None:
     packed = pack_symbols(symbols, 5, "fixed")
     assert packed.numel() * 8 == packed_symbol_bits(1001, 5, "fixed")
     assert torch.equal(unpack_symbols(packed, 1001, 5, "fixed").long(), symbols)
+
+
+@pytest.mark.parametrize("bits", [2, 3, 7, 8, 9, 16, 24])
+def test_twos_complement_values_round_trips_every_code(bits: int) -> None:
+    low, high = -(2 ** (bits - 1)), 2 ** (bits - 1)
+    values = torch.arange(low, high, max(1, (high - low) // 4096), dtype=torch.int64)
+    values = torch.cat([values, torch.tensor([low, -1, 0, high - 1])])
+    codes = values & (2**bits - 1)
+    symbols = codes.to(torch.uint8) if bits <= 8 else codes.to(torch.int32)
+    assert torch.equal(twos_complement_values(symbols, bits).to(torch.int64), values)

@@ -8,7 +8,14 @@ import sys
 from typing import Any
 
 from gradzip.errors import GradzipError
-from gradzip.experiments.config import BACKENDS, OPTIMIZERS, ConfigError, TrainConfig
+from gradzip.experiments.config import (
+    ALGORITHMS,
+    BACKENDS,
+    OPTIMIZERS,
+    QESGD_OUTPUTS,
+    ConfigError,
+    TrainConfig,
+)
 
 
 def parse_value(text: str) -> Any:
@@ -79,6 +86,29 @@ def add_train_parser(sub: Any) -> None:
         help="evaluate on the first N test images only (default: all)",
     )
     p.add_argument("--no-progress", action="store_true")
+    q = p.add_argument_group(
+        "QESGD (--algorithm qesgd: Algorithm 3 of the QESGD paper; fp32 gradients to a "
+        "parameter server, b-bit parameter offsets back; needs --optimizer sgd)"
+    )
+    q.add_argument("--algorithm", choices=ALGORITHMS, default=d.algorithm)
+    q.add_argument("--qesgd-bits", type=int, default=d.qesgd_bits, help="b (default 8)")
+    q.add_argument(
+        "--qesgd-c",
+        type=float,
+        default=d.qesgd_c,
+        help="delta_t = |grad F(w0)| / (c sqrt(t+1) 2^(b-1))",
+    )
+    q.add_argument("--qesgd-output", choices=QESGD_OUTPUTS, default=d.qesgd_output)
+    q.add_argument(
+        "--qesgd-bucket-size", type=int, default=d.qesgd_bucket_size, help="0: the whole vector"
+    )
+    q.add_argument(
+        "--qesgd-norm-samples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="compute the full gradient at w0 on the first N training samples (default: all)",
+    )
     p.set_defaults(func=cmd_train)
 
 
@@ -108,6 +138,12 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         eval_every=args.eval_every,
         eval_images=args.eval_images,
         progress=not args.no_progress,
+        algorithm=args.algorithm,
+        qesgd_bits=args.qesgd_bits,
+        qesgd_c=args.qesgd_c,
+        qesgd_output=args.qesgd_output,
+        qesgd_bucket_size=args.qesgd_bucket_size,
+        qesgd_norm_samples=args.qesgd_norm_samples,
     )
 
 

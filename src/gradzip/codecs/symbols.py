@@ -80,3 +80,17 @@ def unpack_symbols(data: torch.Tensor, n: int, alphabet_size: int, packing: str)
         decoded: torch.Tensor = entropy_decode(data, n, alphabet_size)
         return decoded
     raise ValueError(f"unknown packing {packing!r}")
+
+
+def twos_complement_values(symbols: torch.Tensor, bits: int) -> torch.Tensor:
+    """Signed integers from ``bits``-bit two's complement codes (as unpacked symbols).
+
+    Codes of up to 8 bits arrive as ``uint8`` and come back as ``int8``; wider codes come back
+    as ``int32``. The sign bit is extended by shifting the code to the top of the word and back
+    (an arithmetic shift), which needs no branch per element.
+    """
+    if symbols.dtype == torch.uint8:
+        signed, shift = symbols.view(torch.int8), 8 - bits
+    else:
+        signed, shift = symbols.to(torch.int32), 32 - bits
+    return (signed << shift) >> shift if shift else signed

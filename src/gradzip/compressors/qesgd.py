@@ -7,7 +7,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from gradzip.codecs.symbols import check_packing, pack_symbols, packed_symbol_bits, unpack_symbols
+from gradzip.codecs.symbols import (
+    check_packing,
+    pack_symbols,
+    packed_symbol_bits,
+    twos_complement_values,
+    unpack_symbols,
+)
 from gradzip.compressors._stochastic import fit_dtype_
 from gradzip.compressors.base import Body, Compressor, body_tensor
 from gradzip.compressors.registry import register
@@ -109,13 +115,7 @@ class QESGD(Compressor):
         self, body: memoryview, header: Header, side: torch.Tensor | None
     ) -> torch.Tensor:
         symbols = unpack_symbols(body_tensor(body), header.numel, 2**self.bits, self.packing)
-        # sign extension of the b-bit two's complement code: shift it to the top and back
-        if symbols.dtype == torch.uint8:
-            k, shift = symbols.view(torch.int8), 8 - self.bits
-        else:
-            k, shift = symbols.to(torch.int32), 32 - self.bits
-        if shift:
-            k = (k << shift) >> shift
+        k = twos_complement_values(symbols, self.bits)
         return fit_dtype_(k.to(torch.float32).mul_(self.delta32), header.dtype)
 
     def expected_body_bits(self, x: torch.Tensor) -> int | None:

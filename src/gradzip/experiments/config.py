@@ -15,6 +15,10 @@ from typing import Any
 
 OPTIMIZERS = ("sgd", "adam", "adagrad")
 BACKENDS = ("local", "gloo", "env")
+#: sgd: compressed-gradient training (compressor + scheme + optimizer); qesgd: Algorithm 3 of
+#: the QESGD paper (fp32 gradients up, b-bit parameter offsets down, spec 2.2)
+ALGORITHMS = ("sgd", "qesgd")
+QESGD_OUTPUTS = ("average", "last")
 #: learning rates of spec 1.10 (SGD, Adam) and a common Adagrad default
 DEFAULT_LR = {"sgd": 0.01, "adam": 0.001, "adagrad": 0.01}
 
@@ -51,6 +55,12 @@ class TrainConfig:
     eval_every: int = 50  # steps between test-accuracy evaluations (and at the end)
     eval_images: int | None = None  # evaluate on the first N test images only (quick runs)
     progress: bool = True
+    algorithm: str = "sgd"  # ALGORITHMS; "qesgd" ignores compressor/scheme, needs --optimizer sgd
+    qesgd_bits: int = 8  # b: bits per coordinate of the offset codes the server sends
+    qesgd_c: float = 1.0  # the delta schedule's c (the paper picks it from 1, 2, 3, 4, 5, 10)
+    qesgd_output: str = "average"  # w_{t+1}: iterate average (the paper) or "last" iterate
+    qesgd_bucket_size: int = 0  # 0: the whole vector (the paper); else one delta per bucket
+    qesgd_norm_samples: int | None = None  # samples of the full gradient at w_0 (None: all)
 
     def resolved_scheme(self) -> str:
         if self.scheme is not None:
@@ -63,12 +73,14 @@ class TrainConfig:
     def resolved_out(self) -> str:
         if self.out is not None:
             return self.out
-        return f"runs/{self.model}-{self.compressor}-{self.workers}w-s{self.seed}"
+        method = f"qesgd{self.qesgd_bits}" if self.algorithm == "qesgd" else self.compressor
+        return f"runs/{self.model}-{method}-{self.workers}w-s{self.seed}"
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, with the defaults that depend on others filled in."""
         out = asdict(self)
-        out.update(scheme=self.resolved_scheme(), lr=self.resolved_lr(), out=self.resolved_out())
+        scheme = self.resolved_scheme() if self.algorithm == "sgd" else None  # qesgd: its own
+        out.update(scheme=scheme, lr=self.resolved_lr(), out=self.resolved_out())
         return out
 
     @classmethod
@@ -119,4 +131,35 @@ class TrainConfig:
                 f"--batch-size {self.batch_size} must be divisible by --workers {self.workers} "
                 "(the total batch is split evenly)"
             )
+        if self.algorithm not in ALGORITHMS:
+            raise ConfigError(f"unknown algorithm {self.algorithm!r}; choose one of {ALGORITHMS}")
+        if self.algorithm == "qesgd":
+            self._validate_qesgd()
         return self
+
+    def _validate_qesgd(self) -> None:
+        """QESGD's own options, and the compressed-gradient options it cannot take."""
+        if self.optimizer != "sgd" or self.momentum != 0:
+            raise ConfigError(
+                "--algorithm qesgd takes plain SGD steps on the quantized offset (spec 2.2): "
+                "pass --optimizer sgd and no --momentum"
+            )
+        if self.error_feedback or self.scheme is not None or self.entropy:
+            raise ConfigError(
+                "--algorithm qesgd has its own parameter-server exchange: leave out --scheme, "
+                "--error-feedback and --entropy"
+            )
+        if isinstance(self.qesgd_bits, bool) or not 1 <= self.qesgd_bits <= 16:
+            raise ConfigError(f"--qesgd-bits must be an int in [1, 16], got {self.qesgd_bits}")
+        if not (math.isfinite(self.qesgd_c) and self.qesgd_c > 0):
+            raise ConfigError(f"--qesgd-c must be a positive number, got {self.qesgd_c}")
+        if self.qesgd_output not in QESGD_OUTPUTS:
+            raise ConfigError(
+                f"--qesgd-output must be one of {QESGD_OUTPUTS}, got {self.qesgd_output!r}"
+            )
+        if self.qesgd_bucket_size < 0:
+            raise ConfigError("--qesgd-bucket-size must be >= 0 (0: the whole vector)")
+        if self.qesgd_norm_samples is not None and self.qesgd_norm_samples < self.batch_size:
+            raise ConfigError(
+                f"--qesgd-norm-samples must be at least --batch-size ({self.batch_size})"
+            )

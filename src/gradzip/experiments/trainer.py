@@ -129,12 +129,15 @@ def evaluate(model: torch.nn.Module, data: Dataset, batch: int = 2000) -> float:
 @dataclass
 class Exchanged:
     """What one step's exchange returns: the averaged gradients, every rank's bits, and the
-    workers' losses (rank order) and correct predictions, gathered over all workers."""
+    workers' losses (rank order) and correct predictions, gathered over all workers. An
+    algorithm that computes the new parameters itself (``--algorithm qesgd``) returns them as
+    ``params`` instead of ``means``, and no optimizer step is taken."""
 
-    means: list[torch.Tensor]
+    means: list[torch.Tensor] | None
     bits: list[dict[str, float | None]]
     losses: list[float]
     correct: int
+    params: list[torch.Tensor] | None = None
 
 
 Exchange = Callable[[int, WorkerStep], Exchanged]
@@ -146,7 +149,8 @@ class Trainer:
 
     def __init__(self, config: TrainConfig) -> None:
         self.config = config.validate()
-        make_scheme(config)  # option errors now, in the caller, not later on a rank
+        if config.algorithm == "sgd":
+            make_scheme(config)  # option errors now, in the caller, not later on a rank
         info = model_info(config.model)
         data = load_dataset(config.dataset or info.dataset, config.data_dir)
         self.inputs = InputFit(data, info.input_shape, config.model, config.seed)
@@ -158,6 +162,14 @@ class Trainer:
             len(self.data.train_y), config.batch_size, config.workers, config.seed
         )
         self.baseline_bits = 32 * sum(p.numel() for p in self.model.parameters())
+
+    def is_epoch_end(self, step: int) -> bool:
+        """Whether 0-based step ``step`` closes an epoch (or the run)."""
+        return (step + 1) % self.batches.steps_per_epoch == 0 or step + 1 == self.total_steps()
+
+    def lr(self) -> float:
+        """The current learning rate (after the per-epoch decay)."""
+        return float(self.optimizer.param_groups[0]["lr"])
 
     def total_steps(self) -> int:
         total = self.batches.steps_per_epoch * self.config.epochs
@@ -183,9 +195,15 @@ class Trainer:
                 images, labels = images[shard : shard + 1], labels[shard : shard + 1]
             out = self.gradients(images, labels)
             result = exchange(step, out)
-            for p, g in zip(params, result.means, strict=True):
-                p.grad = g.view_as(p)
-            self.optimizer.step()
+            if result.params is not None:  # the algorithm computed the parameters itself
+                with torch.no_grad():
+                    for p, new in zip(params, result.params, strict=True):
+                        p.copy_(new.view_as(p))
+            else:
+                assert result.means is not None
+                for p, g in zip(params, result.means, strict=True):
+                    p.grad = g.view_as(p)
+                self.optimizer.step()
             step += 1
             if step % per_epoch == 0:
                 scheduler.step()
