@@ -42,8 +42,32 @@ _TABLE = (
     Experiment("dqsg-fig4", "DQSG Figure 4: final accuracy vs workers, MNIST", 25, "fig4"),
     Experiment("dqsg-fig5", "DQSG Figure 5: NDQSG vs DQSG M=2 vs baseline, FC-300-100", 45, "fig5"),
     # seed 001: QESGD
+    Experiment(
+        "qesgd-table1", "QESGD Table 1: SGD/QSGD/QESGD (needs CIFAR-10)", 35, "qesgd_table1"
+    ),
+    Experiment(
+        "qesgd-fmnist", "QESGD Table 1 setting on Fashion-MNIST, ResNet-20", 30, "qesgd_fmnist"
+    ),
+    Experiment("qesgd-lstm", "QESGD RNN figure: 2-layer char LSTM on pydoc text", 15, "qesgd_lstm"),
+    Experiment(
+        "qesgd-table2", "QESGD Table 2: bits per epoch, parameter server", 5, "qesgd_table2"
+    ),
     # seed 002: LPC-SVRG / ALPC-SVRG
+    Experiment("lpc-fig3a", "LPC-SVRG Fig. 3(a): loss vs rounds, bits; Syn-512", 20, "lpc_fig3a"),
+    Experiment("lpc-fig3b", "LPC-SVRG Fig. 3(b): loss vs rounds, bits; Syn-1024", 30, "lpc_fig3b"),
+    Experiment("lpc-fig3c", "LPC-SVRG Fig. 3(c): Syn-20k with clipping", 15, "lpc_fig3c"),
+    Experiment("lpc-clipping", "LPC-SVRG: clipping vs error and loss, Syn-20k", 10, "lpc_clipping"),
+    Experiment("lpc-table2", "LPC-SVRG Table 2: bits to a loss, YearMSD", 10, "lpc_table2"),
     # seed 003: DQGAN
+    Experiment(
+        "dqgan-bilinear", "DQGAN: OMD vs GDA, EF with top-k, bilinear game", 5, "dqgan_bilinear"
+    ),
+    Experiment(
+        "dqgan-mixture", "DQGAN vs CPOAdam(-GQ): 2-D Gaussian-mixture WGAN", 20, "dqgan_mixture"
+    ),
+    Experiment(
+        "dqgan-mnist", "DQGAN vs CPOAdam(-GQ): MNIST DCGAN, Frechet distance", 15, "dqgan_mnist"
+    ),
     # seed 004: Dryden et al.
     Experiment("dryden-accuracy", "Dryden et al.: MNIST accuracy of four quantizers", 30, "dryden"),
     Experiment("dryden-volume", "Dryden et al.: data volume per mini-batch", 35, "dryden_volume"),

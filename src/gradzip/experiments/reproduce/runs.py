@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gradzip.experiments.config import TrainConfig
+from gradzip.experiments.reproduce.plots import line_plot
 
 
 @dataclass
@@ -42,20 +43,9 @@ def run_training(label: str, out: Path, **options: Any) -> Run:
 
 def plot_curves(runs: list[Run], path: Path, title: str, key: str = "test_acc") -> None:
     """``key`` (in %) against the iteration for every run, as one PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    series = []
     for run in runs:
         points = run.curve(key)
-        ax.plot([p[0] for p in points], [100 * p[1] for p in points], "o-", ms=3, label=run.label)
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("test accuracy (%)" if key == "test_acc" else key)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+        series.append((run.label, [p[0] for p in points], [100 * p[1] for p in points]))
+    ylabel = "test accuracy (%)" if key == "test_acc" else key
+    line_plot(path, series, title=title, ylabel=ylabel)

@@ -1,0 +1,220 @@
+"""``dqgan-mixture``: DQGAN (Hou 8-bit, error feedback) vs CPOAdam vs CPOAdam-GQ on a 2-D
+Gaussian-mixture WGAN: the energy distance to the data, mode coverage and the fraction of
+high-quality samples.
+
+The seed reports "synthetic and real" experiments but its numbers survive only as the claim
+that DQGAN is comparable to CPOAdam with slight degradation; this set-up is this library's
+[CHOICE]: 8 Gaussians (std 0.05) on a circle of radius 2, MLP generator (16-d noise) and critic
+with two hidden layers of 128 ReLU units, WGAN loss with clipping at 0.01, Optimistic Adam
+(lr 5e-4, betas 0.5/0.9), 2 simulated workers with 128 samples each per iteration, three
+seeds in the full mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from gradzip.algorithms.dqgan.baselines import METHODS
+from gradzip.algorithms.dqgan.mixture import GaussianRing, energy_distance, mode_score, ring_gan
+from gradzip.algorithms.dqgan.wgan import WGANGame
+from gradzip.experiments.reproduce.common import Outcome, Row
+from gradzip.experiments.reproduce.dqgan_common import (
+    GanRun,
+    bits_rows,
+    eval_points,
+    plot_scores,
+    train_gan,
+)
+
+WORKERS, BATCH, LR, CLIP, NOISE = 2, 128, 5e-4, 0.01, 16
+FULL_STEPS, QUICK_STEPS = 6000, 150
+#: each seed gives its own initial weights, data and noise streams and stochastic rounding: one
+#: GAN run on this ring is too chaotic for a comparison (measured: fp32 drifted off the ring at
+#: seed 0 while both 8-bit runs came close to it)
+FULL_SEEDS, QUICK_SEEDS = (0, 1, 2), (0,)
+EVAL_SAMPLES = 2000
+
+
+def _evaluator(
+    ring: GaussianRing, real: torch.Tensor, samples: dict[str, torch.Tensor], method: str
+) -> Callable[[WGANGame], dict[str, float]]:
+    """Rank 0's scores of the live generator against the ``real`` samples; keeps the last
+    samples for the scatter plot."""
+
+    def evaluate(game: WGANGame) -> dict[str, float]:
+        samples[method] = game.sample(EVAL_SAMPLES, seed=1)
+        s = mode_score(samples[method], ring)
+        return {
+            "modes": float(s.modes_covered),
+            "high_quality": 100 * s.high_quality,
+            "energy": energy_distance(samples[method], real),
+        }
+
+    return evaluate
+
+
+def _plot_samples(
+    runs: list[GanRun], samples: dict[str, torch.Tensor], ring: GaussianRing, path: Path
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(runs) + 1, figsize=(3 * (len(runs) + 1), 3.2))
+    real = ring.sample(torch.Generator().manual_seed(5), EVAL_SAMPLES)
+    for ax, (title, pts) in zip(
+        axes, [("real data", real), *((r.label, samples[r.method]) for r in runs)], strict=True
+    ):
+        ax.scatter(pts[:, 0], pts[:, 1], s=1, alpha=0.5)
+        ax.scatter(ring.centers[:, 0], ring.centers[:, 1], s=12, c="r")
+        ax.set_xlim(-3, 3)
+        ax.set_ylim(-3, 3)
+        ax.set_title(title, fontsize=9)
+        ax.set_aspect("equal")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _train_all(
+    ring: GaussianRing, real: torch.Tensor, seed: int, steps: int
+) -> tuple[list[GanRun], dict[str, torch.Tensor]]:
+    """The three methods from the same initial weights and data stream (``seed``)."""
+    samples: dict[str, torch.Tensor] = {}
+
+    def build(world_size: int) -> WGANGame:
+        generator, critic = ring_gan(seed=seed, noise_dim=NOISE)
+        return WGANGame(
+            generator, critic, ring, batch_size=BATCH, noise_shape=(NOISE,), clip=CLIP, seed=seed
+        )
+
+    runs = [
+        train_gan(
+            method,
+            build,
+            workers=WORKERS,
+            steps=steps,
+            lr=LR,
+            eval_at=eval_points(steps, 10),
+            evaluate=_evaluator(ring, real, samples, method),
+            run_seed=seed,
+        )
+        for method in METHODS
+    ]
+    return runs, samples
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def run(out: Path, quick: bool) -> Outcome:
+    torch.set_num_threads(1)  # the ranks are threads already; more only oversubscribes
+    steps, seeds = (QUICK_STEPS, QUICK_SEEDS) if quick else (FULL_STEPS, FULL_SEEDS)
+    ring = GaussianRing(8, 2.0, 0.05)
+    real = ring.sample(torch.Generator().manual_seed(5), EVAL_SAMPLES)
+    by_seed = {seed: _train_all(ring, real, seed, steps) for seed in seeds}
+    runs, samples = by_seed[seeds[0]]  # the plots show the first seed
+    title = f"8-Gaussian ring, WGAN, seed {seeds[0]}"
+    plot_scores(runs, "energy", "energy distance to the data", out / "energy.png", title)
+    plot_scores(runs, "modes", "modes covered (of 8)", out / "modes.png", title)
+    plot_scores(runs, "high_quality", "high-quality samples (%)", out / "quality.png", title)
+    _plot_samples(runs, samples, ring, out / "samples.png")
+    real_again = ring.sample(torch.Generator().manual_seed(6), EVAL_SAMPLES)
+    late = {
+        (r.method, key): [by_seed[seed][0][i].late_mean(key) for seed in seeds]
+        for i, r in enumerate(runs)
+        for key in ("energy", "modes", "high_quality")
+    }
+    start = _mean([by_seed[seed][0][0].curve[0][1]["energy"] for seed in seeds])
+    n = f"{len(seeds)} seeds" if len(seeds) > 1 else "1 seed"
+    rows = [
+        Row(
+            "real data: high-quality samples", None, 100 * mode_score(real, ring).high_quality, "%"
+        ),
+        Row(
+            "real data: energy distance of a second sample (floor)",
+            None,
+            energy_distance(real_again, real),
+        ),
+        Row(f"untrained generator: energy distance, mean of {n}", None, start),
+    ]
+    for r in runs:
+        energy = late[(r.method, "energy")]
+        rows += [
+            Row(f"{r.label}: energy distance, mean of {n}", None, _mean(energy)),
+            Row(f"{r.label}: energy distance, worst of {n}", None, max(energy)),
+            Row(f"{r.label}: modes covered, mean of {n}", None, _mean(late[(r.method, "modes")]), "of 8"),
+            Row(f"{r.label}: high-quality samples, mean of {n}", None, _mean(late[(r.method, "high_quality")]), "%"),
+        ]  # fmt: skip
+    rows += bits_rows(runs)
+    rows += [
+        Row(
+            f"DQGAN / CPOAdam energy distance, means of {n} (paper: comparable)",
+            1.0,
+            _mean(late[("dqgan", "energy")]) / _mean(late[("cpoadam", "energy")]),
+            "ratio",
+        ),
+    ]
+    per_seed = [
+        f"{r.label}: " + ", ".join(f"{v:.3g}" for v in late[(r.method, "energy")]) for r in runs
+    ]
+    scaled = [
+        f"{WORKERS} simulated workers (threads with real payloads and a real parameter server), "
+        f"{BATCH} samples each per iteration; the seed used up to 32 GPUs.",
+        f"{steps} iterations per method and seed"
+        + (
+            " (--quick: a pipeline check; the generators are still near their initial blob, so "
+            "the scores are not comparable)"
+            if quick
+            else ": far too few for a GAN to cover the ring's modes (below)"
+        ),
+    ]
+    seconds = {
+        r.label: sum(by_seed[seed][0][i].seconds for seed in seeds) for i, r in enumerate(runs)
+    }
+    return Outcome(
+        id="dqgan-mixture",
+        title="DQGAN on a 2-D Gaussian-mixture WGAN: DQGAN 8-bit vs CPOAdam vs CPOAdam-GQ",
+        quick=quick,
+        rows=rows,
+        scaled_down=scaled,
+        notes=[
+            "The seed gives no number for a synthetic GAN; the paper column holds only its two "
+            "claims: 8-bit messages are about a quarter of fp32, and DQGAN is comparable to "
+            "CPOAdam. This set-up is gradzip's own [CHOICE] (module docstring).",
+            "A mode is covered when it holds at least a quarter of its fair share (n/8) of the "
+            "high-quality samples; a sample is high-quality within 3 std (0.15) of its nearest "
+            "centre (the ring benchmark's usual scores). The energy distance to "
+            f"{EVAL_SAMPLES} real samples is the continuous score: it ranks generators that "
+            f"cover no mode yet. Scores from {EVAL_SAMPLES} generated samples, by rank 0.",
+            "Measured while choosing the set-up: no loss, constraint and step size we tried "
+            "(weight clipping or a gradient penalty, the non-saturating GAN loss, Optimistic "
+            "Adam, simultaneous or alternating Adam with 5 critic steps, lr 1e-4 to 1e-3, up to "
+            "15,000 steps with fp32 messages on one worker) covered more than 2 of the 8 modes "
+            "within 3 std: mode collapse, the benchmark's known failure, outlasts a CPU budget. "
+            "So the comparison here is of how close each method gets to the data, not of mode "
+            "coverage.",
+            "Wire bits include each payload's header and CRC (one payload per parameter tensor, "
+            "12 tensors); paper bits are 8 per coordinate plus a 32-bit scale per tensor for "
+            "Hou's quantizer (log2(255) per coordinate, spec 0.5) and 32 per coordinate for fp32.",
+            "Energy distance per seed (mean of the last half of each run): "
+            + "; ".join(per_seed)
+            + ". The means of the last half average the 5 evaluations after a run's midpoint.",
+            "Seconds per method, all seeds: "
+            + ", ".join(f"{label} {t:.0f}" for label, t in seconds.items())
+            + ".",
+        ],
+        plots=["energy.png", "modes.png", "quality.png", "samples.png"],
+        extra={
+            "curves": {
+                f"{r.method}/seed{seed}": r.curve for seed in seeds for r in by_seed[seed][0]
+            },
+            "steps": steps,
+            "seeds": list(seeds),
+        },
+    )
