@@ -37,6 +37,7 @@ from gradzip.experiments.reproduce.qesgd_runs import (
     Schedule,
     Updater,
     plot_results,
+    traffic_rows,
 )
 
 METHODS = (
@@ -193,15 +194,7 @@ def comparison_rows(results: list[Result]) -> list[Row]:
         ),
         Row("QESGD at c = 10 minus SGD (not in the paper)", None, qesgd10 - sgd, "bits/char"),
     ]
-    rows += [
-        Row(f"{r.method.name}: measured Kbit per iteration", None, r.bits_per_step / 1000, "Kbit")
-        for r in results
-    ]
-    rows += [
-        Row(f"{r.method.name}: coordinates clipped by the grid", None, 100 * r.clipped_share, "%")
-        for r in results
-        if r.clipped_share is not None
-    ]
+    rows += traffic_rows(results)
     return rows
 
 

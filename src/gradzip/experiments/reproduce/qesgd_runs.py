@@ -33,6 +33,7 @@ from gradzip.algorithms.qesgd import QESGDOptimizer
 from gradzip.algorithms.qesgd_schedule import DeltaSchedule, flatten
 from gradzip.compressors.identity import Identity
 from gradzip.compressors.qsgd_l2 import QSGDL2
+from gradzip.experiments.reproduce.common import Row
 from gradzip.experiments.reproduce.plots import line_plot
 from gradzip.keys import StreamKey
 
@@ -241,3 +242,18 @@ def plot_results(results: Sequence[Result], path: Any, title: str, ylabel: str) 
     """Every run's curve in one PNG."""
     series = [(r.method.name, [p[0] for p in r.curve], [p[1] for p in r.curve]) for r in results]
     line_plot(path, series, title=title, ylabel=ylabel, legend_size=7, figsize=(7, 4.5))
+
+
+def traffic_rows(results: Sequence[Result]) -> list[Row]:
+    """Each run's measured Kbit per iteration and, for the quantized ones, the share of
+    coordinates the grid clipped (rows with no paper value)."""
+    rows = [
+        Row(f"{r.method.name}: measured Kbit per iteration", None, r.bits_per_step / 1000, "Kbit")
+        for r in results
+    ]
+    rows += [
+        Row(f"{r.method.name}: coordinates clipped by the grid", None, 100 * r.clipped_share, "%")
+        for r in results
+        if r.clipped_share is not None
+    ]
+    return rows

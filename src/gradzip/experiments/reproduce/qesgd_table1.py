@@ -35,6 +35,7 @@ from gradzip.experiments.reproduce.qesgd_runs import (
     Result,
     Schedule,
     plot_results,
+    traffic_rows,
     train_classifier,
 )
 from gradzip.experiments.resnet import resnet
@@ -232,15 +233,7 @@ def outcome(
         rows.append(
             Row(label, None if pa is None or pb is None else pa - pb, acc[a] - acc[b], "points")
         )
-    rows += [
-        Row(f"{r.method.name}: measured Kbit per iteration", None, r.bits_per_step / 1000, "Kbit")
-        for r in results
-    ]
-    rows += [
-        Row(f"{r.method.name}: coordinates clipped by the grid", None, 100 * r.clipped_share, "%")
-        for r in results
-        if r.clipped_share is not None
-    ]
+    rows += traffic_rows(results)
     scaled = [
         f"Scaled to 2 CPU cores: {setting.describe()}; the paper trains ResNet-56 on all 50,000 "
         "CIFAR-10 images for many epochs (its schedule is not given). Accuracies are therefore "
