@@ -13,7 +13,8 @@ import pytest
 
 from gradzip.cli import main
 from gradzip.experiments.data import DEBIAN_FASHION_MNIST_DIR
-from gradzip.experiments.reproduce import EXPERIMENTS, qesgd_table1
+from gradzip.experiments.reproduce import EXPERIMENTS
+from gradzip.experiments.reproduce.user_data import CIFAR10_ENV, FASHION_MNIST_ENV
 
 IDS = ("qesgd-table1", "qesgd-fmnist", "qesgd-lstm", "qesgd-table2")
 HAS_FASHION_MNIST = (DEBIAN_FASHION_MNIST_DIR / "train-images-idx3-ubyte.gz").is_file()
@@ -41,13 +42,13 @@ def test_the_ids_are_registered() -> None:
 def test_table1_without_cifar10_fails_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.delenv(qesgd_table1.CIFAR10_ENV, raising=False)
+    monkeypatch.delenv(CIFAR10_ENV, raising=False)
     out = tmp_path / "new"
     assert main(["reproduce", "qesgd-table1", "--quick", "--out", str(out)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "GRADZIP_CIFAR10_DIR=DIR" in err[0] and "qesgd-fmnist" in err[0]
     assert not out.exists()
-    monkeypatch.setenv(qesgd_table1.CIFAR10_ENV, str(tmp_path / "nothing"))
+    monkeypatch.setenv(CIFAR10_ENV, str(tmp_path / "nothing"))
     assert main(["reproduce", "qesgd-table1", "--out", str(out)]) == 1
     assert "none found under" in capsys.readouterr().err and not out.exists()
 
@@ -62,6 +63,21 @@ def test_fmnist_without_the_debian_package_fails_in_one_line(
     assert main(["reproduce", "qesgd-fmnist", "--quick", "--out", str(out)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "dataset-fashion-mnist" in err[0], err
+    assert f"{FASHION_MNIST_ENV}=DIR" in err[0] and "missing" in err[0]
+    assert not out.exists()
+
+
+def test_fmnist_reads_the_directory_named_by_its_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gradzip.experiments import data
+
+    monkeypatch.setattr(data, "DEBIAN_FASHION_MNIST_DIR", tmp_path / "missing")
+    monkeypatch.setenv(FASHION_MNIST_ENV, str(tmp_path / "mine"))
+    out = tmp_path / "new"
+    assert main(["reproduce", "qesgd-fmnist", "--quick", "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"none found in {tmp_path / 'mine'}" in err[0], err
     assert not out.exists()
 
 
@@ -95,7 +111,7 @@ def _tiny_cifar(root: Path, per_file: int = 24) -> Path:
 
 @pytest.mark.slow
 def test_table1_quick_on_a_tiny_cifar10(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(qesgd_table1.CIFAR10_ENV, str(_tiny_cifar(tmp_path / "data")))
+    monkeypatch.setenv(CIFAR10_ENV, str(_tiny_cifar(tmp_path / "data")))
     report, data = result(tmp_path / "out", "qesgd-table1")
     for paper in ("90.87", "92.61", "89.91", "91.15", "80.29", "90.64", "87.72"):
         assert paper in report

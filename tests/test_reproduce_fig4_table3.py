@@ -13,6 +13,7 @@ import pytest
 from gradzip.cli import main
 from gradzip.experiments.data import DatasetUnavailableError
 from gradzip.experiments.reproduce import fig4, table3
+from gradzip.experiments.reproduce.user_data import CIFAR10_ENV, CIFAR10_FILES
 
 
 def _write_cifar(root: Path, per_file: int = 64) -> Path:
@@ -20,7 +21,7 @@ def _write_cifar(root: Path, per_file: int = 64) -> Path:
     folder = root / "cifar-10-batches-py"
     folder.mkdir(parents=True)
     rng = np.random.default_rng(0)
-    for name in table3.CIFAR10_FILES:
+    for name in CIFAR10_FILES:
         batch = {
             b"batch_label": name.encode(),
             b"data": rng.integers(0, 256, (per_file, 3072), dtype=np.uint8),
@@ -41,7 +42,7 @@ def _result(out: Path, experiment: str) -> tuple[str, dict[str, object]]:
 def test_table3_without_cifar10_fails_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.delenv(table3.CIFAR10_ENV, raising=False)
+    monkeypatch.delenv(CIFAR10_ENV, raising=False)
     out = tmp_path / "new" / "reports"
     assert main(["reproduce", "dqsg-table3", "--quick", "--out", str(out)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -54,7 +55,7 @@ def test_table3_without_cifar10_fails_in_one_line(
 def test_table3_with_empty_cifar10_dir_keeps_existing_output(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv(table3.CIFAR10_ENV, str(tmp_path / "nothing-here"))
+    monkeypatch.setenv(CIFAR10_ENV, str(tmp_path / "nothing-here"))
     (tmp_path / "other.txt").write_text("kept")
     assert main(["reproduce", "dqsg-table3", "--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err
@@ -67,9 +68,9 @@ def test_cifar10_dir_accepts_the_folder_or_its_parent(
 ) -> None:
     root = _write_cifar(tmp_path, per_file=2)
     for where in (root, root / "cifar-10-batches-py"):
-        monkeypatch.setenv(table3.CIFAR10_ENV, str(where))
+        monkeypatch.setenv(CIFAR10_ENV, str(where))
         assert table3.cifar10_dir() == str(where)
-    monkeypatch.setenv(table3.CIFAR10_ENV, "  ")
+    monkeypatch.setenv(CIFAR10_ENV, "  ")
     with pytest.raises(DatasetUnavailableError, match="GRADZIP_CIFAR10_DIR"):
         table3.cifar10_dir()
 
@@ -104,7 +105,7 @@ def test_fig4_full_mode_covers_the_four_panels() -> None:
 def test_table3_quick_with_synthetic_cifar10(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(table3.CIFAR10_ENV, str(_write_cifar(tmp_path / "data")))
+    monkeypatch.setenv(CIFAR10_ENV, str(_write_cifar(tmp_path / "data")))
     out = tmp_path / "out"
     assert main(["reproduce", "dqsg-table3", "--quick", "--out", str(out)]) == 0
     report, result = _result(out, "dqsg-table3")

@@ -1,7 +1,7 @@
 """``qesgd-fmnist``: the eight runs of the QESGD paper's Table 1 (SGD, whole-vector QSGD and
 QESGD; weight decay 0 / 1e-4; 8 / 4 bits) on Fashion-MNIST, which is on this machine (Debian's
-``dataset-fashion-mnist`` package; without it the experiment fails in one line, as
-``qesgd-table1`` does without CIFAR-10).
+``dataset-fashion-mnist`` package, or the IDX files in ``$GRADZIP_FASHION_MNIST_DIR``; without
+them the experiment fails in one line, as ``qesgd-table1`` does without CIFAR-10).
 
 Scaled down for 2 CPU cores: ResNet-20 (the paper's smaller network; 269,434 parameters for
 one input channel) on the first 10,240 training images (80 iterations of 128 per epoch), 5
@@ -17,20 +17,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gradzip.experiments.data import DEBIAN_FASHION_MNIST_DIR, DatasetUnavailableError
 from gradzip.experiments.reproduce.common import Outcome
 from gradzip.experiments.reproduce.qesgd_table1 import Setting, run_table
+from gradzip.experiments.reproduce.user_data import fashion_mnist_dir, fashion_mnist_hint
 
 FULL = Setting(20, 10_240, 5_000, 5, 128, 1_280)
 QUICK = Setting(20, 96, 200, 1, 32, 64)
 
 
 def run(out: Path, quick: bool) -> Outcome:
-    return run_table(
-        out,
-        quick,
-        experiment_id="qesgd-fmnist",
-        dataset="fashion-mnist",
-        data_dir=None,
-        setting=QUICK if quick else FULL,
-        augment=False,
-    )
+    data_dir = fashion_mnist_dir()
+    try:
+        return run_table(
+            out,
+            quick,
+            experiment_id="qesgd-fmnist",
+            dataset="fashion-mnist",
+            data_dir=data_dir,
+            setting=QUICK if quick else FULL,
+            augment=False,
+        )
+    except DatasetUnavailableError as error:
+        # the data are read before anything is written; say how to supply them for reproduce,
+        # which has no --data-dir
+        looked = data_dir or DEBIAN_FASHION_MNIST_DIR
+        raise DatasetUnavailableError(
+            f"{fashion_mnist_hint('qesgd-fmnist')}; none found in {looked}"
+        ) from error

@@ -19,7 +19,6 @@ zero padding, a random 32x32 crop, a random horizontal flip) [CHOICE, the seed d
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,7 +27,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 
 from gradzip.algorithms.qesgd_schedule import flatten, full_gradient
-from gradzip.experiments.data import DatasetUnavailableError, load_dataset
+from gradzip.experiments.data import load_dataset
 from gradzip.experiments.reproduce.common import Outcome, Row
 from gradzip.experiments.reproduce.qesgd_runs import (
     Method,
@@ -38,6 +37,7 @@ from gradzip.experiments.reproduce.qesgd_runs import (
     traffic_rows,
     train_classifier,
 )
+from gradzip.experiments.reproduce.user_data import cifar10_dir as user_cifar10_dir
 from gradzip.experiments.resnet import resnet
 
 #: Table 1 of the seed (ResNet-56 on CIFAR-10, test accuracy %), row by row.
@@ -51,9 +51,6 @@ METHODS = (
     Method("QESGD", "qesgd", 1e-4, 8, 92.61),
     Method("QESGD", "qesgd", 1e-4, 4, 87.72),
 )
-
-CIFAR10_ENV = "GRADZIP_CIFAR10_DIR"
-_CIFAR10_FILES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")
 
 
 @dataclass(frozen=True)
@@ -97,20 +94,9 @@ QUICK_CIFAR = Setting(20, 96, 200, 1, 32, 64)
 def cifar10_dir() -> str:
     """``$GRADZIP_CIFAR10_DIR``, checked to hold the batches; a one-line
     :class:`DatasetUnavailableError` saying how to supply it otherwise."""
-    how = (
-        "qesgd-table1 needs CIFAR-10, which cannot be downloaded here: set "
-        f"{CIFAR10_ENV}=DIR where DIR contains the extracted cifar-10-batches-py folder "
-        "(data_batch_1..5, test_batch) of the CIFAR-10 python version; `gradzip reproduce "
-        "qesgd-fmnist` runs the same comparison on Fashion-MNIST"
+    return user_cifar10_dir(
+        "qesgd-table1", "`gradzip reproduce qesgd-fmnist` runs the same comparison on Fashion-MNIST"
     )
-    value = os.environ.get(CIFAR10_ENV, "").strip()
-    if not value:
-        raise DatasetUnavailableError(how)
-    root = Path(value).expanduser()
-    for folder in (root / "cifar-10-batches-py", root):
-        if all((folder / name).is_file() for name in _CIFAR10_FILES):
-            return str(root)
-    raise DatasetUnavailableError(f"{how}; none found under {root}")
 
 
 Tensors = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]

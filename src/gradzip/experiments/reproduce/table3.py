@@ -16,19 +16,14 @@ training, the central crop for testing; :mod:`gradzip.experiments.inputs`).
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
 
-from gradzip.experiments.data import DatasetUnavailableError
 from gradzip.experiments.reproduce.common import Outcome, Row
 from gradzip.experiments.reproduce.runs import run_training
-
-#: The environment variable naming the user's CIFAR-10 directory.
-CIFAR10_ENV = "GRADZIP_CIFAR10_DIR"
-#: The files of the CIFAR-10 python version that must be present.
-CIFAR10_FILES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")
+from gradzip.experiments.reproduce.user_data import CIFAR10_ENV
+from gradzip.experiments.reproduce.user_data import cifar10_dir as user_cifar10_dir
 
 #: Table 3, test accuracy (%) by (workers, method); column-wise reading of the extraction.
 PAPER_TABLE3: dict[tuple[int, str], float] = {
@@ -65,19 +60,7 @@ QUICK_TEST_IMAGES = 1000
 def cifar10_dir() -> str:
     """The CIFAR-10 directory named by ``GRADZIP_CIFAR10_DIR``, checked to hold the batches;
     :class:`DatasetUnavailableError` (one line: how to supply it) otherwise."""
-    how = (
-        "dqsg-table3 needs CIFAR-10, which cannot be downloaded here: set "
-        f"{CIFAR10_ENV}=DIR where DIR contains the extracted cifar-10-batches-py folder "
-        "(data_batch_1..5, test_batch) of the CIFAR-10 python version"
-    )
-    value = os.environ.get(CIFAR10_ENV, "").strip()
-    if not value:
-        raise DatasetUnavailableError(how)
-    root = Path(value).expanduser()
-    for folder in (root / "cifar-10-batches-py", root):
-        if all((folder / name).is_file() for name in CIFAR10_FILES):
-            return str(root)
-    raise DatasetUnavailableError(f"{how}; none found under {root}")
+    return user_cifar10_dir("dqsg-table3")
 
 
 def scaled_down(quick: bool) -> list[str]:
