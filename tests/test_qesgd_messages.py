@@ -69,8 +69,6 @@ def test_distributed_qesgd_keeps_its_api_within_the_file_size_rule() -> None:
         "packing",
         "schedule",
     ]
-    for method in ("calibrate", "set_schedule", "delta", "current", "step", "step_parameters"):
-        assert callable(getattr(qesgd_server.DistributedQESGD, method))
     # one responsibility per file, at most about 250 lines (the project's small-file rule)
     here = Path(qesgd_server.__file__).parent
     for name in ("qesgd_server.py", "qesgd_messages.py", "qesgd_checkpoint.py"):

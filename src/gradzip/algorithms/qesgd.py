@@ -54,7 +54,7 @@ import torch
 
 from gradzip.accounting import Encoded
 from gradzip.algorithms.qesgd_codec import OffsetCodec
-from gradzip.algorithms.qesgd_schedule import DeltaSchedule, flatten
+from gradzip.algorithms.qesgd_schedule import DeltaSchedule, flatten, write_flat
 from gradzip.algorithms.qesgd_state import EpochState, check_output
 from gradzip.errors import GradzipError, NonFiniteInputError
 from gradzip.keys import StreamKey
@@ -176,12 +176,7 @@ class QESGDOptimizer(torch.optim.Optimizer):
         )
 
     def _write(self, flat: torch.Tensor) -> None:
-        with torch.no_grad():
-            offset = 0
-            for p in self._params():
-                n = p.numel()
-                p.copy_(flat[offset : offset + n].view_as(p))
-                offset += n
+        write_flat(self._params(), flat)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]

@@ -38,8 +38,9 @@ import warnings
 import torch
 
 from gradzip.accounting import Encoded
-from gradzip.algorithms.qesgd_schedule import bucket_count, check_bits, check_bucket_size
+from gradzip.algorithms.qesgd_schedule import bucket_count, check_bits
 from gradzip.compressors.base import ParamValue, encode_params
+from gradzip.compressors.common import check_bucket_size, per_element
 from gradzip.compressors.qesgd import QESGD
 from gradzip.errors import KeyMismatchError, PayloadMismatchError
 from gradzip.keys import StreamKey
@@ -108,9 +109,7 @@ class OffsetCodec:
             )
 
     def _per_element(self, deltas: torch.Tensor, numel: int) -> torch.Tensor:
-        counts = torch.full((deltas.numel(),), self.bucket_size, dtype=torch.int64)
-        counts[-1] = numel - self.bucket_size * (deltas.numel() - 1)
-        return torch.repeat_interleave(deltas.to(torch.float32), counts)
+        return per_element(deltas.to(torch.float32), numel, self.bucket_size)
 
     def encode(self, z_hat: torch.Tensor, deltas: torch.Tensor, key: StreamKey) -> Encoded:
         """``Q_{delta,b}(z_hat)`` as a payload (raises on NaN/Inf in ``z_hat``)."""
@@ -131,9 +130,7 @@ class OffsetCodec:
         ``c``: a large share means the range ``|grad F(w_0)| / (c sqrt(t+1))`` is too small)."""
         z_hat = z_hat.detach().reshape(-1).to(torch.float32)
         self._check(z_hat.numel(), deltas)
-        step = deltas.to(torch.float32)
-        if deltas.numel() > 1:
-            step = self._per_element(deltas, z_hat.numel())
+        step = self._per_element(deltas, z_hat.numel())
         lo, hi = -(2.0 ** (self.bits - 1)) * step, (2.0 ** (self.bits - 1) - 1) * step
         return int(((z_hat < lo) | (z_hat > hi)).sum())
 

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 import torch
 
+from gradzip.compressors.common import check_bucket_size, num_buckets
+
 MAX_BITS = 16
 
 
@@ -48,20 +50,10 @@ def check_bits(bits: int) -> int:
     return bits
 
 
-def check_bucket_size(bucket_size: int | None) -> int:
-    """``None`` or 0: one bucket (the whole vector, as in the paper); else a positive int."""
-    if bucket_size is None:
-        return 0
-    if isinstance(bucket_size, bool) or not isinstance(bucket_size, int) or bucket_size < 0:
-        raise ValueError(f"qesgd: bucket_size must be None or an int >= 0, got {bucket_size!r}")
-    return bucket_size
-
-
 def bucket_count(numel: int, bucket_size: int) -> int:
-    """Buckets of a vector of ``numel`` coordinates (the last one may be shorter)."""
-    if bucket_size == 0 or bucket_size >= numel:
-        return 1
-    return -(-numel // bucket_size)
+    """Buckets of a vector of ``numel`` coordinates (:func:`num_buckets`), at least one: the
+    schedule always carries the whole-vector ``delta``, even for an empty vector."""
+    return max(1, num_buckets(numel, bucket_size))
 
 
 def bucket_norms(flat: torch.Tensor, bucket_size: int = 0) -> torch.Tensor:
@@ -224,3 +216,21 @@ def flatten(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     if not tensors:
         return torch.zeros(0, dtype=torch.float32)
     return torch.cat([t.detach().reshape(-1).to(torch.float32).cpu() for t in tensors])
+
+
+def unflatten(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The inverse of :func:`flatten`: ``flat`` cut into views shaped like ``like``."""
+    out, offset = [], 0
+    for t in like:
+        out.append(flat[offset : offset + t.numel()].view_as(t))
+        offset += t.numel()
+    if offset != flat.numel():
+        raise ValueError(f"qesgd: {flat.numel()} values for tensors of {offset} in all")
+    return out
+
+
+@torch.no_grad()
+def write_flat(params: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
+    """Copy ``flat`` (as :func:`flatten` lays it out) into ``params`` in place."""
+    for p, value in zip(params, unflatten(flat, params), strict=True):
+        p.copy_(value)

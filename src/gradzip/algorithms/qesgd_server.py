@@ -46,7 +46,13 @@ import torch
 from gradzip.algorithms import qesgd_checkpoint as checkpoint
 from gradzip.algorithms.qesgd_codec import OffsetCodec
 from gradzip.algorithms.qesgd_messages import ANCHOR, CALIBRATE, CODES, GRAD, ServerLink
-from gradzip.algorithms.qesgd_schedule import DeltaSchedule, bucket_count, bucket_norms, flatten
+from gradzip.algorithms.qesgd_schedule import (
+    DeltaSchedule,
+    bucket_count,
+    bucket_norms,
+    flatten,
+    write_flat,
+)
 from gradzip.algorithms.qesgd_state import EpochState, check_output
 from gradzip.comm.transport import Transport
 from gradzip.errors import GradzipError
@@ -218,12 +224,7 @@ class DistributedQESGD:
         its ``count`` samples (as ``loss.mean().backward()`` leaves them); the new ``u`` is
         written into ``params``."""
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        u = self.step(flatten(grads) * count, lr, end_epoch)
-        with torch.no_grad():
-            offset = 0
-            for p in params:
-                p.copy_(u[offset : offset + p.numel()].view_as(p))
-                offset += p.numel()
+        write_flat(params, self.step(flatten(grads) * count, lr, end_epoch))
 
     # -- checkpoints (gradzip.algorithms.qesgd_checkpoint) ------------------------------------
     def _layout(self) -> dict[str, int]:

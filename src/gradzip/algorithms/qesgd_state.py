@@ -72,19 +72,24 @@ class EpochState:
 
     def next_anchor(self, output: str) -> torch.Tensor:
         """``w_{t+1}`` as the epoch stands (float32; ``w_t`` if no step was taken)."""
-        if check_output(output) == "last":
-            return self.current()
-        if self.k == 0:
-            return self.anchor.clone()
-        return (self.anchor.to(torch.float64) + self.zsum / self.k).to(torch.float32)
+        return self._anchor_after(self.z, self.zsum, self.k, output)
 
     def preview_anchor(self, z_new: torch.Tensor, output: str) -> torch.Tensor:
         """``w_{t+1}`` if the epoch ended after committing ``z_new``, without changing
         anything (so a step can finish its messages before it commits)."""
+        z_new = z_new.reshape(-1).to(torch.float32)
+        return self._anchor_after(z_new, self.zsum + self.z, self.k + 1, output)
+
+    def _anchor_after(
+        self, z_last: torch.Tensor, zsum: torch.Tensor, k: int, output: str
+    ) -> torch.Tensor:
+        """``w_t + z_last`` ("last") or ``w_t`` plus the mean of the epoch's ``k`` offsets
+        summed in ``zsum`` ("average"; ``w_t`` when ``k = 0``)."""
         if check_output(output) == "last":
-            return self.anchor + z_new.reshape(-1).to(torch.float32)
-        zsum = self.zsum + self.z
-        return (self.anchor.to(torch.float64) + zsum / (self.k + 1)).to(torch.float32)
+            return self.anchor + z_last
+        if k == 0:
+            return self.anchor.clone()
+        return (self.anchor.to(torch.float64) + zsum / k).to(torch.float32)
 
     def start_epoch(self, w_next: torch.Tensor) -> None:
         """Begin epoch ``t + 1`` at ``w_next`` with ``z = 0``."""

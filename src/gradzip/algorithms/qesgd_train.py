@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from gradzip.algorithms.qesgd_schedule import flatten
+from gradzip.algorithms.qesgd_schedule import flatten, unflatten
 from gradzip.algorithms.qesgd_server import DistributedQESGD
 from gradzip.comm.transport import Transport
 
@@ -103,10 +103,6 @@ def rank_bits(q: DistributedQESGD, transport: Transport, step: int) -> dict[str,
 
 
 def unflatten_like(model: torch.nn.Module, flat: torch.Tensor) -> list[torch.Tensor]:
-    """``flat`` cut into tensors shaped like the model's trainable parameters."""
-    out, offset = [], 0
-    for p in model.parameters():
-        if p.requires_grad:
-            out.append(flat[offset : offset + p.numel()].view_as(p))
-            offset += p.numel()
-    return out
+    """``flat`` cut into tensors shaped like ``model.parameters()`` (the trainer steps every
+    parameter, as :func:`flatten` of them lays them out)."""
+    return unflatten(flat, list(model.parameters()))
