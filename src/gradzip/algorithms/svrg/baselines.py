@@ -103,8 +103,7 @@ class QuantizedSGD(DistributedAlgorithm):
         return {"x": ((self.problem.dim,), self.problem.dtype, False)}
 
     def _check_scalars(self, scalars: Mapping[str, Any], step: int) -> dict[str, Any]:
-        if dict(scalars):
-            raise ValueError(f"unexpected scalars {sorted(scalars)}")
+        super()._check_scalars(scalars, step)  # none expected
         if step > self.config.steps:
             raise ValueError(f"step {step} is beyond the run's {self.config.steps} steps")
         return {}

@@ -147,8 +147,4 @@ def make_prox(name: str, value: float | None = None) -> Prox:
         return NoProx()
     if value is None:
         raise ValueError(f"prox {name!r} needs a value (lam for l1/l2, the radius for l2-ball)")
-    if name == "l1":
-        return L1(value)
-    if name == "l2":
-        return L2(value)
-    return L2Ball(value)
+    return PROXES[name](value)  # type: ignore[call-arg]  # l1, l2, l2-ball take one value
