@@ -51,8 +51,20 @@ def derive_seed(key: StreamKey, *, domain: str = "shared") -> int:
         text = "local:" + text
     elif domain != "shared":
         raise ValueError(f"unknown randomness domain {domain!r}; use 'shared' or 'local'")
+    return seed_from_text(text)
+
+
+def seed_from_text(text: str) -> int:
+    """A 63-bit seed named by ``text``: the first 8 bytes of its SHA-256, little-endian, top
+    bit cleared. Each user of seeds names its own domain in the text, so streams never
+    coincide."""
     digest = hashlib.sha256(text.encode()).digest()
     return int.from_bytes(digest[:8], "little") & _MASK63
+
+
+def text_generator(text: str) -> torch.Generator:
+    """A fresh CPU ``torch.Generator`` seeded by :func:`seed_from_text` (global RNGs untouched)."""
+    return torch.Generator().manual_seed(seed_from_text(text))
 
 
 def _one_plus_uniform(seed: int, n: int) -> torch.Tensor:

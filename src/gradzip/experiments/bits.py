@@ -26,7 +26,6 @@ column as indicative, not as a reproduction of Table 2.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import typing
@@ -41,6 +40,7 @@ import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 from gradzip.compressors import Compressor, create, get, names
 from gradzip.experiments.models import build_model, model_info
 from gradzip.keys import StreamKey
+from gradzip.rng import text_generator
 
 #: default examples in the gradient's batch (256 total / 32 workers, the DQSG paper's Table 2)
 DEFAULT_BATCH = 8
@@ -108,8 +108,7 @@ class BitsReport:
 
 
 def _batch_generator(seed: int) -> torch.Generator:
-    digest = hashlib.sha256(f"gradzip-bits-batch:{seed}".encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))
+    return text_generator(f"gradzip-bits-batch:{seed}")
 
 
 def model_gradient(model: str, seed: int = 0, batch: int = DEFAULT_BATCH) -> list[torch.Tensor]:

@@ -14,17 +14,16 @@ and per-image standardisation are left out on purpose, to keep the input pipelin
 
 from __future__ import annotations
 
-import hashlib
-
 import torch
+
+from gradzip.rng import text_generator
 
 #: Side of the square crops the paper's CifarNet takes from the 32x32 CIFAR-10 images.
 CIFARNET_CROP = 24
 
 
 def _generator(seed: int, epoch: int) -> torch.Generator:
-    digest = hashlib.sha256(f"epoch-batches:{seed}:{epoch}".encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))
+    return text_generator(f"epoch-batches:{seed}:{epoch}")
 
 
 class EpochBatches:

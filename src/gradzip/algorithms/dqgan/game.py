@@ -14,7 +14,6 @@ be repeated exactly.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -22,8 +21,7 @@ from collections.abc import Sequence
 import torch
 
 from gradzip.errors import NonFiniteInputError
-
-_MASK63 = 2**63 - 1
+from gradzip.rng import text_generator
 
 
 class Game(ABC):
@@ -55,9 +53,7 @@ def sample_generator(tag: str, seed: int, rank: int, step: int) -> torch.Generat
     so it never coincides with a compressor's stochastic-rounding stream (:mod:`gradzip.rng`)
     for the same run seed, and the global RNGs are never touched.
     """
-    text = f"dqgan:{tag}:{seed}:{rank}:{step}"
-    value = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") & _MASK63
-    return torch.Generator().manual_seed(value)
+    return text_generator(f"dqgan:{tag}:{seed}:{rank}:{step}")
 
 
 def check_lr(lr: float) -> float:

@@ -44,12 +44,8 @@ class FeatureNet(nn.Module):
 
 def accuracy(net: FeatureNet, images: torch.Tensor, labels: torch.Tensor) -> float:
     """Classification accuracy on ``images`` (in ``[0, 1]``)."""
-    with torch.no_grad():
-        hits = sum(
-            int((net(images[i : i + 1000]).argmax(1) == labels[i : i + 1000]).sum())
-            for i in range(0, len(images), 1000)
-        )
-    return hits / max(1, len(images))
+    _, logits = extract(net, images)
+    return int((logits.argmax(1) == labels).sum()) / max(1, len(images))
 
 
 def extract(net: FeatureNet, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,6 @@ class GanRun:
     worker_sent_bytes: float
     worker_received_bytes: float
     seconds: float
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -98,8 +97,8 @@ def train_gan(
     return GanRun(
         method,
         results[0]["curve"],
-        uplink_wire_bits=sum(r["wire"] for r in results) / len(results),
-        uplink_paper_bits=sum(r["paper"] for r in results) / len(results),
+        uplink_wire_bits=mean("wire"),
+        uplink_paper_bits=mean("paper"),
         worker_sent_bytes=mean("sent"),
         worker_received_bytes=mean("received"),
         seconds=seconds,

@@ -57,7 +57,11 @@ def _evaluator(
 
 
 def _plot_samples(
-    runs: list[GanRun], samples: dict[str, torch.Tensor], ring: GaussianRing, path: Path
+    runs: list[GanRun],
+    samples: dict[str, torch.Tensor],
+    ring: GaussianRing,
+    real: torch.Tensor,
+    path: Path,
 ) -> None:
     import matplotlib
 
@@ -65,7 +69,6 @@ def _plot_samples(
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(runs) + 1, figsize=(3 * (len(runs) + 1), 3.2))
-    real = ring.sample(torch.Generator().manual_seed(5), EVAL_SAMPLES)
     for ax, (title, pts) in zip(
         axes, [("real data", real), *((r.label, samples[r.method]) for r in runs)], strict=True
     ):
@@ -123,7 +126,7 @@ def run(out: Path, quick: bool) -> Outcome:
     plot_scores(runs, "energy", "energy distance to the data", out / "energy.png", title)
     plot_scores(runs, "modes", "modes covered (of 8)", out / "modes.png", title)
     plot_scores(runs, "high_quality", "high-quality samples (%)", out / "quality.png", title)
-    _plot_samples(runs, samples, ring, out / "samples.png")
+    _plot_samples(runs, samples, ring, real, out / "samples.png")
     real_again = ring.sample(torch.Generator().manual_seed(6), EVAL_SAMPLES)
     late = {
         (r.method, key): [by_seed[seed][0][i].late_mean(key) for seed in seeds]
