@@ -193,3 +193,64 @@ def test_error_feedback_refuses_malformed_states_unchanged() -> None:
 def test_checkpoint_errors_are_gradzip_and_value_errors() -> None:
     assert issubclass(CheckpointError, GradzipError)
     assert issubclass(CheckpointError, ValueError)
+
+
+# -- the algorithms' own checkpoints ----------------------------------------------------------
+def test_qesgd_optimizer_loads_all_or_nothing() -> None:
+    from gradzip.algorithms.qesgd import QESGDOptimizer
+    from gradzip.algorithms.qesgd_schedule import DeltaSchedule
+
+    model = net()
+    opt = QESGDOptimizer(model.parameters(), 0.1, steps_per_epoch=2,
+                         schedule=DeltaSchedule((1.0,), bits=8, c=3.0))  # fmt: skip
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        opt.zero_grad()
+        x = torch.randn(8, 6, generator=gen)
+        torch.nn.functional.mse_loss(model(x), x[:, :1]).backward()
+        opt.step()
+    good = opt.state_dict()
+    # a schedule that does not fit used to be noticed only after torch had loaded its part
+    wrong_schedule = copy.deepcopy(good)
+    wrong_schedule["state"] = {}
+    wrong_schedule["qesgd"]["schedule"]["norms"] = [1.0, 2.0, 3.0]
+    assert_refused_unchanged(opt, wrong_schedule, "schedule")
+    negative = copy.deepcopy(good)
+    negative["qesgd"]["encoded_bits"] = -5
+    assert_refused_unchanged(opt, negative, "ints >= 0")
+    no_groups = {k: v for k, v in copy.deepcopy(good).items() if k != "param_groups"}
+    assert_refused_unchanged(opt, no_groups, "param_groups")
+
+
+def test_game_optimizers_refuse_negative_counters_unchanged() -> None:
+    from gradzip.algorithms.dqgan import BilinearGame, OptimisticAdam, OptimisticMirrorDescent
+
+    omd = OptimisticMirrorDescent(BilinearGame(6), 0.1)
+    omd.step()
+    bad = {**omd.state_dict(), "step": -1}
+    assert_refused_unchanged(omd, bad, "int >= 0")
+    game = BilinearGame(6)
+    adam = OptimisticAdam(list(game.parameters()))
+    bad = {**adam.state_dict(), "t": -2}
+    assert_refused_unchanged(adam, bad, "int >= 0")
+
+
+def test_dqgan_loads_all_or_nothing() -> None:
+    from gradzip.algorithms.dqgan import DQGAN, BilinearGame
+
+    def body(transport: Transport) -> None:
+        def build() -> DQGAN:
+            game = BilinearGame(d=8, workers=transport.world_size)
+            return DQGAN(game, transport, gradzip.create("topk", ratio=0.3), lr=0.1,
+                         optimizer="optimistic_adam")  # fmt: skip
+
+        trained, fresh = build(), build()
+        for _ in range(2):
+            trained.step()
+        bad = copy.deepcopy(trained.state_dict())
+        bad["adam"]["t"] = -1  # the sync part is valid and differs from fresh's
+        assert_refused_unchanged(fresh, bad, "int >= 0")
+        fresh.load_state_dict(trained.state_dict())
+        assert saved(fresh) == saved(trained)
+
+    on_ranks(body)
