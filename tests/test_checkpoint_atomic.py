@@ -31,7 +31,7 @@ def saved(obj: Any) -> bytes:
     return buf.getvalue()
 
 
-def assert_refused_unchanged(obj: Any, bad: Any, match: str = "") -> None:
+def assert_refused_unchanged(obj: Any, bad: Any, match: str | None = None) -> None:
     before = saved(obj)
     with pytest.raises(CheckpointError, match=match):
         obj.load_state_dict(bad)
