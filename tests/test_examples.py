@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -55,9 +54,6 @@ def test_torchrun_example_trains_and_every_rank_agrees() -> None:
 
 @pytest.mark.slow
 @pytest.mark.distributed
-@pytest.mark.skipif(
-    importlib.util.find_spec("gradzip.integrations.ddp") is None, reason="no DDP hook"
-)
 def test_torchrun_example_with_the_ddp_hook_trains_the_same_parameters() -> None:
     # the DDP hook averages exactly what CompressedOptimizer does: the same parameters
     assert checked(torchrun(*ARGS, "--ddp"), steps=3) == checked(torchrun(*ARGS), steps=3)

@@ -153,7 +153,6 @@ def test_load_state_dict_validates() -> None:
     assert torch.equal(ef.residual(KEY.tensor_index), state["residual"][0])  # kept
 
 
-@pytest.mark.skipif("ndqsg" not in names(), reason="ndqsg not written yet")
 def test_side_information_codec_passes_side_to_the_sender_decode() -> None:
     ef, receiver = ErrorFeedback(make("ndqsg")), make("ndqsg")
     total_hat = torch.zeros(30, dtype=torch.float64)

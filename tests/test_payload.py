@@ -130,3 +130,38 @@ def test_declared_length_larger_than_buffer_is_truncation() -> None:
 def test_random_bytes_never_crash(data: bytes) -> None:
     with contextlib.suppress(PayloadError):
         parse_payload(data)
+
+
+def _with_field(field_index: int, raw: bytes) -> bytes:
+    """A valid payload (right length, recomputed CRC) whose ``field_index``-th header varint
+    (0..2 the shape, 3 the bucket size, 4..8 the key) is replaced by the bytes ``raw``, so that
+    the parser itself, not the CRC check, meets them."""
+    payload = build_payload(HEADER, [b"\x01\x02"])
+    pos = struct.calcsize("<2sBBQBB")
+    for _ in range(field_index):
+        _, pos = decode_varint(payload, pos, "skip")
+    _, end = decode_varint(payload, pos, "field")
+    head = bytearray(payload[:pos] + raw + payload[end:-CRC_BYTES])
+    head[4:12] = (len(head) + CRC_BYTES).to_bytes(8, "little")
+    return bytes(head) + zlib.crc32(head).to_bytes(CRC_BYTES, "little")
+
+
+@pytest.mark.parametrize("field_index", [0, 3, 4, 6, 8])
+@pytest.mark.parametrize(
+    "raw",
+    [b"\x80" * 9 + b"\x00", b"\x80\x00", b"\x85\x80\x00", b"\xff" * 9 + b"\x7f", b"\x80" * 10],
+    ids=["ten-byte-zero", "zero-in-two", "five-in-three", "beyond-64-bits", "unterminated"],
+)
+def test_non_canonical_varints_are_refused_behind_a_valid_crc(field_index: int, raw: bytes) -> None:
+    # every byte form of these fields is refused as a PayloadError (a ten-byte varint in a key
+    # field used to raise StreamKey's ValueError, an over-long zero decoded to 0)
+    with pytest.raises(CorruptPayloadError, match=r"varint|64 bits"):
+        parse_payload(_with_field(field_index, raw))
+
+
+def test_the_canonical_form_of_the_same_fields_parses() -> None:
+    # the splicing helper itself keeps a payload valid when given canonical bytes
+    header, _ = parse_payload(_with_field(4, encode_varint(2**64 - 1)))
+    assert header.key.run_seed == 2**64 - 1
+    header, _ = parse_payload(_with_field(0, encode_varint(5)))
+    assert header.shape == (5, 1, 300)

@@ -270,3 +270,26 @@ def test_workers_learn_at_once_why_the_server_abandoned_a_step(variant: str) -> 
     for worker in (1, 2):
         assert messages[worker].startswith("ServerAbortError")
         assert "run_seed" in messages[worker] and "nothing was applied" in messages[worker]
+
+
+@pytest.mark.parametrize(
+    ("ratio", "world", "first"),
+    [
+        (0.3, 10, 3),
+        (0.14, 50, 7),  # 0.14 * 50 == 7.000000000000001 in floating point
+        (0.28, 25, 7),
+        (0.56, 25, 14),
+        (0.35, 10, 4),
+        (0.5, 3, 2),
+        (1.0, 4, 4),
+        (0.01, 8, 1),
+    ],
+)
+def test_nested_group_split_is_ceil_of_ratio_times_ranks_despite_float_noise(
+    ratio: float, world: int, first: int
+) -> None:
+    # the documented |P1| = ceil(ratio * P) of the exact product, not of its rounded float
+    from gradzip.schemes.nested import NestedScheme
+
+    scheme = NestedScheme(gradzip.create("ndqsg"), ratio=ratio)
+    assert scheme.first_group(world) == first

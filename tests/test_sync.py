@@ -235,3 +235,20 @@ def test_a_step_failing_half_way_restores_error_feedback() -> None:
 
     for restored, message in run_local(2, body, timeout=10.0):
         assert restored and "shape" in message
+
+
+def test_skipped_steps_counts_each_skipped_step_and_resumes() -> None:
+    def body(transport: Transport) -> tuple[int, int, int, int]:
+        sync = GradientSync(
+            transport, gradzip.create("dqsg"), run_seed=RUN_SEED, on_nonfinite="skip"
+        )
+        good = [torch.ones(3)]
+        bad = [torch.tensor([1.0, float("nan") if transport.rank == 1 else 0.0, 2.0])]
+        assert sync.synchronize(good) is not None
+        assert sync.synchronize(bad) is None
+        assert sync.synchronize(bad) is None
+        resumed = GradientSync(transport, gradzip.create("dqsg"), run_seed=RUN_SEED)
+        resumed.load_state_dict(sync.state_dict())
+        return sync.step, sync.skipped_steps, resumed.step, resumed.skipped_steps
+
+    assert run_local(2, body) == [(1, 2, 1, 2)] * 2

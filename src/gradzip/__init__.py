@@ -15,6 +15,7 @@ from __future__ import annotations
 from gradzip.accounting import Encoded
 from gradzip.compressors import Compressor, create, get, names
 from gradzip.errors import (
+    CheckpointError,
     ChecksumMismatchError,
     CorruptPayloadError,
     GradzipError,
@@ -31,6 +32,7 @@ from gradzip.keys import StreamKey
 __version__ = "0.1.0"
 
 __all__ = [
+    "CheckpointError",
     "ChecksumMismatchError",
     "Compressor",
     "CorruptPayloadError",

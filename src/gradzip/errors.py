@@ -1,4 +1,4 @@
-"""Exceptions raised by gradzip.
+"""Exceptions raised by gradzip: every error it raises on purpose is a :class:`GradzipError`.
 
 Every problem with a payload raises a subclass of :class:`PayloadError` whose message names the
 problem (truncation, checksum, version, codec, shape, dtype, step, seed, ...). All of them are
@@ -14,6 +14,11 @@ class GradzipError(Exception):
 
 class NonFiniteInputError(GradzipError, ValueError):
     """The tensor to encode holds NaN or +-Inf (spec 0.3); no state was touched."""
+
+
+class CheckpointError(GradzipError, ValueError):
+    """A ``load_state_dict`` was given a state it cannot restore (missing or malformed entries,
+    a negative step or counter, a slot listed twice); the object was left unchanged."""
 
 
 class PayloadError(GradzipError, ValueError):

@@ -14,11 +14,17 @@ import torch
 
 from gradzip.accounting import Encoded
 from gradzip.compressors.base import Compressor
+from gradzip.errors import CheckpointError
 from gradzip.keys import StreamKey
 
 _STATE_VERSION = 1
 Slot = tuple[int, int]
 T = TypeVar("T")
+
+
+def is_count(value: object) -> bool:
+    """An int >= 0 (not a bool): a slot number or a counter in a checkpoint."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _working_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -164,33 +170,49 @@ class ErrorFeedback:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Replace the state with ``state`` (from :meth:`state_dict`), validating it first.
 
-        A residual whose shape differs from the one held for the same slot raises ``ValueError``
-        naming both shapes; on any error the current state is kept.
+        Raises :class:`~gradzip.errors.CheckpointError` naming the problem (a missing entry, a
+        negative or non-integer slot, a slot listed twice, a residual that is not a finite
+        float tensor, or whose shape differs from the one held for the same slot); on any error
+        the current state is kept.
         """
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(
-                f"error-feedback state has version {state.get('version')!r}; "
-                f"expected {_STATE_VERSION}"
+        self._residuals = self.parse_state(state)
+
+    def parse_state(self, state: Mapping[str, Any]) -> dict[Slot, torch.Tensor]:
+        """The residuals :meth:`load_state_dict` would install, after every check; changes
+        nothing (so that a front end can validate all its parts before loading any)."""
+        if not isinstance(state, Mapping) or state.get("version") != _STATE_VERSION:
+            found = state.get("version") if isinstance(state, Mapping) else type(state).__name__
+            raise CheckpointError(
+                f"error-feedback state has version {found!r}; expected {_STATE_VERSION}"
             )
-        indices, chunks, residuals = state["tensor_index"], state["chunk"], state["residual"]
+        try:
+            indices, chunks = list(state["tensor_index"]), list(state["chunk"])
+            residuals = list(state["residual"])
+        except (KeyError, TypeError) as err:
+            raise CheckpointError(f"error-feedback state lacks its slot lists: {err!r}") from err
         if not len(indices) == len(chunks) == len(residuals):
-            raise ValueError(
+            raise CheckpointError(
                 "error-feedback state lists tensor_index, chunk, residual differ in length"
             )
         loaded: dict[Slot, torch.Tensor] = {}
         for ti, chunk, res in zip(indices, chunks, residuals, strict=True):
+            if not all(is_count(v) for v in (ti, chunk)):
+                raise CheckpointError(
+                    f"error-feedback state has slot ({ti!r}, {chunk!r}): tensor_index and "
+                    "chunk must be ints >= 0"
+                )
             slot = (int(ti), int(chunk))
+            if slot in loaded:
+                raise CheckpointError(f"error-feedback state lists slot {slot} twice")
             if not isinstance(res, torch.Tensor) or res.dtype not in (torch.float32, torch.float64):
-                raise ValueError(f"residual of slot {slot} must be a float32/float64 tensor")
+                raise CheckpointError(f"residual of slot {slot} must be a float32/float64 tensor")
             current = self._residuals.get(slot)
             if current is not None and current.shape != res.shape:
-                raise ValueError(
+                raise CheckpointError(
                     f"residual of tensor_index {slot[0]}, chunk {slot[1]} has shape "
                     f"{tuple(res.shape)} in the state but {tuple(current.shape)} here"
                 )
             if not bool(torch.isfinite(res).all()):
-                raise ValueError(f"residual of slot {slot} holds NaN or Inf")
-            if slot in loaded:
-                raise ValueError(f"error-feedback state lists slot {slot} twice")
+                raise CheckpointError(f"residual of slot {slot} holds NaN or Inf")
             loaded[slot] = res.detach().to("cpu", copy=True)
-        self._residuals = loaded
+        return loaded

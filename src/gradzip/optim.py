@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
+from gradzip.errors import CheckpointError
+from gradzip.optimizer_state import load_optimizer_state
 from gradzip.sync import GradientSync
 
 
@@ -51,5 +53,15 @@ class CompressedOptimizer:
         return {"optimizer": self.optimizer.state_dict(), "sync": self.sync.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.sync.load_state_dict(state["sync"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        """Resume from :meth:`state_dict`, atomically: the synchronisation part is validated,
+        then the inner optimizer's is loaded (and restored if torch refuses it), and only then
+        is the synchronisation state installed. A refused state raises
+        :class:`~gradzip.errors.CheckpointError` and changes nothing."""
+        if not isinstance(state, Mapping) or not {"optimizer", "sync"} <= set(state):
+            found = sorted(state) if isinstance(state, Mapping) else type(state).__name__
+            raise CheckpointError(
+                f"CompressedOptimizer state needs 'optimizer' and 'sync' entries, got {found}"
+            )
+        parsed = self.sync.parse_state(state["sync"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
+        self.sync.install_state(parsed)

@@ -74,7 +74,12 @@ def encode_varint(value: int) -> bytes:
 
 
 def decode_varint(buf: bytes | memoryview, pos: int, what: str) -> tuple[int, int]:
-    """Read a varint at ``pos``; returns ``(value, next position)``; ``what`` names the field."""
+    """Read a varint at ``pos``; returns ``(value, next position)``; ``what`` names the field.
+
+    Only the canonical encoding that :func:`encode_varint` writes is accepted: a value below
+    2**64 in at most 10 bytes, without a redundant zero last byte (``0x80 0x00`` for 0), so that
+    every payload has exactly one byte form and a corrupt field cannot alias a valid one.
+    """
     value = 0
     shift = 0
     end = len(buf)
@@ -85,6 +90,12 @@ def decode_varint(buf: bytes | memoryview, pos: int, what: str) -> tuple[int, in
         pos += 1
         value |= (byte & 0x7F) << shift
         if not byte & 0x80:
+            if byte == 0 and shift:
+                raise CorruptPayloadError(
+                    f"header field '{what}' is an over-long varint (a redundant zero byte)"
+                )
+            if value >= 2**64:
+                raise CorruptPayloadError(f"header field '{what}' exceeds 64 bits")
             return value, pos
         shift += 7
         if shift > 63:

@@ -4,12 +4,14 @@ that all gradients are finite, and a checkpoint of the step counter and the sche
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from gradzip.comm.transport import Transport
-from gradzip.errors import GradzipError, NonFiniteInputError
+from gradzip.errors import CheckpointError, NonFiniteInputError
+from gradzip.feedback import Slot, is_count
 from gradzip.schemes.base import Scheme
 
 ON_NONFINITE = ("raise", "skip")
@@ -63,25 +65,52 @@ def step_state(
     }
 
 
-def load_step_state(
+@dataclass(frozen=True)
+class StepState:
+    """A validated checkpoint of a synchronisation front end, ready to install."""
+
+    step: int
+    skipped_steps: int
+    buffers: dict[str, dict[Slot, torch.Tensor]]
+
+
+def parse_step_state(
     state: Mapping[str, Any], version: int, what: str, transport: Transport, scheme: Scheme
-) -> tuple[int, int]:
-    """Validate ``state`` (version, run seed, rank, group size, counters), load the scheme's
-    buffers from it and return ``(step, skipped_steps)``; nothing changes on error."""
-    if state.get("version") != version:
-        raise ValueError(f"{what} has version {state.get('version')!r}, expected {version}")
+) -> StepState:
+    """Validate ``state`` (version, run seed, rank, group size, counters, the scheme's buffers)
+    without changing anything; raises :class:`~gradzip.errors.CheckpointError` naming the
+    problem (a run seed, rank or group size of another run included)."""
+    if not isinstance(state, Mapping) or state.get("version") != version:
+        found = state.get("version") if isinstance(state, Mapping) else type(state).__name__
+        raise CheckpointError(f"{what} has version {found!r}, expected {version}")
+    missing = [
+        name
+        for name in ("run_seed", "rank", "world_size", "step", "skipped_steps", "scheme")
+        if name not in state
+    ]
+    if missing:
+        raise CheckpointError(f"{what} lacks {', '.join(missing)}")
     for name, mine in (
         ("run_seed", scheme.run_seed),
         ("rank", transport.rank),
         ("world_size", transport.world_size),
     ):
         if state[name] != mine:
-            raise GradzipError(f"{what} was saved with {name} {state[name]}, not {mine}")
-    step, skipped = int(state["step"]), int(state["skipped_steps"])
-    if step < 0 or skipped < 0:
-        raise ValueError(f"{what} has step {step} and skipped_steps {skipped}")
+            raise CheckpointError(f"{what} was saved with {name} {state[name]}, not {mine}")
+    step, skipped = state["step"], state["skipped_steps"]
+    if not (is_count(step) and is_count(skipped)):
+        raise CheckpointError(
+            f"{what} has step {step!r} and skipped_steps {skipped!r}; both must be ints >= 0"
+        )
     try:
-        scheme.load_state_dict(state["scheme"])
-    except ValueError as err:
-        raise GradzipError(f"{what} does not fit this scheme: {err}") from err
-    return step, skipped
+        buffers = scheme.parse_state(state["scheme"])
+    except CheckpointError as err:
+        raise CheckpointError(f"{what} does not fit this scheme: {err}") from err
+    return StepState(step, skipped, buffers)
+
+
+def install_step_state(parsed: StepState, scheme: Scheme) -> tuple[int, int]:
+    """Load a :func:`parse_step_state` result into ``scheme`` (cannot fail) and return
+    ``(step, skipped_steps)`` for the front end's counters."""
+    scheme.restore(parsed.buffers)
+    return parsed.step, parsed.skipped_steps

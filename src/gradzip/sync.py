@@ -11,7 +11,14 @@ from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor
 from gradzip.schemes import AllGatherDecode
 from gradzip.schemes.base import Scheme
-from gradzip.stepping import agree_all_finite, check_on_nonfinite, load_step_state, step_state
+from gradzip.stepping import (
+    StepState,
+    agree_all_finite,
+    check_on_nonfinite,
+    install_step_state,
+    parse_step_state,
+    step_state,
+)
 
 _STATE_VERSION = 2
 
@@ -95,7 +102,17 @@ class GradientSync:
         )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict`; the run seed, rank and group size must match."""
-        self.step, self.skipped_steps = load_step_state(
-            state, _STATE_VERSION, "sync state", self.transport, self.scheme
-        )
+        """Resume from :meth:`state_dict`; the run seed, rank and group size must match.
+
+        Everything is validated before anything changes: a refused state raises
+        :class:`~gradzip.errors.CheckpointError` and leaves the counters and buffers as they were.
+        """
+        self.install_state(self.parse_state(state))
+
+    def parse_state(self, state: dict[str, Any]) -> StepState:
+        """Validate a :meth:`state_dict` without changing anything (see :meth:`install_state`)."""
+        return parse_step_state(state, _STATE_VERSION, "sync state", self.transport, self.scheme)
+
+    def install_state(self, parsed: StepState) -> None:
+        """Install a state :meth:`parse_state` accepted (cannot fail)."""
+        self.step, self.skipped_steps = install_step_state(parsed, self.scheme)

@@ -56,8 +56,10 @@ from gradzip.accounting import Encoded
 from gradzip.algorithms.qesgd_codec import OffsetCodec
 from gradzip.algorithms.qesgd_schedule import DeltaSchedule, flatten, write_flat
 from gradzip.algorithms.qesgd_state import EpochState, check_output
-from gradzip.errors import GradzipError, NonFiniteInputError
+from gradzip.errors import CheckpointError, GradzipError, NonFiniteInputError
+from gradzip.feedback import is_count
 from gradzip.keys import StreamKey
+from gradzip.optimizer_state import load_optimizer_state
 
 __all__ = ["QESGDOptimizer"]
 
@@ -268,22 +270,37 @@ class QESGDOptimizer(torch.optim.Optimizer):
         ):
             if mine[name] != value:
                 raise ValueError(f"qesgd: the checkpoint has {name}={mine[name]!r}, not {value!r}")
+        # every part is built and checked before anything changes
         restored = EpochState(self.epoch_state.anchor)
-        restored.load_state_dict(mine["epoch_state"])  # checked before anything changes
-        super().load_state_dict(state)
-        self.epoch_state = restored
-        self.c = float(mine["c"])
+        restored.load_state_dict(mine["epoch_state"])
         saved = mine["schedule"]
-        self.schedule = None
+        schedule = None
         if saved is not None:
-            self.set_schedule(
-                DeltaSchedule(
+            try:
+                schedule = DeltaSchedule(
                     tuple(saved["norms"]),
                     self.codec.bits,
                     float(saved["c"]),
                     self.codec.bucket_size,
                 )
-            )
-        self.encoded_bits = int(mine["encoded_bits"])
-        self.clipped_total = int(mine["clipped_total"])
+            except ValueError as err:
+                raise CheckpointError(
+                    f"qesgd: the checkpoint's schedule is invalid: {err}"
+                ) from err
+            if not schedule.fits(self.epoch_state.numel):
+                raise CheckpointError(
+                    "qesgd: the checkpoint's schedule does not fit these parameters"
+                )
+        counters = {name: mine[name] for name in ("encoded_bits", "clipped_total")}
+        if not all(is_count(v) for v in counters.values()):
+            raise CheckpointError(f"qesgd: the checkpoint's counters {counters} must be ints >= 0")
+        c = float(mine["c"])
+        load_optimizer_state(self, state, super().load_state_dict)
+        self.epoch_state = restored
+        self.c = c
+        self.schedule = None
+        if schedule is not None:
+            self.set_schedule(schedule)
+        self.encoded_bits = counters["encoded_bits"]
+        self.clipped_total = counters["clipped_total"]
         self._write(self.epoch_state.current())

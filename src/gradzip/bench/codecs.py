@@ -44,7 +44,9 @@ def bench_compressor(name: str, x: torch.Tensor, repeat: int, memcpy: float) -> 
     comp = cls(**cls.example_params)
     side = x if comp.needs_side_information else None
     t_enc, enc = best_time(lambda: comp.encode(x, KEY), repeat)
-    t_dec, _ = best_time(lambda: comp.decode(enc.payload, expected_key=KEY, side=side), repeat)
+    t_dec, _ = best_time(
+        lambda: comp.decode(enc.payload, expected_key=KEY, shape=x.shape, side=side), repeat
+    )
     nbytes = 4 * x.numel()
     round_trip = nbytes / (t_enc + t_dec) / 1e9
     return CodecRow(

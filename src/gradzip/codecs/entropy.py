@@ -48,6 +48,7 @@ References: J. Duda, "Asymmetric numeral systems" (2009/2013); R. Bamler, ``cons
 
 from __future__ import annotations
 
+import math
 import sys
 from functools import lru_cache
 from typing import Any
@@ -320,6 +321,7 @@ def entropy_decode(data: torch.Tensor, n: int, L: int) -> torch.Tensor:
             raise CorruptPayloadError(f"entropy stream has {coded.size} bytes after its model")
         return torch.from_numpy(np.full(n, lo, dtype=dtype))
     k, shift = group_size(used, counts), _shift(counts)
+    _check_data_size(coded.size, counts, k, shift, -(-n // k))
     supers = _decode_supers(coded, np.roll(counts, -shift), k, -(-n // k))
     out = np.take(_digit_table(used, k, lo, shift, np.dtype(dtype).name), supers, axis=0)
     out = out.view(dtype).reshape(-1)
@@ -327,6 +329,39 @@ def entropy_decode(data: torch.Tensor, n: int, L: int) -> torch.Tensor:
         raise CorruptPayloadError("entropy stream has a wrong padding symbol")
     _check_histogram(supers, used, k, shift, counts, out.size - n)
     return torch.from_numpy(out[:n] if out.size > n else out)
+
+
+#: super-symbols an ANS state below the coder's 24-bit precision can yield without reading data
+_FREE_DECODES = 1 << 24
+_PRECISION = 2.0**-24
+
+
+def _check_data_size(coded: int, counts: np.ndarray, k: int, shift: int, supers: int) -> None:
+    """Refuse, before decoding, a model that needs more coded data than the stream has.
+
+    Every decoded super-symbol costs the coder at least ``-log2 q_max`` bits, ``q_max`` the
+    largest quantized super-symbol probability: at most the mode's product ``p_max**k`` plus the
+    quantization's leak, and at most ``1 - (A - 1) 2**-24`` as each of the ``A`` super-symbols
+    keeps ``2**-24`` of the mass. Two runs are free: super-symbol 0 (cumulative frequency 0)
+    decodes from the empty state without data, at most ``ceil(count/k)`` times as its digit's
+    count allows, and a state below ``2**24`` yields up to ``2**24`` more. A factor 2 and 96
+    bits of coder state keep the bound safe; so a corrupt model claiming 2**28 mixed symbols
+    behind a few bytes is refused at once instead of after seconds of decoding.
+    """
+    n = int(counts.sum())
+    present = int(np.count_nonzero(counts)) ** k
+    q_max = min(
+        1.0 - (present - 1) * _PRECISION, (int(counts.max()) / n) ** k + (present + 1) * _PRECISION
+    )
+    paid = supers - (-(-int(counts[shift]) // k) + _FREE_DECODES + 1)
+    if paid <= 0 or q_max >= 1.0:
+        return
+    need = paid * -math.log2(q_max) / 2 - 96
+    if 8 * coded < need:
+        raise CorruptPayloadError(
+            f"entropy stream model claims {n} symbols that need at least {int(need) // 8} "
+            f"bytes of coded data; the stream has {coded}"
+        )
 
 
 def _decode_supers(coded: np.ndarray, counts: np.ndarray, k: int, count: int) -> np.ndarray:

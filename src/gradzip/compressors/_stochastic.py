@@ -51,6 +51,7 @@ from gradzip.compressors.common import (
     read_scales,
     scaled_symbols_bits,
     scaled_symbols_body,
+    scaled_symbols_floor_bits,
 )
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
@@ -220,6 +221,9 @@ class ScaledStochastic(Compressor, CommonGrid):
 
     def expected_body_bits(self, x: torch.Tensor) -> int | None:
         return scaled_symbols_bits(x.numel(), self._bucket, self.alphabet, self.packing)
+
+    def min_body_bits(self, header: Header) -> int:
+        return scaled_symbols_floor_bits(header.numel, self._bucket, self.alphabet, self.packing)
 
     # -- common grid (integer-sum schemes, see gradzip.compressors._grid) ----------------------
     def grid_supported(self) -> bool:

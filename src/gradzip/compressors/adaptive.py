@@ -120,6 +120,10 @@ class Adaptive(Compressor):
     def _per_column(self) -> int:
         return 3 if self.zero_mean else 2
 
+    def min_body_bits(self, header: Header) -> int:
+        # the column means (the entries may be none: an all-zero tensor sends no entry)
+        return 32 * self._per_column * Grouping.of(header.shape, self.group).groups
+
     def expected_body_bits(self, x: torch.Tensor, key: StreamKey | None = None) -> int:
         """Body bits for ``x``; with ``sample=True`` they depend on ``key`` (default key)."""
         flat = x.detach().reshape(-1).to(device="cpu", dtype=torch.float32)

@@ -31,6 +31,11 @@ import numpy as np
 import torch
 
 from gradzip.accounting import Encoded
+from gradzip.compressors._decode_guards import (
+    allocation_guard,
+    check_declared_size,
+    check_finite_output,
+)
 from gradzip.errors import (
     KeyMismatchError,
     NonFiniteInputError,
@@ -153,6 +158,16 @@ class Compressor(ABC):
         """Documented body size in bits for input ``x`` (None if entropy-coded)."""
         return None
 
+    def min_body_bits(self, header: Header) -> int:
+        """The fewest body bits any valid payload of ``header.numel`` elements can have.
+
+        O(1) arithmetic, checked before anything is allocated (see
+        :mod:`gradzip.compressors._decode_guards`); exact for fixed-size bodies, the fixed part
+        (scales, means, kept values) for sparse and entropy-coded ones. The default, 0, bounds
+        nothing: codecs override it.
+        """
+        return 0
+
     # -- public API --------------------------------------------------------------------------
     def encode(self, tensor: torch.Tensor, key: StreamKey | None = None) -> Encoded:
         """Compress ``tensor`` into a payload; raises on non-finite input (spec 0.3)."""
@@ -200,6 +215,13 @@ class Compressor(ABC):
         ``expected_key``/``shape``/``dtype``, when given, are checked against the header and a
         :class:`~gradzip.errors.PayloadMismatchError` names any difference. ``side`` is the side
         information of nested quantization.
+
+        Passing ``shape`` also vouches for the tensor's size: without it, a payload may stand
+        for at most ``UNVOUCHED_ELEMENTS_PER_BYTE`` (2**16) elements per byte, so that a few
+        hostile bytes cannot make the receiver allocate gigabytes (see
+        :mod:`gradzip.compressors._decode_guards`). Every size check happens before anything is
+        allocated; a failed allocation, and a decoded NaN or Inf, raise a
+        :class:`~gradzip.errors.PayloadError`.
         """
         if len(payload) == 0:
             return self._decode_empty(shape, dtype, device)
@@ -215,13 +237,19 @@ class Compressor(ABC):
             side = side.detach().reshape(-1).to(torch.float32).cpu()
         if header.numel == 0:
             raise PayloadMismatchError("a non-empty payload cannot hold an empty tensor")
-        try:
+        check_declared_size(
+            self.name,
+            header.numel,
+            len(body),
+            len(payload),
+            self.min_body_bits(header),
+            vouched=shape is not None,
+        )
+        with allocation_guard(self.name, header.shape):
             flat = self._decode_flat(body, header, side)
-        except MemoryError as err:
-            raise PayloadMismatchError(
-                f"{self.name}: the payload's tensor of shape {header.shape} cannot be allocated"
-            ) from err
-        out = flat.reshape(header.shape).to(header.dtype)
+            out = flat.reshape(header.shape).to(header.dtype)
+        # encoders refuse non-finite input, so a non-finite output is a corrupt body (spec 0.3)
+        check_finite_output(self.name, out)
         return out if device is None else out.to(device)
 
     def round_trip(
@@ -234,7 +262,9 @@ class Compressor(ABC):
         encoded = self.encode(tensor, key)
         if not encoded.payload:
             return encoded, tensor.detach().clone()
-        return encoded, self.decode(encoded.payload, expected_key=key, side=side)
+        return encoded, self.decode(
+            encoded.payload, expected_key=key, shape=tensor.shape, side=side
+        )
 
     def describe(self) -> str:
         """One line: the name and the parameters."""

@@ -61,3 +61,6 @@ class BF16(Compressor):
 
     def expected_body_bits(self, x: torch.Tensor) -> int:
         return 16 * x.numel()
+
+    def min_body_bits(self, header: Header) -> int:
+        return 16 * header.numel

@@ -125,6 +125,19 @@ def scaled_symbols_body(
     )
 
 
+def symbols_floor_bits(n: int, alphabet: int, packing: str) -> int:
+    """The fewest bits ``n > 0`` packed symbols can take: exact for the fixed and dense packings;
+    for the entropy coder its model, at least two bytes (the coded data may be empty)."""
+    bits = packed_symbol_bits(n, alphabet, packing)
+    return 16 if bits is None else bits
+
+
+def scaled_symbols_floor_bits(n: int, bucket_size: int, alphabet: int, packing: str) -> int:
+    """The fewest body bits of :func:`scaled_symbols_body` for ``n > 0`` elements (a
+    ``min_body_bits``): ``32*#buckets`` plus :func:`symbols_floor_bits`."""
+    return 32 * num_buckets(n, bucket_size) + symbols_floor_bits(n, alphabet, packing)
+
+
 def scaled_symbols_bits(n: int, bucket_size: int, alphabet: int, packing: str) -> int | None:
     """Body bits of :func:`scaled_symbols_body`: ``32*#buckets`` + the packed symbols (None when
     entropy-coded)."""

@@ -31,6 +31,7 @@ from gradzip.compressors.common import (
     read_scales,
     scaled_symbols_bits,
     scaled_symbols_body,
+    scaled_symbols_floor_bits,
 )
 from gradzip.compressors.registry import register
 from gradzip.keys import StreamKey
@@ -132,6 +133,10 @@ class DQSG(Compressor, CommonGrid):
     def expected_body_bits(self, x: torch.Tensor) -> int | None:
         n = x.numel()
         return scaled_symbols_bits(n, self.bucket_size_for(n), self.alphabet, self.packing)
+
+    def min_body_bits(self, header: Header) -> int:
+        n = header.numel
+        return scaled_symbols_floor_bits(n, self.bucket_size_for(n), self.alphabet, self.packing)
 
     # -- encode --------------------------------------------------------------------------------
     def _encode_flat(

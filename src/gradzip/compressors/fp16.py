@@ -123,3 +123,6 @@ class FP16(Compressor):
 
     def expected_body_bits(self, x: torch.Tensor) -> int:
         return 16 + 16 * x.numel()
+
+    def min_body_bits(self, header: Header) -> int:
+        return 16 + 16 * header.numel

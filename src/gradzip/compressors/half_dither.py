@@ -29,6 +29,7 @@ from gradzip.compressors.common import (
     read_scales,
     scaled_symbols_bits,
     scaled_symbols_body,
+    scaled_symbols_floor_bits,
 )
 from gradzip.compressors.registry import register
 from gradzip.keys import StreamKey
@@ -117,6 +118,10 @@ class HalfDither(Compressor):
 
     def expected_body_bits(self, x: torch.Tensor) -> int | None:
         return scaled_symbols_bits(x.numel(), self._bucket_size, self.alphabet, self.packing)
+
+    def min_body_bits(self, header: Header) -> int:
+        n = header.numel
+        return scaled_symbols_floor_bits(n, self._bucket_size, self.alphabet, self.packing)
 
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]

@@ -43,3 +43,6 @@ class Identity(Compressor):
 
     def expected_body_bits(self, x: torch.Tensor) -> int:
         return 8 * x.element_size() * x.numel()
+
+    def min_body_bits(self, header: Header) -> int:
+        return 8 * torch.empty(0, dtype=header.dtype).element_size() * header.numel

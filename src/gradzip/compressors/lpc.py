@@ -15,7 +15,12 @@ from gradzip.compressors._stochastic import (
     symbols_to_values,
 )
 from gradzip.compressors.base import Body, Compressor, body_tensor
-from gradzip.compressors.common import check_scales, check_symbols, read_scales
+from gradzip.compressors.common import (
+    check_scales,
+    check_symbols,
+    read_scales,
+    symbols_floor_bits,
+)
 from gradzip.compressors.registry import register
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
@@ -139,3 +144,6 @@ class LPC(Compressor, CommonGrid):
     def expected_body_bits(self, x: torch.Tensor) -> int | None:
         bits = packed_symbol_bits(x.numel(), 2 * self.s + 1, self.packing)
         return None if bits is None else 32 + bits
+
+    def min_body_bits(self, header: Header) -> int:
+        return 32 + symbols_floor_bits(header.numel, 2 * self.s + 1, self.packing)

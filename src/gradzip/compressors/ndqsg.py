@@ -39,6 +39,7 @@ from gradzip.compressors.common import (
     read_scales,
     scaled_symbols_bits,
     scaled_symbols_body,
+    scaled_symbols_floor_bits,
 )
 from gradzip.compressors.registry import register
 from gradzip.keys import StreamKey
@@ -134,6 +135,9 @@ class NDQSG(Compressor):
     def expected_body_bits(self, x: torch.Tensor) -> int | None:
         n = x.numel()
         return scaled_symbols_bits(n, self._bucket_size, self.k, self.packing)
+
+    def min_body_bits(self, header: Header) -> int:
+        return scaled_symbols_floor_bits(header.numel, self._bucket_size, self.k, self.packing)
 
     def _float32_ok(self, factors: torch.Tensor, top: int) -> bool:
         # float32 index arithmetic (then exact integer work) while values stay below 256 and the

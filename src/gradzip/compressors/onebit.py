@@ -10,7 +10,7 @@ import torch
 from gradzip.codecs.symbols import check_packing, pack_symbols, packed_symbol_bits, unpack_symbols
 from gradzip.compressors._groups import Grouping, check_group, sample_rows
 from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
-from gradzip.compressors.common import read_scales
+from gradzip.compressors.common import read_scales, symbols_floor_bits
 from gradzip.compressors.registry import register
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.keys import StreamKey
@@ -76,6 +76,12 @@ class OneBit(Compressor):
             return g.groups * (64 + 32 * -(-g.size // 32))
         packed = packed_symbol_bits(g.groups * g.size, 2, self.packing)
         return None if packed is None else 64 * g.groups + packed
+
+    def min_body_bits(self, header: Header) -> int:
+        g = Grouping.of(header.shape, self.group)
+        if self.packing == "fixed":
+            return g.groups * (64 + 32 * -(-g.size // 32))
+        return 64 * g.groups + symbols_floor_bits(header.numel, 2, self.packing)
 
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]

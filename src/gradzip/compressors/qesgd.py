@@ -16,6 +16,7 @@ from gradzip.codecs.symbols import (
 )
 from gradzip.compressors._stochastic import fit_dtype_
 from gradzip.compressors.base import Body, Compressor, body_tensor
+from gradzip.compressors.common import symbols_floor_bits
 from gradzip.compressors.registry import register
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
@@ -120,3 +121,6 @@ class QESGD(Compressor):
 
     def expected_body_bits(self, x: torch.Tensor) -> int | None:
         return packed_symbol_bits(x.numel(), 2**self.bits, self.packing)
+
+    def min_body_bits(self, header: Header) -> int:
+        return symbols_floor_bits(header.numel, 2**self.bits, self.packing)

@@ -163,3 +163,8 @@ class QSGD(ScaledStochastic):
         if self.coding == "elias":
             return None
         return super().expected_body_bits(x)
+
+    def min_body_bits(self, header: Header) -> int:
+        if self.coding == "elias":  # the scales and the count of non-zeros
+            return 32 * num_buckets(header.numel, self._bucket) + 64
+        return super().min_body_bits(header)

@@ -18,6 +18,7 @@ from gradzip.compressors.common import (
     read_scales,
     scaled_symbols_bits,
     scaled_symbols_body,
+    scaled_symbols_floor_bits,
 )
 from gradzip.compressors.registry import register
 from gradzip.keys import StreamKey
@@ -127,6 +128,10 @@ class QSGDL2(Compressor):
 
     def expected_body_bits(self, x: torch.Tensor) -> int | None:
         return scaled_symbols_bits(x.numel(), self._bucket_size, 2**self.bits, self.packing)
+
+    def min_body_bits(self, header: Header) -> int:
+        n = header.numel
+        return scaled_symbols_floor_bits(n, self._bucket_size, 2**self.bits, self.packing)
 
     def variance_bound(self, x: torch.Tensor) -> float:
         """``sum_i (a' - x_i)(x_i - a' + delta)``: the exact ``E||Q(x) - x||^2`` when nothing

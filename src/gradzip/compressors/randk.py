@@ -17,6 +17,8 @@ from gradzip.keys import StreamKey
 from gradzip.payload import Header
 from gradzip.rng import shared_words
 
+_F32_MAX = float(torch.finfo(torch.float32).max)
+
 
 def _uniform_indices(words: np.random.SFC64, d: int, count: int) -> NDArray[np.int64]:
     """``count`` indices uniform on ``range(d)`` from raw words (Lemire's multiply-shift on the
@@ -92,9 +94,9 @@ class RandK(Compressor):
     * ``scaled=False`` (default): ``C(x) = x`` on the subset, 0 elsewhere. Biased, and
       delta-approximate with ``delta = k/d``: ``E||C(x) - x||^2 = (1 - k/d) ||x||^2``.
     * ``scaled=True``: the kept values are multiplied by ``d/k`` on decode. Unbiased,
-      ``E C(x) = x``, with variance ``E||C(x) - x||^2 = (d/k - 1) ||x||^2``. (A kept value
-      above ``k/d`` times float32's maximum cannot be represented after scaling and decodes
-      to Inf.)
+      ``E C(x) = x``, with variance ``E||C(x) - x||^2 = (d/k - 1) ||x||^2``. [CHOICE] A kept
+      value above ``k/d`` times float32's maximum cannot be represented after scaling: it
+      decodes to float32's largest finite value of its sign (saturation, as fp16 does).
 
     Parameters (exactly one of ``k``, ``ratio``, as for top-k): smaller ``k`` sends fewer bits but
     keeps less (unscaled) or adds variance (scaled). Versus top-k it saves the
@@ -144,10 +146,16 @@ class RandK(Compressor):
             raise CorruptPayloadError(f"randk body has {len(body)} bytes, expected {4 * k}")
         values = body_tensor(body, torch.float32)
         if self.scaled and k < d:
-            values.mul_(d / k)
+            # saturate: a kept value above k/d times float32's maximum is sent legitimately,
+            # and a decoded Inf would be refused as corrupt
+            values = values.to(torch.float64).mul_(d / k).clamp_(-_F32_MAX, _F32_MAX)
+            values = values.to(torch.float32)
         out = torch.zeros(d, dtype=torch.float32)
         out[torch.from_numpy(randk_indices(header.key, d, k))] = values
         return out
 
     def expected_body_bits(self, x: torch.Tensor) -> int:
         return 32 * kept_count(self.k, self.ratio, x.numel())
+
+    def min_body_bits(self, header: Header) -> int:
+        return 32 * kept_count(self.k, self.ratio, header.numel)

@@ -84,6 +84,10 @@ class Threshold(Compressor):
         idx = np.flatnonzero(sent)
         return torch.from_numpy(idx), torch.from_numpy(pos[idx])
 
+    def min_body_bits(self, header: Header) -> int:
+        # no entry at all when nothing reaches tau; only the K word of rice_k="auto"
+        return 32 if self.coding == "golomb_rice" and self.rice_k == "auto" else 0
+
     def expected_body_bits(self, x: torch.Tensor) -> int:
         flat = x.detach().reshape(-1).to(device="cpu", dtype=torch.float32)
         return entry_bits(*self._select(flat), self.coding, self.rice_k)

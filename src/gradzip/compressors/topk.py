@@ -145,3 +145,8 @@ class TopK(Compressor):
         d = x.numel()
         k = kept_count(self.k, self.ratio, d)
         return 32 * k + 8 * packed_bytes(k, index_bits(d))
+
+    def min_body_bits(self, header: Header) -> int:
+        d = header.numel
+        k = kept_count(self.k, self.ratio, d)
+        return 32 * k + 8 * packed_bytes(k, index_bits(d))

@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 
 from gradzip.compressors import Compressor, create, get, names
+from gradzip.errors import GradzipError
 from gradzip.experiments.models import build_model, model_info
 from gradzip.keys import StreamKey
 from gradzip.rng import text_generator
@@ -46,7 +47,7 @@ from gradzip.rng import text_generator
 DEFAULT_BATCH = 8
 
 
-class UsageError(ValueError):
+class UsageError(GradzipError, ValueError):
     """A bad model, compressor or parameter; the message is one line naming the choices."""
 
 

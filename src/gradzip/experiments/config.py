@@ -13,6 +13,8 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from gradzip.errors import GradzipError
+
 OPTIMIZERS = ("sgd", "adam", "adagrad")
 BACKENDS = ("local", "gloo", "env")
 #: sgd: compressed-gradient training (compressor + scheme + optimizer); qesgd: Algorithm 3 of
@@ -23,7 +25,7 @@ QESGD_OUTPUTS = ("average", "last")
 DEFAULT_LR = {"sgd": 0.01, "adam": 0.001, "adagrad": 0.01}
 
 
-class ConfigError(ValueError):
+class ConfigError(GradzipError, ValueError):
     """A training option is invalid; the message names the option and the fix."""
 
 

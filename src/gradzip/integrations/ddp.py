@@ -40,6 +40,22 @@ buffer, so the result has the buffer's device and dtype; with NCCL, build the tr
 selected first). It runs synchronously inside ``backward()``: communication does not overlap
 with the rest of the backward pass as DDP's asynchronous all-reduce does.
 
+Checkpoints: ``state.state_dict()`` holds the step counter, the skip count, the run seed, rank
+and group size, and the scheme's error-feedback buffers (``torch.save``-able, one per rank: the
+buffers differ between ranks). To resume, rebuild the DDP wrapper, register a fresh hook state
+with the same scheme settings and run seed, and call ``state.load_state_dict(saved)`` on every
+rank with that rank's own state, beside the model's and the optimizer's ``load_state_dict``,
+before the first backward pass; the run then continues bit-exactly. A state saved by another
+rank, group size or run seed, or a malformed one (negative counters, a residual slot listed
+twice, ...) raises :class:`~gradzip.errors.CheckpointError` and changes nothing.
+
+Buffers are not gradients: the hook reduces gradients only, so BatchNorm's running statistics
+(and every other module buffer) are updated by each rank from its own batch. DDP's default
+``broadcast_buffers=True`` then overwrites every rank's buffers with rank 0's at the start of
+each training forward pass, so the ranks agree on rank 0's statistics (not their average);
+with ``broadcast_buffers=False`` they stay per rank and drift apart. Save the model from rank 0,
+or convert it with ``torch.nn.SyncBatchNorm`` for statistics over the global batch.
+
 Not supported: DDP's ``join()`` context for uneven inputs and sparse gradients (they were not
 tested and the gradient keys assume dense, identically shaped tensors on every rank).
 """
@@ -59,7 +75,13 @@ from gradzip.comm.transport import Transport
 from gradzip.errors import GradzipError, NonFiniteInputError
 from gradzip.feedback import Slot
 from gradzip.schemes.base import Scheme
-from gradzip.stepping import agree_all_finite, check_on_nonfinite, load_step_state, step_state
+from gradzip.stepping import (
+    agree_all_finite,
+    check_on_nonfinite,
+    install_step_state,
+    parse_step_state,
+    step_state,
+)
 
 if TYPE_CHECKING:
     from torch.nn.parallel import DistributedDataParallel
@@ -254,11 +276,19 @@ class GradzipHookState:
         )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from :meth:`state_dict`; the run seed, rank and group size must match."""
-        self._roll_back()
-        self.step, self.skipped_steps = load_step_state(
+        """Resume from :meth:`state_dict` (call it on every rank, with that rank's own state,
+        before the first backward pass of the resumed run, beside the model's and the
+        optimizer's ``load_state_dict``); the run seed, rank and group size must match.
+
+        Everything is validated before anything changes: a refused state raises
+        :class:`~gradzip.errors.CheckpointError` and leaves the counters and error-feedback
+        buffers as they were.
+        """
+        parsed = parse_step_state(
             state, _STATE_VERSION, "DDP hook state", self.transport, self.scheme
         )
+        self._roll_back()
+        self.step, self.skipped_steps = install_step_state(parsed, self.scheme)
 
 
 def gradzip_hook(state: GradzipHookState, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:

@@ -19,6 +19,7 @@ import torch
 from gradzip.accounting import Encoded
 from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor
+from gradzip.errors import CheckpointError
 from gradzip.feedback import ErrorFeedback, Slot
 from gradzip.keys import StreamKey
 
@@ -131,21 +132,26 @@ class Scheme(ABC):
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from :meth:`state_dict`; the scheme and its error-feedback roles must match."""
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(f"scheme state has version {state.get('version')!r}")
+        """Resume from :meth:`state_dict`; the scheme and its error-feedback roles must match.
+
+        Every role is validated before any is loaded: on a
+        :class:`~gradzip.errors.CheckpointError` no buffer has changed.
+        """
+        self.restore(self.parse_state(state))
+
+    def parse_state(self, state: Mapping[str, Any]) -> dict[str, dict[Slot, torch.Tensor]]:
+        """The buffers :meth:`load_state_dict` would install (a :meth:`restore` point), after
+        every check; changes nothing."""
+        if not isinstance(state, Mapping) or state.get("version") != _STATE_VERSION:
+            found = state.get("version") if isinstance(state, Mapping) else type(state).__name__
+            raise CheckpointError(f"scheme state has version {found!r}")
         if state.get("scheme") != self.name:
-            raise ValueError(f"scheme state is for {state.get('scheme')!r}, not {self.name!r}")
-        roles = state["feedback"]
-        if set(roles) != set(self.feedback):
-            raise ValueError(
-                f"scheme state has error-feedback buffers {sorted(roles)}, this scheme keeps "
+            raise CheckpointError(f"scheme state is for {state.get('scheme')!r}, not {self.name!r}")
+        roles = state.get("feedback")
+        if not isinstance(roles, Mapping) or set(roles) != set(self.feedback):
+            found = sorted(roles) if isinstance(roles, Mapping) else roles
+            raise CheckpointError(
+                f"scheme state has error-feedback buffers {found}, this scheme keeps "
                 f"{sorted(self.feedback)}"
             )
-        saved = self.snapshot()
-        try:
-            for role, fb in self.feedback.items():
-                fb.load_state_dict(roles[role])
-        except BaseException:
-            self.restore(saved)
-            raise
+        return {role: fb.parse_state(roles[role]) for role, fb in self.feedback.items()}

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,7 @@ from gradzip.algorithms.dqgan.game import (
 from gradzip.algorithms.dqgan.optimistic_adam import OptimisticAdam
 from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor
-from gradzip.errors import GradzipError
+from gradzip.errors import CheckpointError, GradzipError
 from gradzip.schemes.parameter_server import ParameterServer
 from gradzip.sync import GradientSync
 
@@ -251,22 +252,23 @@ class DQGAN:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict` (same game shapes, rank, group and run seed)."""
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(f"DQGAN state has version {state.get('version')!r}")
+        if not isinstance(state, Mapping) or state.get("version") != _STATE_VERSION:
+            found = state.get("version") if isinstance(state, Mapping) else type(state).__name__
+            raise CheckpointError(f"DQGAN state has version {found!r}")
+        missing = [k for k in ("w", "prev", "e_prev", "sync", "adam") if k not in state]
+        if missing:
+            raise CheckpointError(f"DQGAN state lacks {', '.join(missing)}")
         shapes = [tuple(p.shape) for p in self.w]
         for name in ("w", "prev", "e_prev"):
             if [tuple(t.shape) for t in state[name]] != shapes:
-                raise ValueError(f"DQGAN state {name!r} does not match the game's parameters")
+                raise CheckpointError(f"DQGAN state {name!r} does not match the game's parameters")
         if (state["adam"] is None) != (self.adam is None):
-            raise ValueError("DQGAN state was saved with another optimizer")
-        saved = self.sync.state_dict()
-        self.sync.load_state_dict(state["sync"])
+            raise CheckpointError("DQGAN state was saved with another optimizer")
+        # validate every part before changing any (Optimistic Adam's load is all or nothing)
+        parsed = self.sync.parse_state(state["sync"])
         if self.adam is not None:
-            try:
-                self.adam.load_state_dict(state["adam"])
-            except BaseException:
-                self.sync.load_state_dict(saved)  # all or nothing
-                raise
+            self.adam.load_state_dict(state["adam"])
+        self.sync.install_state(parsed)
         self.w, self.prev = copies(state["w"]), copies(state["prev"])
         self.e_prev = copies(state["e_prev"])
         assign(self._params, self.w)

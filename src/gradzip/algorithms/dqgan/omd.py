@@ -16,6 +16,8 @@ from gradzip.algorithms.dqgan.game import (
     copies,
     evaluate,
 )
+from gradzip.errors import CheckpointError
+from gradzip.feedback import is_count
 
 
 class OptimisticMirrorDescent:
@@ -78,9 +80,13 @@ class OptimisticMirrorDescent:
         """Resume from :meth:`state_dict` (shapes must match the game's parameters)."""
         for name in ("w", "prev"):
             if [tuple(t.shape) for t in state[name]] != [tuple(p.shape) for p in self.w]:
-                raise ValueError(f"OMD state {name!r} does not match the game's parameter shapes")
+                raise CheckpointError(
+                    f"OMD state {name!r} does not match the game's parameter shapes"
+                )
+        if not is_count(state["step"]):
+            raise CheckpointError(f"OMD state has step {state['step']!r}; it must be an int >= 0")
         self.w, self.prev = copies(state["w"]), copies(state["prev"])
-        self.step_count = int(state["step"])
+        self.step_count = state["step"]
         assign(self._params, self.w)
 
 

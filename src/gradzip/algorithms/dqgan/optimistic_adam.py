@@ -10,6 +10,8 @@ from typing import Any
 import torch
 
 from gradzip.algorithms.dqgan.game import check_lr, copies
+from gradzip.errors import CheckpointError
+from gradzip.feedback import is_count
 
 _STATE_VERSION = 1
 
@@ -92,10 +94,14 @@ class OptimisticAdam:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`; shapes must match, nothing changes on error."""
         if state.get("version") != _STATE_VERSION:
-            raise ValueError(f"Optimistic Adam state has version {state.get('version')!r}")
+            raise CheckpointError(f"Optimistic Adam state has version {state.get('version')!r}")
         shapes = [tuple(m.shape) for m in self.m]
         for name in ("m", "v", "d"):
             if [tuple(x.shape) for x in state[name]] != shapes:
-                raise ValueError(f"Optimistic Adam state {name!r} does not match the shapes")
-        self.t = int(state["t"])
+                raise CheckpointError(f"Optimistic Adam state {name!r} does not match the shapes")
+        if not is_count(state["t"]):
+            raise CheckpointError(
+                f"Optimistic Adam state has t {state['t']!r}; it must be an int >= 0"
+            )
+        self.t = state["t"]
         self.m, self.v, self.d = copies(state["m"]), copies(state["v"]), copies(state["d"])
