@@ -1,13 +1,17 @@
 """`run_processes` has no whole-run limit by default: a long run of quick operations is never
-killed, while an explicit ``run_timeout`` still ends a run that exceeds it."""
+killed, while an explicit ``run_timeout`` still ends a run that exceeds it. A signal to the
+launcher becomes the ranks' stop request, and nothing outlives the launcher."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
 
 from gradzip.comm import spawn
+from gradzip.comm.signals import Interrupted
 from gradzip.comm.spawn import DistributedRunError, run_processes
 from gradzip.comm.transport import Transport
 
@@ -48,3 +52,28 @@ def test_an_explicit_run_timeout_still_kills() -> None:
         run_processes(1, sleeper, 600.0, timeout=30.0, run_timeout=3.0)
     assert info.value.failures == {0: "still running after the run's limit of 3.0 s; killed"}
     assert time.monotonic() - start < 120  # not the 600 s sleep
+
+
+def stop_on_request(transport: Transport) -> int | None:
+    """Rank 0 sends its launcher SIGTERM and waits for the stop request that comes back;
+    rank 1 ignores it (sleeps), so the launcher must kill it."""
+    if transport.rank == 1:
+        time.sleep(600)
+    os.kill(os.getppid(), signal.SIGTERM)
+    deadline = time.monotonic() + 300
+    while spawn.stop_requested() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return spawn.stop_requested()
+
+
+@pytest.mark.distributed
+def test_a_signal_to_the_launcher_reaches_the_ranks_and_every_process_is_reaped() -> None:
+    start = time.monotonic()
+    with pytest.raises(Interrupted) as info:
+        run_processes(2, stop_on_request, timeout=60.0, stop_grace=2.0)
+    stopped = info.value
+    assert stopped.signum == signal.SIGTERM
+    assert stopped.results == [int(signal.SIGTERM), None]  # rank 0 saw the request
+    assert stopped.failures == {1: "still running 2.0 s after SIGTERM asked it to stop; killed"}
+    assert time.monotonic() - start < 120  # not the 600 s sleep
+    assert spawn.stop_requested() is None  # the launcher itself is no rank

@@ -262,3 +262,28 @@ def test_a_resumed_gloo_run_equals_one_never_stopped(tmp_path: Path) -> None:
     assert main(["train", *options, "--max-steps", "2", "--out", str(part)]) == 0
     assert main(["train", "--resume", str(part), "--max-steps", "4"]) == 0
     same_run(tmp_path / "whole", part)
+
+
+def test_a_run_killed_before_it_wrote_its_results_gets_them_from_its_metrics(
+    tmp_path: Path,
+) -> None:
+    from gradzip.experiments.backends import finish_stopped
+    from gradzip.experiments.config import TrainConfig
+
+    out = tmp_path / "run"
+    assert main(["train", *TINY, "--out", str(out)]) == 0
+    taken = rows(out)
+    for name in RESULTS:
+        (out / name).unlink()
+    with (out / "metrics.jsonl").open("a") as metrics:
+        metrics.write('{"step": 4, "los')  # the row a kill cut short
+    config = TrainConfig(workers=2, max_steps=10, eval_every=2, progress=False, out=str(out))
+    done = finish_stopped(config, signal.SIGTERM)
+    assert rows(out) == taken
+    assert summary(out) == {k: v for k, v in done.items() if k != "run_dir"}
+    assert done["complete"] is False and done["interrupted_by"] == "SIGTERM"
+    assert (done["steps"], done["total_steps"]) == (3, 10)
+    assert done["test_acc"] == taken[-1]["test_acc"] and done["loss"] == taken[-1]["loss"]
+    assert "Partial run" in (out / "report.md").read_text()
+    for name in RESULTS:
+        assert (out / name).stat().st_size > 0, name
