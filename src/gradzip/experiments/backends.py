@@ -13,7 +13,7 @@ from gradzip.comm.signals import Interrupted, signal_name
 from gradzip.comm.transport import Transport
 from gradzip.experiments import checkpoint
 from gradzip.experiments.config import ConfigError, TrainConfig
-from gradzip.experiments.run_dir import RESULT_FILES, claim_run_dir, remove
+from gradzip.experiments.run_dir import RESULT_FILES, claim_run_dir, drop_if_empty, remove
 from gradzip.experiments.run_output import RunWriter
 from gradzip.experiments.stopping import StopRequest
 from gradzip.experiments.trainer import (
@@ -42,6 +42,16 @@ def train(config: TrainConfig, *, force: bool = False, resume: bool = False) -> 
     if config.backend == "env":
         return train_env(config, force, resume)
     config = prepare_resume(config) if resume else claim_run_dir(config, force)
+    try:
+        return train_here(config, resume)
+    except Exception:
+        assert config.out is not None
+        drop_if_empty(config.out)  # a default directory claimed for a run that never started
+        raise
+
+
+def train_here(config: TrainConfig, resume: bool) -> dict[str, Any]:
+    """Run ``config`` (its directory settled) on the local or the gloo backend."""
     if config.backend == "local":
         try:
             return train_simulated(config, resume)

@@ -49,9 +49,10 @@ def remove(directory: str | Path, names: tuple[str, ...] = RUN_FILES) -> None:
 
 
 def claim_run_dir(config: TrainConfig, force: bool = False) -> TrainConfig:
-    """``config`` with ``out`` set to a directory that holds no other run, created now.
+    """``config`` with ``out`` set to a directory that holds no other run: an explicit one
+    (emptied of a run's files with ``force``), or a default name, created now (exclusively).
 
-    Idempotent for a directory it created (still empty). Raises :class:`ConfigError` when an
+    Idempotent for a directory it chose (still empty). Raises :class:`ConfigError` when an
     explicit ``out`` holds a run and ``force`` is off."""
     if config.out is not None:
         held = run_files(config.out)
@@ -61,8 +62,7 @@ def claim_run_dir(config: TrainConfig, force: bool = False) -> TrainConfig:
                 f"replace it, --resume {config.out} to continue it, or choose another --out"
             )
         remove(config.out)
-        Path(config.out).mkdir(parents=True, exist_ok=True)
-        return config
+        return config  # created by the run's writer, once the run has started
     base = config.resolved_out()
     for count in itertools.count(1):
         candidate = base if count == 1 else f"{base}-{count}"
@@ -72,3 +72,10 @@ def claim_run_dir(config: TrainConfig, force: bool = False) -> TrainConfig:
             continue
         return replace(config, out=candidate)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def drop_if_empty(directory: str | Path) -> None:
+    """Remove ``directory`` if it exists and is empty (a run that failed before writing)."""
+    folder = Path(directory)
+    if folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
