@@ -4,6 +4,7 @@ same metrics from simulated ranks and gloo processes."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,8 @@ def test_a_qesgd_run_learns_and_reports_the_codes_it_sent(
         assert row["sent_bits"] == pytest.approx((row["wire_bits"] + 32 * D) / 2, rel=1e-3)
     assert rows[-1]["loss"] < rows[0]["loss"]  # type: ignore[operator]
     assert rows[-1]["test_acc"] is not None and rows[-1]["test_acc"] > 0.5  # type: ignore[operator]
-    assert TrainConfig(algorithm="qesgd").resolved_out().endswith("fc-300-100-qesgd8-8w-s0")
+    default = TrainConfig(algorithm="qesgd").resolved_out()
+    assert re.fullmatch(r"runs/fc-300-100-qesgd8-8w-s0-[0-9a-f]{6}", default), default
 
 
 @pytest.mark.parametrize(

@@ -75,7 +75,30 @@ def add_train_parser(sub: Any) -> None:
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--out", default=None, help="run directory (default runs/<...>)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="run directory (default runs/<model>-<method>-<P>w-s<seed>-<hash of the options>, "
+        "-2, -3, ... appended for repeats); refused if it holds a run, unless --force",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="replace the run held by --out (its files only)"
+    )
+    p.add_argument(
+        "--resume",
+        default=None,
+        metavar="DIR",
+        help="continue the run in DIR from its checkpoint, with its options; only --epochs, "
+        "--max-steps, --timeout and --no-progress may be given (to change them)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=d.timeout,
+        metavar="SECONDS",
+        help="process backends: how long a rank waits for a peer before the run fails "
+        "(default 60); a run as a whole has no time limit",
+    )
     p.add_argument("--entropy", action="store_true", help="entropy-code the payloads (ANS)")
     p.add_argument("--eval-every", type=int, default=d.eval_every)
     p.add_argument(
@@ -110,6 +133,32 @@ def add_train_parser(sub: Any) -> None:
         help="compute the full gradient at w0 on the first N training samples (default: all)",
     )
     p.set_defaults(func=cmd_train)
+    _record_explicit(p)
+
+
+_UNSET = object()
+
+
+def _record_explicit(parser: argparse.ArgumentParser) -> None:
+    """Make ``parser`` also record in ``args.explicit`` the destinations of the options given
+    on the command line (``--resume`` must tell an option given from one left at its
+    default, whatever its value): a second parse into a namespace where every destination is
+    preset to a marker, which argparse overwrites only for options that are present."""
+    parse = parser.parse_known_args
+
+    def parse_known_args(args: Any = None, namespace: Any = None) -> Any:
+        parsed, rest = parse(args, namespace)
+        actions = [a for a in parser._actions if a.dest != argparse.SUPPRESS]
+        # append actions copy what is there: start them from None, not the marker
+        unset = {a.dest: None if isinstance(a, argparse._AppendAction) else _UNSET for a in actions}
+        probe = argparse.Namespace(**unset)
+        parse(args, probe)
+        parsed.explicit = {
+            dest for dest, marker in unset.items() if getattr(probe, dest) is not marker
+        }
+        return parsed, rest
+
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -138,6 +187,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         eval_every=args.eval_every,
         eval_images=args.eval_images,
         progress=not args.no_progress,
+        timeout=args.timeout,
         algorithm=args.algorithm,
         qesgd_bits=args.qesgd_bits,
         qesgd_c=args.qesgd_c,
@@ -147,15 +197,43 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     )
 
 
+#: ``gradzip train`` destinations that are not TrainConfig fields, or are named otherwise
+_NOT_FIELDS = {"func", "command", "explicit", "force", "resume"}
+_FIELD = {"param": "compressor_params", "scheme_param": "scheme_params", "no_progress": "progress"}
+
+
+def resume_config(args: argparse.Namespace) -> TrainConfig:
+    """The options of the run in ``args.resume`` with the options given on the command line
+    applied (refused if they change the computation, or with --out or --force)."""
+    from gradzip.experiments import checkpoint
+
+    explicit = set(getattr(args, "explicit", set())) - {"resume", "func", "command"}
+    if explicit & {"out", "force"}:
+        raise ConfigError(
+            f"--resume continues the run in {args.resume}; leave out --out and --force"
+        )
+    given = config_from_args(args)
+    fields = {_FIELD.get(dest, dest) for dest in explicit - _NOT_FIELDS}
+    return checkpoint.resumed_config(args.resume, {f: getattr(given, f) for f in fields})
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from gradzip.experiments.backends import train
+    from gradzip.experiments.run_dir import claim_run_dir
 
     try:
-        config = config_from_args(args).validate()
-        summary = train(config)
+        if args.resume is not None:
+            config = resume_config(args)
+        else:
+            config = config_from_args(args).validate()
+            if config.backend != "env":  # under torchrun, rank 0 claims it for all ranks
+                config = claim_run_dir(config, force=args.force)
+        summary = train(config, force=args.force, resume=args.resume is not None)
     except (ConfigError, GradzipError) as err:
         print(f"gradzip train: {err}", file=sys.stderr)
         return 2
+    if not summary.get("complete", True):
+        return report_stopped(summary)
     if summary.get("rank", 0) != 0:
         return 0  # under torchrun, rank 0 reports
     acc = summary.get("test_acc")
@@ -165,6 +243,26 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"({summary['steps_per_second']:.2f} steps/s); test accuracy "
         f"{'n/a' if acc is None else f'{100 * acc:.2f}%'}; "
         f"{'n/a' if wire is None else f'{wire / 1000:,.1f}'} Kbit per worker per step "
-        f"(fp32: {summary['baseline_bits'] / 1000:,.1f}); run directory {config.resolved_out()}"
+        f"(fp32: {summary['baseline_bits'] / 1000:,.1f}); run directory {summary['run_dir']}"
     )
     return 0
+
+
+def report_stopped(summary: dict[str, Any]) -> int:
+    """One line for a run a signal stopped early; the shell's status for that signal."""
+    import signal
+
+    from gradzip.comm.signals import exit_status
+
+    name = summary.get("interrupted_by") or "SIGINT"
+    if summary.get("rank", 0) == 0:
+        print(
+            f"gradzip train: interrupted by {name} after {summary['steps']} of "
+            f"{summary['total_steps']} steps; partial run in {summary['run_dir']} (continue it "
+            f"with `gradzip train --resume {summary['run_dir']}`)",
+            file=sys.stderr,
+        )
+    try:
+        return exit_status(signal.Signals[name].value)
+    except KeyError:
+        return 1

@@ -174,10 +174,13 @@ class DistributedTransport(Transport):
             )
 
 
-def init_from_environment(world_size: int, backend: str = "gloo") -> DistributedTransport:
+def init_from_environment(
+    world_size: int, backend: str = "gloo", timeout: float = 60.0
+) -> DistributedTransport:
     """Join the process group described by ``torchrun``'s environment (env:// rendezvous:
     ``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``) and return this rank's
-    transport; ``world_size`` must equal ``WORLD_SIZE``."""
+    transport; ``world_size`` must equal ``WORLD_SIZE``; ``timeout``: seconds a rank waits
+    for a peer (the process group's and the transport's)."""
     import os
 
     missing = [
@@ -193,5 +196,5 @@ def init_from_environment(world_size: int, backend: str = "gloo") -> Distributed
             f"--workers {world_size} differs from torchrun's WORLD_SIZE {os.environ['WORLD_SIZE']}"
         )
     if not dist.is_initialized():
-        dist.init_process_group(backend)
-    return DistributedTransport()
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
+    return DistributedTransport(timeout=timeout)

@@ -4,14 +4,24 @@ For tests, benchmarks and quick experiments on one machine; for real jobs use ``
 results come back through a multiprocessing queue (harness plumbing, not the payload wire).
 
 The harness never hangs: a rank that raises is reported with its error, a process that dies
-(an exit code, or a signal) is reported as such, the ranks still running some time after a
-failure are killed, and so is the whole run once it exceeds its limit.
+(an exit code, or a signal) is reported as such, and the ranks still running some time after a
+failure are killed. A rank waiting for a dead or stalled peer raises after the per-operation
+``timeout``, so a run needs no overall limit: a long healthy run is never cut short (an explicit
+``run_timeout`` is still available).
+
+SIGINT and SIGTERM sent to the launching process are passed on to the ranks as a stop request
+(:func:`stop_requested`, which a rank polls between steps; the ranks ignore SIGINT themselves,
+so Ctrl-C in a terminal reaches them only this way, once, and never as a traceback). The ranks
+that have not finished within a grace period, or as soon as a second signal arrives, are
+killed; every process is reaped before :class:`~gradzip.comm.signals.Interrupted` is raised.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -22,9 +32,35 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from gradzip.comm.distributed import DistributedTransport
+from gradzip.comm.signals import Interrupted, SignalCatcher, signal_name
 from gradzip.errors import GradzipError
 
-START_UP_ALLOWANCE = 60.0  # seconds for starting the processes and importing torch
+#: seconds a rank may need before it can act on a stop request: starting the process, importing
+#: torch, loading its data (part of the grace a stopped run gets)
+START_UP_ALLOWANCE = 60.0
+
+# In a rank: the launcher's shared stop flag (0, or the number of the signal it caught) and its
+# process id (a rank whose launcher died is orphaned and stops too).
+_stop_flag: Any = None
+_launcher_pid: int | None = None
+
+
+def stop_requested() -> int | None:
+    """In a rank started by :func:`run_processes`: the signal the launcher caught and passed
+    on (SIGINT or SIGTERM), ``signal.SIGHUP`` if the launcher has died, else None (also in any
+    other process). Cheap enough to poll once per step."""
+    if _stop_flag is None:
+        return None
+    if _stop_flag.value:
+        return int(_stop_flag.value)
+    if os.getppid() != _launcher_pid:
+        return int(signal.SIGHUP)
+    return None
+
+
+def in_launched_rank() -> bool:
+    """Whether this process is a rank started by :func:`run_processes`."""
+    return _stop_flag is not None
 
 
 class DistributedRunError(GradzipError):
@@ -59,7 +95,11 @@ def _worker(
     results: Any,
     timeout: float,
     backend: str,
+    stop_flag: Any,
+    launcher: int,
 ) -> None:
+    global _stop_flag, _launcher_pid
+    _stop_flag, _launcher_pid = stop_flag, launcher
     torch.set_num_threads(1)  # P processes share the machine's cores
     try:
         device = None
@@ -100,82 +140,121 @@ def run_processes(
     timeout: float = 60.0,
     run_timeout: float | None = None,
     backend: str = "gloo",
+    stop_grace: float | None = None,
 ) -> list[Any]:
     """``fn(transport, *args)`` on ``world_size`` spawned processes; results in rank order.
 
     ``fn`` must be importable by name (a module-level function). ``timeout`` is each rank's
     :class:`~gradzip.comm.distributed.DistributedTransport` timeout (and the process group's):
     a rank waiting longer than that for a peer raises. ``run_timeout`` limits the whole run
-    (default: ``timeout`` plus a start-up allowance). Once a rank has failed, the others have
-    ``2 * timeout`` seconds to finish before they are killed. ``backend="nccl"`` gives rank
-    ``r`` the CUDA device ``r % torch.cuda.device_count()``.
+    (default: no limit, so a run may take as long as its work does). Once a rank has failed,
+    the others have ``2 * timeout`` seconds to finish before they are killed.
+    ``backend="nccl"`` gives rank ``r`` the CUDA device ``r % torch.cuda.device_count()``.
+
+    SIGINT or SIGTERM (caught while this runs in the main thread) sets the ranks'
+    :func:`stop_requested`; the ranks still running ``stop_grace`` seconds later (default
+    ``2 * timeout + START_UP_ALLOWANCE``), or at once on a second signal, are killed. Once
+    every process is reaped it raises :class:`~gradzip.comm.signals.Interrupted` with the
+    signal, what the ranks returned and what happened to the others.
 
     Raises :class:`DistributedRunError` (a :class:`~gradzip.errors.GradzipError`) naming every
     failed rank: its exception, the exit code or signal of a process that died before
     reporting, or that it was killed (still running after a failure or past ``run_timeout``).
     """
-    limit = timeout + START_UP_ALLOWANCE if run_timeout is None else run_timeout
+    grace = 2 * timeout + START_UP_ALLOWANCE if stop_grace is None else stop_grace
     ctx = mp.get_context("spawn")
     results = ctx.SimpleQueue()
+    stop_flag = ctx.Value("i", 0)
     port = free_port()
     procs = [
         ctx.Process(
             target=_worker,
-            args=(r, world_size, port, fn, args, results, timeout, backend),
+            args=(r, world_size, port, fn, args, results, timeout, backend, stop_flag, os.getpid()),
         )
         for r in range(world_size)
     ]
-    start = time.monotonic()
-    for proc in procs:
-        proc.start()
     outputs: list[Any] = [None] * world_size
     reported: set[int] = set()
     died: dict[int, str] = {}
     raised: dict[int, str] = {}
     killed: dict[int, str] = {}
     first_failure: tuple[float, int] | None = None  # (when, which rank)
-    try:
-        while len(reported) + len(died) < world_size:
-            exits = [proc.exitcode for proc in procs]  # before draining: a result comes first
-            while not results.empty():
-                rank, value, error = results.get()
-                reported.add(rank)
-                outputs[rank] = value
-                if error is not None:
-                    raised[rank] = error
-                    first_failure = first_failure or (time.monotonic(), rank)
-            for rank, code in enumerate(exits):
-                if code is not None and rank not in reported and rank not in died:
-                    died[rank] = f"{describe_exit(code)} before reporting a result"
-                    first_failure = first_failure or (time.monotonic(), rank)
-            if len(reported) + len(died) == world_size:
+    stop_deadline: float | None = None
+    with SignalCatcher() as caught:
+        _start(procs)
+        start = time.monotonic()
+        try:
+            while len(reported) + len(died) < world_size:
+                exits = [proc.exitcode for proc in procs]  # before draining: a result comes first
+                while not results.empty():
+                    rank, value, error = results.get()
+                    reported.add(rank)
+                    outputs[rank] = value
+                    if error is not None:
+                        raised[rank] = error
+                        first_failure = first_failure or (time.monotonic(), rank)
+                for rank, code in enumerate(exits):
+                    if code is not None and rank not in reported and rank not in died:
+                        died[rank] = f"{describe_exit(code)} before reporting a result"
+                        first_failure = first_failure or (time.monotonic(), rank)
+                if len(reported) + len(died) == world_size:
+                    break
+                now = time.monotonic()
+                if caught.signum is not None and stop_deadline is None:
+                    stop_flag.value = caught.signum  # the ranks stop at their next step
+                    stop_deadline = now + grace
+                if caught.count > 1:
+                    reason = f"killed on a second {signal_name(caught.signum or 0)}"
+                elif stop_deadline is not None and now > stop_deadline:
+                    reason = (
+                        f"still running {grace:.1f} s after {signal_name(caught.signum or 0)} "
+                        "asked it to stop; killed"
+                    )
+                elif first_failure is not None and now > first_failure[0] + 2 * timeout:
+                    reason = (
+                        f"still running {now - first_failure[0]:.1f} s after rank "
+                        f"{first_failure[1]} failed; killed"
+                    )
+                elif run_timeout is not None and now > start + run_timeout:
+                    reason = f"still running after the run's limit of {run_timeout} s; killed"
+                else:
+                    time.sleep(0.02)
+                    continue
+                for rank in range(world_size):
+                    if rank not in reported and rank not in died:
+                        killed[rank] = reason
+                        procs[rank].kill()
                 break
-            now = time.monotonic()
-            if first_failure is not None and now > first_failure[0] + 2 * timeout:
-                reason = (
-                    f"still running {now - first_failure[0]:.1f} s after rank {first_failure[1]} "
-                    "failed; killed"
-                )
-            elif now > start + limit:
-                reason = f"still running after the run's limit of {limit} s; killed"
-            else:
-                time.sleep(0.02)
-                continue
-            for rank in range(world_size):
-                if rank not in reported and rank not in died:
-                    killed[rank] = reason
-                    procs[rank].kill()
-            break
-    finally:
-        _stop(procs)
+        finally:
+            _stop(procs)
     failures = {**died, **dict(sorted(raised.items())), **killed}  # root causes first
+    if caught.signum is not None:
+        raise Interrupted(caught.signum, outputs, failures)
     if failures:
         raise DistributedRunError(failures, outputs)
     return outputs
 
 
+def _start(procs: list[Any]) -> None:
+    """Start every process with SIGINT ignored: they inherit that, so Ctrl-C in a terminal
+    (sent to the whole process group) reaches them only through the launcher's stop flag, and
+    never as a ``KeyboardInterrupt`` while they import torch. The launcher's own handler comes
+    back at once (a Ctrl-C in those few milliseconds is lost)."""
+    if threading.current_thread() is not threading.main_thread():
+        for proc in procs:
+            proc.start()
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for proc in procs:
+            proc.start()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _stop(procs: list[Any], wait: float = 10.0) -> None:
     """Join every process within ``wait`` seconds in all, then kill whatever is left."""
+    procs = [proc for proc in procs if proc.pid is not None]  # started ones only
     deadline = time.monotonic() + wait
     for proc in procs:
         proc.join(timeout=max(0.0, deadline - time.monotonic()))

@@ -4,12 +4,18 @@ processes, or processes started by ``torchrun``."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from gradzip.comm.pool import RankPool
+from gradzip.comm.signals import Interrupted, signal_name
 from gradzip.comm.transport import Transport
-from gradzip.experiments.config import TrainConfig
+from gradzip.experiments import checkpoint
+from gradzip.experiments.config import ConfigError, TrainConfig
+from gradzip.experiments.run_dir import RESULT_FILES, claim_run_dir, drop_if_empty, remove
 from gradzip.experiments.run_output import RunWriter
+from gradzip.experiments.stopping import StopRequest
 from gradzip.experiments.trainer import (
     Exchange,
     Exchanged,
@@ -19,69 +25,167 @@ from gradzip.experiments.trainer import (
     rank_bits,
 )
 from gradzip.experiments.workers import WorkerStep
-from gradzip.sync import GradientSync
 
 
-def train(config: TrainConfig) -> dict[str, Any]:
-    """Run ``config`` on its backend; the summary (on every backend, from rank 0's view)."""
+def train(config: TrainConfig, *, force: bool = False, resume: bool = False) -> dict[str, Any]:
+    """Run ``config`` on its backend; the summary (on every backend, from rank 0's view).
+
+    The run directory: ``config.out`` or a fresh default one (:func:`claim_run_dir`; ``force``
+    replaces a run held by an explicit ``out``), or with ``resume`` the directory ``config.out``
+    whose checkpoint the run continues from. A run stopped by SIGINT or SIGTERM returns the
+    summary of the steps it took (``complete`` false, ``interrupted_by`` the signal), having
+    written its checkpoint, summary, plots and report. The summary also names the run
+    directory (``run_dir``)."""
     config.validate()
     if config.algorithm == "sgd":
         make_scheme(config)  # option errors here, not inside the ranks
+    if config.backend == "env":
+        return train_env(config, force, resume)
+    config = prepare_resume(config) if resume else claim_run_dir(config, force)
+    try:
+        return train_here(config, resume)
+    except Exception:
+        assert config.out is not None
+        drop_if_empty(config.out)  # a default directory claimed for a run that never started
+        raise
+
+
+def train_here(config: TrainConfig, resume: bool) -> dict[str, Any]:
+    """Run ``config`` (its directory settled) on the local or the gloo backend."""
     if config.backend == "local":
-        return train_simulated(config)
-    if config.backend == "gloo":
-        from gradzip.comm.spawn import run_processes
+        try:
+            return train_simulated(config, resume)
+        except KeyboardInterrupt as stop:  # a second signal: stopped mid-step
+            return finish_stopped(config, getattr(stop, "signum", 2))
+    from gradzip.comm.spawn import run_processes
 
-        summaries = run_processes(config.workers, train_rank, config, timeout=120.0)
-        return dict(summaries[0])
-    from gradzip.comm.distributed import init_from_environment
+    try:
+        summaries = run_processes(
+            config.workers, train_rank, config, resume, timeout=config.timeout
+        )
+    except Interrupted as stop:
+        first = stop.results[0] if stop.results else None
+        if first is not None:  # rank 0 stopped cleanly and wrote the run directory
+            return dict(first)
+        return finish_stopped(config, stop.signum)
+    return dict(summaries[0])
 
-    transport = init_from_environment(config.workers)
-    return train_rank(transport, config)
+
+def prepare_resume(config: TrainConfig) -> TrainConfig:
+    """Check that the run in ``config.out`` can go on with ``config``, and delete its old
+    summary, plots and report (they describe where it stopped, and are written anew)."""
+    if config.out is None:
+        raise ConfigError("resuming needs the run directory (--resume DIR)")
+    checkpoint.check_resumable(config.out, checkpoint.load(config.out), config)
+    remove(config.out, RESULT_FILES)
+    return config
 
 
-def train_simulated(config: TrainConfig) -> dict[str, Any]:
-    """P simulated ranks: one vectorized gradient pass, real synchronisation on threads."""
-    if config.algorithm == "qesgd":
-        return train_simulated_qesgd(config)
+def finish_stopped(config: TrainConfig, signum: int) -> dict[str, Any]:
+    """Summary, plots and report of a run stopped before it could write them (a second
+    signal, or ranks that had to be killed), from the rows in its ``metrics.jsonl``."""
+    assert config.out is not None
     trainer = Trainer(config)
-    writer = RunWriter(config.resolved_out(), config.to_dict())
-    syncs: list[GradientSync | None] = [None] * config.workers
-    with RankPool(config.workers) as pool:
-
-        def exchange(step: int, out: WorkerStep) -> Exchanged:
-            def on_rank(transport: Transport) -> tuple[list[Any], dict[str, float | None]]:
-                sync = syncs[transport.rank]
-                if sync is None:
-                    sync = syncs[transport.rank] = make_sync(config, transport)
-                means = sync.synchronize([g[transport.rank] for g in out.grads])
-                assert means is not None  # non-finite gradients raise (the default)
-                return means, rank_bits(sync, step)
-
-            results = pool.run(on_rank)
-            losses = [float(v) for v in out.loss]
-            return Exchanged(results[0][0], [r[1] for r in results], losses, int(out.correct.sum()))
-
-        summary = trainer.run(exchange, writer)
-    writer.finish(summary, config.to_dict())
+    trainer.rows = read_rows(Path(config.out) / "metrics.jsonl")
+    trainer.step = int(trainer.rows[-1]["step"]) if trainer.rows else 0
+    evaluated = [r["test_acc"] for r in trainer.rows if r.get("test_acc") is not None]
+    trainer.test_acc = evaluated[-1] if evaluated else None
+    summary = trainer.summary(float(trainer.rows[-1]["seconds"]) if trainer.rows else 0.0)
+    summary["interrupted_by"] = signal_name(signum)
+    RunWriter(config.out, config.to_dict(), trainer.rows).finish(summary, config.to_dict())
+    summary["run_dir"] = config.out
     return summary
 
 
-def train_simulated_qesgd(config: TrainConfig) -> dict[str, Any]:
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a ``metrics.jsonl`` (a last line cut short by a kill is left out)."""
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return rows
+
+
+def _finish(
+    writer: RunWriter | None, summary: dict[str, Any], config: TrainConfig, stop: StopRequest
+) -> dict[str, Any]:
+    """Mark a run that stopped early with its signal, and write its results (rank 0)."""
+    summary["interrupted_by"] = (
+        None if summary["complete"] or stop.signum is None else signal_name(stop.signum)
+    )
+    if writer is not None:
+        writer.finish(summary, config.to_dict())
+    summary["run_dir"] = config.out  # for the caller; not part of summary.json
+    return summary
+
+
+def train_simulated(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
+    """P simulated ranks: one vectorized gradient pass, real synchronisation on threads."""
+    assert config.out is not None
+    with StopRequest(escalate=True, notice=config.progress) as stop:
+        if config.algorithm == "qesgd":
+            return train_simulated_qesgd(config, resume, stop)
+        trainer = Trainer(config)
+        with RankPool(config.workers) as pool:
+            syncs = [make_sync(config, transport) for transport in pool.transports]
+            if resume:
+                states = checkpoint.restore(trainer, checkpoint.load(config.out), None)
+                for sync, state in zip(syncs, states, strict=True):
+                    sync.load_state_dict(state)
+            writer = RunWriter(config.out, config.to_dict(), trainer.rows)
+
+            def exchange(step: int, out: WorkerStep) -> Exchanged:
+                def on_rank(transport: Transport) -> tuple[list[Any], dict[str, float | None]]:
+                    sync = syncs[transport.rank]
+                    means = sync.synchronize([g[transport.rank] for g in out.grads])
+                    assert means is not None  # non-finite gradients raise (the default)
+                    return means, rank_bits(sync, step)
+
+                results = pool.run(on_rank)
+                losses = [float(v) for v in out.loss]
+                return Exchanged(
+                    results[0][0],
+                    [r[1] for r in results],
+                    losses,
+                    int(out.correct.sum()),
+                    stop=stop.requested,
+                )
+
+            def save() -> None:
+                assert config.out is not None
+                checkpoint.save(trainer, config.out, [sync.state_dict() for sync in syncs])
+
+            summary = trainer.run(exchange, writer, checkpoint=save)
+        return _finish(writer, summary, config, stop)
+
+
+def train_simulated_qesgd(config: TrainConfig, resume: bool, stop: StopRequest) -> dict[str, Any]:
     """``--algorithm qesgd`` on P simulated ranks: Algorithm 3 of the QESGD paper
     (:mod:`gradzip.algorithms.qesgd_train`), the gradients from one vectorized pass."""
     from gradzip.algorithms import qesgd_train
 
+    assert config.out is not None
     trainer = Trainer(config)
-    writer = RunWriter(config.resolved_out(), config.to_dict())
     w0 = qesgd_train.flatten(list(trainer.model.parameters()))
-    sums, count = qesgd_train.calibration_sums(trainer, None)
+    states: list[Any] = []
+    if resume:  # the state of every rank replaces the calibration (done once, at w_0)
+        states = checkpoint.restore(trainer, checkpoint.load(config.out), None)
+    else:
+        sums, count = qesgd_train.calibration_sums(trainer, None)
+    writer = RunWriter(config.out, config.to_dict(), trainer.rows)
     per = config.batch_size // config.workers
     with RankPool(config.workers) as pool:
 
         def set_up(transport: Transport) -> Any:
             q = qesgd_train.make_qesgd(config, transport, w0)
-            q.calibrate(sums[transport.rank], count)
+            if resume:
+                q.load_state_dict(states[transport.rank])
+            else:
+                q.calibrate(sums[transport.rank], count)
             return q
 
         ranks = pool.run(set_up)
@@ -101,58 +205,114 @@ def train_simulated_qesgd(config: TrainConfig) -> dict[str, Any]:
                 [float(v) for v in out.loss],
                 int(out.correct.sum()),
                 params=qesgd_train.unflatten_like(trainer.model, results[0][0]),
+                stop=stop.requested,
             )
 
-        summary = trainer.run(exchange, writer)
-    writer.finish(summary, config.to_dict())
-    return summary
+        def save() -> None:
+            assert config.out is not None
+            checkpoint.save(trainer, config.out, [q.state_dict() for q in ranks])
+
+        summary = trainer.run(exchange, writer, checkpoint=save)
+    return _finish(writer, summary, config, stop)
 
 
 def gather_metrics(
-    transport: Transport, out: WorkerStep, bits: dict[str, float | None]
-) -> tuple[list[dict[str, float | None]], list[float], int]:
-    """Every rank's bits and loss and the total of correct predictions, all-gathered (counted
-    apart, as ``"metrics"``)."""
-    mine = {"loss": float(out.loss[0]), "correct": int(out.correct[0]), "bits": bits}
+    transport: Transport, out: WorkerStep, bits: dict[str, float | None], stop: StopRequest
+) -> dict[str, Any]:
+    """Every rank's bits and loss, the total of correct predictions, and whether any rank was
+    asked to stop (so that all stop after this step), all-gathered (counted apart, as
+    ``"metrics"``); the fields of :class:`Exchanged` but the gradients."""
+    mine = {
+        "loss": float(out.loss[0]),
+        "correct": int(out.correct[0]),
+        "bits": bits,
+        "stop": stop.requested,
+    }
     every = [
         json.loads(m) for m in transport.all_gather_bytes(json.dumps(mine).encode(), "metrics")
     ]
-    return [e["bits"] for e in every], [e["loss"] for e in every], sum(e["correct"] for e in every)
+    return {
+        "bits": [e["bits"] for e in every],
+        "losses": [e["loss"] for e in every],
+        "correct": sum(e["correct"] for e in every),
+        "stop": any(e["stop"] for e in every),
+    }
 
 
-def train_rank(transport: Transport, config: TrainConfig) -> dict[str, Any]:
+def train_env(config: TrainConfig, force: bool, resume: bool) -> dict[str, Any]:
+    """``--backend env``: this process is one rank under ``torchrun``. Rank 0 claims (or
+    checks, to resume) the run directory and tells the others; to resume, every rank reads
+    the checkpoint, so the run directory must be on a file system they share."""
+    from gradzip.comm.distributed import init_from_environment
+
+    transport = init_from_environment(config.workers, timeout=config.timeout)
+    verdict: dict[str, Any] = {}
+    if transport.rank == 0:
+        try:
+            claimed = prepare_resume(config) if resume else claim_run_dir(config, force)
+            verdict = {"out": claimed.out}
+        except ConfigError as err:
+            verdict = {"error": str(err)}
+    shared = json.loads(transport.broadcast_bytes(json.dumps(verdict).encode(), root=0))
+    if "error" in shared:
+        raise ConfigError(shared["error"])
+    config = replace(config, out=shared["out"])
+    return train_rank(transport, config, resume)
+
+
+def train_rank(transport: Transport, config: TrainConfig, resume: bool = False) -> dict[str, Any]:
     """One process of a process backend: its own worker's gradient, the real exchange, and
-    the step's statistics gathered from every rank (counted apart, as ``"metrics"``)."""
-    trainer = Trainer(config)
-    writer = RunWriter(config.resolved_out(), config.to_dict()) if transport.rank == 0 else None
-    if config.algorithm == "qesgd":
-        exchange = qesgd_exchange(transport, trainer)
-    else:
-        sync = make_sync(config, transport)
+    the step's statistics gathered from every rank (counted apart, as ``"metrics"``). Rank 0
+    writes the run directory; every rank's state goes into rank 0's checkpoints."""
+    assert config.out is not None
+    rank = transport.rank
+    with StopRequest(escalate=False, notice=rank == 0 and config.progress) as stop:
+        trainer = Trainer(config)
+        mine = None
+        if resume:
+            mine = checkpoint.restore(trainer, checkpoint.load(config.out), rank)[0]
+        if config.algorithm == "qesgd":
+            exchange, state = qesgd_exchange(transport, trainer, stop, mine)
+        else:
+            sync = make_sync(config, transport)
+            if mine is not None:
+                sync.load_state_dict(mine)
+            state = sync.state_dict
 
-        def exchange(step: int, out: WorkerStep) -> Exchanged:
-            means = sync.synchronize([g[0] for g in out.grads])
-            assert means is not None
-            return Exchanged(means, *gather_metrics(transport, out, rank_bits(sync, step)))
+            def exchange(step: int, out: WorkerStep) -> Exchanged:
+                means = sync.synchronize([g[0] for g in out.grads])
+                assert means is not None
+                return Exchanged(
+                    means, **gather_metrics(transport, out, rank_bits(sync, step), stop)
+                )
 
-    summary = trainer.run(exchange, writer, shard=transport.rank)
-    summary["rank"] = transport.rank
-    if writer is not None:
-        writer.finish(summary, config.to_dict())
-    return summary
+        writer = RunWriter(config.out, config.to_dict(), trainer.rows) if rank == 0 else None
+
+        def save() -> None:
+            checkpoint.save_rank(trainer, transport, config.out if rank == 0 else None, state())
+
+        summary = trainer.run(exchange, writer, shard=rank, checkpoint=save)
+    summary["rank"] = rank
+    return _finish(writer, summary, config, stop)
 
 
-def qesgd_exchange(transport: Transport, trainer: Trainer) -> Exchange:
+def qesgd_exchange(
+    transport: Transport, trainer: Trainer, stop: StopRequest, resumed: Any = None
+) -> tuple[Exchange, Any]:
     """One process's ``--algorithm qesgd`` exchange: its shard's gradient through Algorithm 3,
-    the new parameters written into its own model copy."""
+    the new parameters written into its own model copy; and the function giving its state.
+    ``resumed``: this rank's state from a checkpoint (replaces the calibration at ``w_0``)."""
     from gradzip.algorithms import qesgd_train
 
     config = trainer.config
     q = qesgd_train.make_qesgd(
         config, transport, qesgd_train.flatten(list(trainer.model.parameters()))
     )
-    sums, count = qesgd_train.calibration_sums(trainer, transport.rank)
-    q.calibrate(sums[0], count)
+    if resumed is not None:
+        q.load_state_dict(resumed)
+    else:
+        sums, count = qesgd_train.calibration_sums(trainer, transport.rank)
+        q.calibrate(sums[0], count)
     per = config.batch_size // config.workers
 
     def exchange(step: int, out: WorkerStep) -> Exchanged:
@@ -160,8 +320,8 @@ def qesgd_exchange(transport: Transport, trainer: Trainer) -> Exchange:
         bits = qesgd_train.rank_bits(q, transport, step)
         return Exchanged(
             None,
-            *gather_metrics(transport, out, bits),
+            **gather_metrics(transport, out, bits, stop),
             params=qesgd_train.unflatten_like(trainer.model, u),
         )
 
-    return exchange
+    return exchange, q.state_dict

@@ -9,6 +9,8 @@ one epoch, learning rate x0.98 per epoch.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -23,6 +25,9 @@ ALGORITHMS = ("sgd", "qesgd")
 QESGD_OUTPUTS = ("average", "last")
 #: learning rates of spec 1.10 (SGD, Adam) and a common Adagrad default
 DEFAULT_LR = {"sgd": 0.01, "adam": 0.001, "adagrad": 0.01}
+#: options that do not change what a run computes: left out of the default directory's hash,
+#: and free to change when a run is resumed (with ``epochs`` and ``max_steps``)
+RUN_NEUTRAL = ("out", "progress", "timeout")
 
 
 class ConfigError(GradzipError, ValueError):
@@ -52,11 +57,12 @@ class TrainConfig:
     epochs: int = 1
     max_steps: int | None = None  # stop early (quick runs, tests)
     seed: int = 0
-    out: str | None = None  # run directory; default runs/<model>-<compressor>-<workers>w-s<seed>
+    out: str | None = None  # run directory; default runs/<model>-<method>-<P>w-s<seed>-<hash>
     entropy: bool = False  # entropy-code the symbols (real ANS payloads)
     eval_every: int = 50  # steps between test-accuracy evaluations (and at the end)
     eval_images: int | None = None  # evaluate on the first N test images only (quick runs)
     progress: bool = True
+    timeout: float = 60.0  # seconds a process rank waits for a peer before it gives up
     algorithm: str = "sgd"  # ALGORITHMS; "qesgd" ignores compressor/scheme, needs --optimizer sgd
     qesgd_bits: int = 8  # b: bits per coordinate of the offset codes the server sends
     qesgd_c: float = 1.0  # the delta schedule's c (the paper picks it from 1, 2, 3, 4, 5, 10)
@@ -73,10 +79,24 @@ class TrainConfig:
         return self.lr if self.lr is not None else DEFAULT_LR[self.optimizer]
 
     def resolved_out(self) -> str:
+        """``out``, or the default name: ``runs/<model>-<method>-<P>w-s<seed>-<hash>``, where
+        ``<hash>`` (6 hex digits) identifies every option that changes the run, so two
+        different runs never share a default directory (see
+        :mod:`gradzip.experiments.run_dir` for repeats of the same run)."""
         if self.out is not None:
             return self.out
         method = f"qesgd{self.qesgd_bits}" if self.algorithm == "qesgd" else self.compressor
-        return f"runs/{self.model}-{method}-{self.workers}w-s{self.seed}"
+        return f"runs/{self.model}-{method}-{self.workers}w-s{self.seed}-{self.run_hash()}"
+
+    def run_hash(self) -> str:
+        """6 hex digits of a hash of the resolved options that change the run (all but
+        ``out``, ``progress`` and ``timeout``)."""
+        values = asdict(self)
+        for neutral in RUN_NEUTRAL:
+            values.pop(neutral)
+        values.update(lr=self.resolved_lr(), scheme=self.resolved_scheme())
+        text = json.dumps(values, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:6]
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, with the defaults that depend on others filled in."""
@@ -124,6 +144,8 @@ class TrainConfig:
         for name in ("workers", "batch_size", "epochs", "eval_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
+        if not (math.isfinite(self.timeout) and self.timeout > 0):
+            raise ConfigError(f"--timeout must be a positive number of seconds, got {self.timeout}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ConfigError("--max-steps must be >= 1")
         if self.eval_images is not None and self.eval_images < 1:

@@ -7,8 +7,12 @@ Layout of ``<out>/``:
   evaluated, bits per worker: wire bits of this step's own payloads, paper bits, entropy
   bits, bits every rank sent as counted by the transport, wall time);
 * ``summary.json``: final accuracy, mean bits per worker per step, steps per second;
+  ``complete`` is false for a run stopped early (``steps`` of ``total_steps`` done,
+  ``interrupted_by`` the signal), whose plots and report cover the steps it took;
 * ``accuracy.png``, ``loss.png``, ``bits.png``: the curves against the iteration;
-* ``report.md``: a short human-readable account.
+* ``report.md``: a short human-readable account;
+* ``checkpoint.pt``: what ``gradzip train --resume`` continues from
+  (:mod:`gradzip.experiments.checkpoint`).
 """
 
 from __future__ import annotations
@@ -19,14 +23,23 @@ from typing import Any, TextIO
 
 
 class RunWriter:
-    """Writes a run directory incrementally (metrics are flushed every step)."""
+    """Writes a run directory incrementally (metrics are flushed every step). ``rows``: the
+    rows of the steps already taken (a resumed run); ``metrics.jsonl`` is rewritten to hold
+    exactly those (a checkpoint may be older than the last rows written) before new ones."""
 
-    def __init__(self, out: str | Path, config: dict[str, Any]) -> None:
+    def __init__(
+        self, out: str | Path, config: dict[str, Any], rows: list[dict[str, Any]] | None = None
+    ) -> None:
         self.dir = Path(out)
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-        self._metrics: TextIO = (self.dir / "metrics.jsonl").open("w")
         self.rows: list[dict[str, Any]] = []
+        temporary = self.dir / "metrics.jsonl.tmp"
+        with temporary.open("w") as start:
+            start.writelines(json.dumps(row, sort_keys=True) + "\n" for row in rows or [])
+        temporary.replace(self.dir / "metrics.jsonl")
+        self.rows.extend(rows or [])
+        self._metrics: TextIO = (self.dir / "metrics.jsonl").open("a")
 
     def step(self, row: dict[str, Any]) -> None:
         self.rows.append(row)
@@ -37,7 +50,21 @@ class RunWriter:
         self._metrics.close()
         (self.dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
         plot_run(self.rows, self.dir)
-        (self.dir / "report.md").write_text(report(summary, config))
+        (self.dir / "report.md").write_text(partial_note(report(summary, config), summary))
+
+
+def partial_note(text: str, summary: dict[str, Any]) -> str:
+    """``text`` (a report) with a line after its title saying the run stopped early, if so."""
+    if summary.get("complete", True):
+        return text
+    title, _, rest = text.partition("\n")
+    why = summary.get("interrupted_by") or "an interruption"
+    note = (
+        f"**Partial run**: stopped by {why} after {summary['steps']} of "
+        f"{summary.get('total_steps', '?')} steps; the figures below cover those steps. "
+        "`gradzip train --resume DIR` continues it."
+    )
+    return f"{title}\n\n{note}\n{rest}"
 
 
 def plot_run(rows: list[dict[str, Any]], out: Path) -> None:

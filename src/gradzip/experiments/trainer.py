@@ -138,6 +138,8 @@ class Exchanged:
     losses: list[float]
     correct: int
     params: list[torch.Tensor] | None = None
+    #: whether the run stops after this step (a signal asked it to); the same on every rank
+    stop: bool = False
 
 
 Exchange = Callable[[int, WorkerStep], Exchanged]
@@ -162,6 +164,13 @@ class Trainer:
             len(self.data.train_y), config.batch_size, config.workers, config.seed
         )
         self.baseline_bits = 32 * sum(p.numel() for p in self.model.parameters())
+        self.scheduler = torch.optim.lr_scheduler.ExponentialLR(self.optimizer, config.lr_decay)
+        # where the run stands: a checkpoint saves these with the objects above
+        # (gradzip.experiments.checkpoint), and a resumed run goes on from them
+        self.step = 0
+        self.rows: list[dict[str, Any]] = []
+        self.test_acc: float | None = None  # the last evaluated one
+        self.elapsed = 0.0  # seconds of training so far
 
     def is_epoch_end(self, step: int) -> bool:
         """Whether 0-based step ``step`` closes an epoch (or the run)."""
@@ -176,17 +185,24 @@ class Trainer:
         return total if self.config.max_steps is None else min(total, self.config.max_steps)
 
     def run(
-        self, exchange: Exchange, writer: RunWriter | None, shard: int | None = None
+        self,
+        exchange: Exchange,
+        writer: RunWriter | None,
+        shard: int | None = None,
+        checkpoint: Callable[[], None] | None = None,
     ) -> dict[str, Any]:
-        """Train; ``shard`` is this process's worker (process backends) or None (all workers
-        computed here). Only a rank with a ``writer`` evaluates and records. The summary."""
+        """Train from the current step; ``shard`` is this process's worker (process backends)
+        or None (all workers computed here). Only a rank with a ``writer`` evaluates and
+        records. ``checkpoint()`` is called after every epoch, after the last step and after a
+        step whose exchange says to stop (then the run stops there). The summary."""
         config, model = self.config, self.model
         params = list(model.parameters())
         per_epoch, total = self.batches.steps_per_epoch, self.total_steps()
         progress = Progress(total, enabled=config.progress and writer is not None)
-        scheduler = torch.optim.lr_scheduler.ExponentialLR(self.optimizer, config.lr_decay)
-        start, step, test_acc, rows = time.perf_counter(), 0, None, []
-        while step < total:
+        start = time.perf_counter() - self.elapsed
+        stop = False
+        while self.step < total and not stop:
+            step = self.step
             epoch = step // per_epoch
             index = self.batches.indices(epoch, step % per_epoch)  # (workers, B/P)
             images = self.inputs.train_batch(self.data.train_x[index], step)
@@ -204,9 +220,9 @@ class Trainer:
                 for p, g in zip(params, result.means, strict=True):
                     p.grad = g.view_as(p)
                 self.optimizer.step()
-            step += 1
+            self.step = step = step + 1
             if step % per_epoch == 0:
-                scheduler.step()
+                self.scheduler.step()
             row: dict[str, Any] = {
                 "step": step,
                 "epoch": epoch,
@@ -218,21 +234,32 @@ class Trainer:
             }
             if writer is not None:
                 if step % config.eval_every == 0 or step == total:
-                    row["test_acc"] = test_acc = evaluate(model, self.data)
+                    row["test_acc"] = self.test_acc = evaluate(model, self.data)
                 writer.step(row)
-            rows.append(row)
+            self.rows.append(row)
+            self.elapsed = row["seconds"]
             progress.update(step, row)
+            stop = result.stop and step < total
+            if checkpoint is not None and (step % per_epoch == 0 or step == total or stop):
+                checkpoint()
         progress.close()
-        seconds = time.perf_counter() - start
+        return self.summary(time.perf_counter() - start)
+
+    def summary(self, seconds: float) -> dict[str, Any]:
+        """The run's summary from the rows so far: complete, or stopped after ``step`` of
+        ``total_steps`` (``complete`` false)."""
+        rows, step, total = self.rows, self.step, self.total_steps()
         summary: dict[str, Any] = {
             "dataset": self.data.name,
             "data_source": self.data.source,
+            "complete": step >= total,
             "steps": step,
+            "total_steps": total,
             "seconds": seconds,
             "steps_per_second": step / seconds if seconds else None,
             "loss": rows[-1]["loss"] if rows else None,
             "train_acc": rows[-1]["train_acc"] if rows else None,
-            "test_acc": test_acc,
+            "test_acc": self.test_acc,
             "baseline_bits": self.baseline_bits,
         }
         for key in ("wire_bits", "paper_bits", "entropy_bits", "sent_bits"):

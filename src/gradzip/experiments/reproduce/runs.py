@@ -31,11 +31,12 @@ class Run:
 
 
 def run_training(label: str, out: Path, **options: Any) -> Run:
-    """Train with ``TrainConfig(**options)`` into ``out`` (simulated workers, no progress bar)."""
+    """Train with ``TrainConfig(**options)`` into ``out`` (simulated workers, no progress bar),
+    replacing the run a previous ``gradzip reproduce`` left there."""
     from gradzip.experiments.backends import train
 
     config = TrainConfig(out=str(out), progress=False, **options)
-    summary = train(config)
+    summary = train(config, force=True)
     with (out / "metrics.jsonl").open() as f:
         rows = [json.loads(line) for line in f if line.strip()]
     return Run(label, summary, rows)
