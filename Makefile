@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup data run test test-slow lint typecheck bench clean
+.PHONY: setup data run test test-fast test-slow lint typecheck bench clean
 
 # A virtual environment with torch pinned exactly: a looser torch requirement would pull a
 # multi-gigabyte CUDA build.
@@ -41,6 +41,11 @@ run: setup
 # Lint, type-check and the default test suite (slow tests excluded; see test-slow).
 test: setup lint typecheck
 	$(BIN)/pytest
+
+# The inner loop while developing: the default suite without the tests that spawn processes
+# (gloo ranks, the CLI in a subprocess); no lint or type-check.
+test-fast: setup
+	$(BIN)/pytest -m 'not slow and not distributed'
 
 # The slow statistical and end-to-end tests (run by CI after `make test`).
 test-slow: setup

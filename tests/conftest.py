@@ -1,7 +1,15 @@
-"""Shared test settings: one thread (as the benchmarks use) and deterministic Hypothesis."""
+"""Shared test settings: one thread (as the benchmarks use), deterministic Hypothesis, and the
+``distributed`` marker enforced: a test that starts a process must carry it, so ``make
+test-fast`` (``-m 'not slow and not distributed'``) never spawns one."""
 
 from __future__ import annotations
 
+import multiprocessing.process
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
@@ -14,3 +22,20 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("gradzip")
+
+
+@pytest.fixture(autouse=True)
+def _processes_only_in_distributed_tests(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """Refuse to start a process (multiprocessing or subprocess) in a test that is not marked
+    ``distributed``."""
+    if request.node.get_closest_marker("distributed") is None:
+        name = request.node.nodeid
+
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError(f"{name} starts a process: mark it @pytest.mark.distributed")
+
+        monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
+        monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    yield

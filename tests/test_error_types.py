@@ -29,8 +29,13 @@ def _exception_classes() -> list[type[BaseException]]:
 def test_every_gradzip_exception_is_a_gradzip_error() -> None:
     classes = _exception_classes()
     assert ConfigError in classes and UsageError in classes
-    strays = [cls.__qualname__ for cls in classes if not issubclass(cls, gradzip.GradzipError)]
+    errors = [cls for cls in classes if issubclass(cls, Exception)]
+    strays = [cls.__qualname__ for cls in errors if not issubclass(cls, gradzip.GradzipError)]
     assert not strays, f"exceptions outside GradzipError: {strays}"
+    # the rest are interruptions (a run stopped by a signal), which must stay KeyboardInterrupts
+    # so that ``except Exception`` does not swallow a Ctrl-C
+    others = [cls for cls in classes if cls not in errors]
+    assert all(issubclass(cls, KeyboardInterrupt) for cls in others), others
 
 
 @pytest.mark.parametrize("cls", [ConfigError, UsageError, gradzip.CheckpointError])

@@ -219,6 +219,7 @@ def check_stopped(out: Path, status: int, err: str, signum: int) -> int:
     return int(steps)
 
 
+@pytest.mark.distributed  # the command runs in a subprocess
 @pytest.mark.parametrize(
     "algorithm",
     [

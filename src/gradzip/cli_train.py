@@ -109,6 +109,13 @@ def add_train_parser(sub: Any) -> None:
         help="evaluate on the first N test images only (default: all)",
     )
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--vectorized-gradients",
+        action="store_true",
+        help="compute the simulated workers' gradients in one vectorized pass (torch.func.vmap): "
+        "about twice as fast, but NOT bit-exact with --backend gloo/env (by default each worker's "
+        "gradient is computed exactly as a process rank computes it)",
+    )
     q = p.add_argument_group(
         "QESGD (--algorithm qesgd: Algorithm 3 of the QESGD paper; fp32 gradients to a "
         "parameter server, b-bit parameter offsets back; needs --optimizer sgd)"
@@ -187,6 +194,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         eval_every=args.eval_every,
         eval_images=args.eval_images,
         progress=not args.no_progress,
+        vectorized_gradients=args.vectorized_gradients,
         timeout=args.timeout,
         algorithm=args.algorithm,
         qesgd_bits=args.qesgd_bits,

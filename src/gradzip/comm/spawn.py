@@ -111,7 +111,10 @@ def _worker(
             init_method=f"tcp://127.0.0.1:{port}",
             rank=rank,
             world_size=world_size,
-            timeout=timedelta(seconds=timeout),
+            # the rendezvous may wait for slow-starting peers (a loaded machine imports torch
+            # slowly), so it gets the start-up allowance; every operation afterwards is bounded
+            # by the transport's own ``timeout`` (DistributedTransport waits on each work item)
+            timeout=timedelta(seconds=max(timeout, START_UP_ALLOWANCE)),
             device_id=device,
         )
         results.put((rank, fn(DistributedTransport(timeout=timeout), *args), None))
@@ -145,8 +148,9 @@ def run_processes(
     """``fn(transport, *args)`` on ``world_size`` spawned processes; results in rank order.
 
     ``fn`` must be importable by name (a module-level function). ``timeout`` is each rank's
-    :class:`~gradzip.comm.distributed.DistributedTransport` timeout (and the process group's):
-    a rank waiting longer than that for a peer raises. ``run_timeout`` limits the whole run
+    :class:`~gradzip.comm.distributed.DistributedTransport` timeout: a rank waiting longer
+    than that for a peer raises. The rendezvous alone may take up to ``START_UP_ALLOWANCE``
+    seconds (a loaded machine starts the processes and imports torch slowly). ``run_timeout`` limits the whole run
     (default: no limit, so a run may take as long as its work does). Once a rank has failed,
     the others have ``2 * timeout`` seconds to finish before they are killed.
     ``backend="nccl"`` gives rank ``r`` the CUDA device ``r % torch.cuda.device_count()``.

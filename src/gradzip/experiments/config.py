@@ -62,6 +62,9 @@ class TrainConfig:
     eval_every: int = 50  # steps between test-accuracy evaluations (and at the end)
     eval_images: int | None = None  # evaluate on the first N test images only (quick runs)
     progress: bool = True
+    # one vectorized gradient pass over the simulated workers (torch.func.vmap): faster, but
+    # not bit-exact with process ranks (the default computes each worker's gradient as a rank does)
+    vectorized_gradients: bool = False
     timeout: float = 60.0  # seconds a process rank waits for a peer before it gives up
     algorithm: str = "sgd"  # ALGORITHMS; "qesgd" ignores compressor/scheme, needs --optimizer sgd
     qesgd_bits: int = 8  # b: bits per coordinate of the offset codes the server sends

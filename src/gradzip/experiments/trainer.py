@@ -6,16 +6,18 @@ same averaged gradient with the same optimizer, so all replicas stay bit-identic
 
 Backends:
 
-* ``local`` (default): P simulated ranks in this process. All P gradients come from one
-  vectorized pass (:class:`~gradzip.experiments.workers.WorkerGradients`, ``torch.func``), the
-  ranks run the real SPMD synchronisation code on threads (:class:`~gradzip.comm.pool.RankPool`)
-  with real payloads and byte counts, and one model copy is updated (the replicas are identical
-  by construction).
+* ``local`` (default): P simulated ranks in this process. The P gradients are computed here,
+  each exactly as a process rank computes its own
+  (:class:`~gradzip.experiments.workers.PerWorkerGradients`; ``--vectorized-gradients`` swaps in
+  one ``torch.func.vmap`` pass that is faster but not bit-exact), the ranks run the real SPMD
+  synchronisation code on threads (:class:`~gradzip.comm.pool.RankPool`) with real payloads and
+  byte counts, and one model copy is updated (the replicas are identical by construction).
 * ``gloo``: P spawned processes joined by a gloo group on this machine.
 * ``env``: run under ``torchrun`` (env:// rendezvous); rank 0 writes the run directory.
 
-In the process backends each rank computes its own shard's gradient with the same vectorized
-function, so a process run reproduces the simulation.
+In the process backends each rank computes its own shard's gradient with the same per-worker
+function on the same data, so a process run reproduces the simulation bit for bit (the
+gradients, hence every payload, loss and parameter), on any CPU.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from gradzip.experiments.inputs import InputFit
 from gradzip.experiments.models import build_model, model_info
 from gradzip.experiments.progress import Progress
 from gradzip.experiments.run_output import RunWriter
-from gradzip.experiments.workers import WorkerGradients, WorkerStep
+from gradzip.experiments.workers import PerWorkerGradients, WorkerGradients, WorkerStep
 from gradzip.schemes import make_variant
 from gradzip.schemes.base import Scheme
 from gradzip.sync import GradientSync
@@ -159,7 +161,12 @@ class Trainer:
         self.data = self.inputs.test_set(data, config.eval_images)
         self.model = build_model(config.model, config.seed)
         self.optimizer = make_optimizer(config, self.model)
-        self.gradients = WorkerGradients(self.model)
+        # the exact per-worker pass unless the not-bit-exact vectorized one is asked for
+        self.gradients: PerWorkerGradients | WorkerGradients = (
+            WorkerGradients(self.model)
+            if config.vectorized_gradients
+            else PerWorkerGradients(self.model)
+        )
         self.batches = EpochBatches(
             len(self.data.train_y), config.batch_size, config.workers, config.seed
         )

@@ -1,19 +1,31 @@
-"""Every simulated data-parallel worker's gradient in one vectorized pass.
+"""Every simulated data-parallel worker's gradient: exactly as a real rank computes it, or (an
+explicit opt-in) in one vectorized pass.
 
 In synchronous data-parallel training all workers hold the same parameters and differ only in
-their batch shard, so their P gradients are one function, ``grad(loss)(params, shard)``,
-evaluated at P shards. :class:`WorkerGradients` maps that function over the shards with
-``torch.func.vmap`` (the parameters shared, the data batched along dimension 0): one forward and
-one backward of batched kernels instead of P ordinary backward passes.
+their batch shard. Two ways to get the P gradients of one step:
 
-The result equals each worker's own ``loss.backward()`` up to floating-point rounding: a batched
-matrix product may sum in another order than P separate ones, so the two agree to ``allclose``
-with tight tolerances, not bit for bit.
+* :class:`PerWorkerGradients` (the default of ``gradzip train``): one ordinary forward and
+  ``torch.autograd.grad`` per worker, in turn, each on a fresh copy of that worker's shard and on
+  one intra-op thread. A process rank (``--backend gloo`` or ``env``) calls the very same code on
+  its own shard, so a simulated worker's gradient equals the real rank's **bit for bit on any
+  CPU**: the same kernels see the same inputs at the same alignment with the same thread count.
+  Why one thread: on this project's development machine a float32 matrix product of a 4096-wide
+  layer gives different last bits on 1 and 2 intra-op threads, and spawned ranks run on one
+  thread each (as ``torchrun`` sets ``OMP_NUM_THREADS=1`` by default); fixing the gradient pass
+  to one thread makes the result independent of how many threads the caller's process uses.
+* :class:`WorkerGradients` (``gradzip train --vectorized-gradients``): ``torch.func.vmap`` of
+  ``grad(loss)`` over the P shards, one forward and one backward of batched kernels. About twice
+  as fast, but **not bit-exact**: a batched matrix product may sum in another order than P
+  separate ones (it did on a CPU with AVX-512/AMX), so it agrees with the process backends to
+  ``allclose`` only.
+
+Both return a :class:`WorkerStep` and leave the model's parameters and ``.grad`` fields alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -48,7 +60,9 @@ class WorkerStep:
 
 
 class WorkerGradients:
-    """``step = WorkerGradients(model)(x, y)``: P workers' gradients of ``loss(model(x_w), y_w)``.
+    """``step = WorkerGradients(model)(x, y)``: P workers' gradients of ``loss(model(x_w), y_w)``
+    in one vectorized pass (an opt-in: equal to :class:`PerWorkerGradients` up to floating-point
+    rounding only, not bit for bit).
 
     ``x`` is ``(P, b, ...)`` (worker ``w``'s shard of ``b`` samples is ``x[w]``) and ``y`` is
     ``(P, b)``; the model sees ``x[w]`` exactly as one worker would. Gradients are taken with
@@ -120,43 +134,103 @@ class WorkerGradients:
         )
 
 
+@contextlib.contextmanager
+def one_intra_op_thread() -> Iterator[None]:
+    """Run the body with ``torch.set_num_threads(1)``, restoring the caller's count after: the
+    exact gradient pass's thread count, so its result does not depend on the process's."""
+    before = torch.get_num_threads()
+    if before != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if before != 1:
+            torch.set_num_threads(before)
+
+
+def worker_gradient(
+    model: torch.nn.Module,
+    x: Tensor,
+    y: Tensor,
+    loss: Callable[[Tensor, Tensor], Tensor] = cross_entropy,
+) -> tuple[list[Tensor], Tensor, Tensor]:
+    """One worker's ``(gradients, loss, correct)`` on its shard ``x`` (``(b, ...)``), ``y``
+    (``(b,)``): an ordinary forward and ``torch.autograd.grad`` with respect to every parameter
+    with ``requires_grad``, in ``model.parameters()`` order (zeros for unused ones), on one
+    intra-op thread and on a fresh, contiguous copy of the shard (so the kernels see the same
+    memory alignment wherever the shard came from). This is the computation a process rank
+    performs, and the one the simulation repeats per worker. The model's buffers are updated as
+    a forward pass in train mode updates them."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    with one_intra_op_thread(), torch.enable_grad():
+        shard, labels = x.clone(memory_format=torch.contiguous_format), y.clone()
+        logits = model(shard)
+        value = loss(logits, labels)
+        grads = torch.autograd.grad(value, params, allow_unused=True)
+        correct = (logits.argmax(dim=-1) == labels).sum()
+    out = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads, strict=True)]
+    return out, value.detach(), correct
+
+
+class PerWorkerGradients:
+    """``step = PerWorkerGradients(model)(x, y)``: the P workers' gradients, each computed by
+    :func:`worker_gradient` exactly as a process rank computes its own (bit-exact with the
+    process backends on any CPU; see the module docstring). Same interface as
+    :class:`WorkerGradients`: ``x`` is ``(P, b, ...)`` and ``y`` is ``(P, b)``.
+
+    Worker ``w`` starts from the model's buffers as they were before the call (as every real
+    rank holds the same buffers at the start of a step), and the model keeps worker 0's buffers
+    afterwards, as ``DistributedDataParallel`` broadcasts rank 0's. Dropout masks come from
+    torch's global generator in worker order: the models of ``gradzip train`` draw none
+    (dropout 0), and a model that does is not bit-exact with independent processes.
+    """
+
+    def __init__(
+        self, model: torch.nn.Module, loss: Callable[[Tensor, Tensor], Tensor] = cross_entropy
+    ) -> None:
+        self.model = model
+        self.loss = loss
+
+    def __call__(self, x: Tensor, y: Tensor) -> WorkerStep:
+        if x.dim() < 2 or y.dim() < 1 or x.shape[0] < 1 or x.shape[:2] != y.shape[:2]:
+            raise ValueError(
+                "x must be (workers, batch, ...) and y (workers, batch) with workers >= 1, got "
+                f"{tuple(x.shape)} and {tuple(y.shape)}"
+            )
+        shared = dict(self.model.named_buffers())
+        start = {name: b.detach().clone() for name, b in shared.items()}
+        grads: list[list[Tensor]] = []
+        losses, corrects = [], []
+        buffers: dict[str, list[Tensor]] = {name: [] for name in shared}
+        for w in range(x.shape[0]):
+            with torch.no_grad():
+                for name, b in shared.items():
+                    b.copy_(start[name])
+            worker_grads, value, correct = worker_gradient(self.model, x[w], y[w], self.loss)
+            if not grads:
+                grads = [[] for _ in worker_grads]
+            for column, g in zip(grads, worker_grads, strict=True):
+                column.append(g)
+            losses.append(value)
+            corrects.append(correct)
+            for name, b in shared.items():
+                buffers[name].append(b.detach().clone())
+        with torch.no_grad():
+            for name, b in shared.items():
+                b.copy_(buffers[name][0])
+        return WorkerStep(
+            grads=[torch.stack(g) for g in grads],
+            loss=torch.stack(losses),
+            correct=torch.stack(corrects),
+            buffers={name: torch.stack(v) for name, v in buffers.items()},
+        )
+
+
 def per_worker_gradients(
     model: torch.nn.Module,
     x: Tensor,
     y: Tensor,
     loss: Callable[[Tensor, Tensor], Tensor] = cross_entropy,
 ) -> WorkerStep:
-    """The reference :class:`WorkerGradients` computes in one pass: one ordinary forward and
-    ``backward()`` per worker, in turn (P times slower; for checks and benchmarks). Worker
-    ``w`` starts from the model's buffers as they were before the call, and the model keeps
-    worker 0's buffers afterwards; the parameters' ``.grad`` fields are left untouched."""
-    if x.dim() < 2 or x.shape[0] < 1:
-        raise ValueError(f"x must be (workers, batch, ...) with workers >= 1, got {tuple(x.shape)}")
-    params = [p for p in model.parameters() if p.requires_grad]
-    shared = dict(model.named_buffers())
-    start = {name: b.detach().clone() for name, b in shared.items()}
-    grads: list[list[Tensor]] = [[] for _ in params]
-    losses, corrects = [], []
-    buffers: dict[str, list[Tensor]] = {name: [] for name in shared}
-    for w in range(x.shape[0]):
-        with torch.no_grad():
-            for name, b in shared.items():
-                b.copy_(start[name])
-        logits = model(x[w])
-        value = loss(logits, y[w])
-        worker_grads = torch.autograd.grad(value, params, allow_unused=True)
-        for i, (p, g) in enumerate(zip(params, worker_grads, strict=True)):
-            grads[i].append(torch.zeros_like(p) if g is None else g)
-        losses.append(value.detach())
-        corrects.append((logits.argmax(dim=-1) == y[w]).sum())
-        for name, b in shared.items():
-            buffers[name].append(b.detach().clone())
-    with torch.no_grad():
-        for name, b in shared.items():
-            b.copy_(buffers[name][0])
-    return WorkerStep(
-        grads=[torch.stack(g) for g in grads],
-        loss=torch.stack(losses),
-        correct=torch.stack(corrects),
-        buffers={name: torch.stack(v) for name, v in buffers.items()},
-    )
+    """``PerWorkerGradients(model, loss)(x, y)``: every worker's exact gradient, in turn."""
+    return PerWorkerGradients(model, loss)(x, y)

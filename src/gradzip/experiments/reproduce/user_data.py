@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gradzip.experiments.data import DEBIAN_FASHION_MNIST_DIR, DatasetUnavailableError
+from gradzip.experiments import data
+from gradzip.experiments.data import DatasetUnavailableError
 
 #: The environment variable naming the user's CIFAR-10 directory.
 CIFAR10_ENV = "GRADZIP_CIFAR10_DIR"
@@ -55,7 +56,7 @@ def fashion_mnist_hint(experiment_id: str) -> str:
     return (
         f"{experiment_id} needs Fashion-MNIST, which cannot be downloaded here: install "
         f"Debian's dataset-fashion-mnist (`make data`, or `apt-get install "
-        f"dataset-fashion-mnist`; files in {DEBIAN_FASHION_MNIST_DIR}) or set "
+        f"dataset-fashion-mnist`; files in {data.DEBIAN_FASHION_MNIST_DIR}) or set "
         f"{FASHION_MNIST_ENV}=DIR where DIR holds the four IDX files "
         "(train-images-idx3-ubyte[.gz], ...)"
     )
