@@ -17,6 +17,7 @@ from gradzip.experiments.bits import (
     model_gradient,
     parse_params,
 )
+from gradzip.experiments.shapes import MODEL_SHAPES
 from gradzip.keys import StreamKey
 
 FC_N = 266_610
@@ -33,7 +34,11 @@ def run_bits(tmp_path: Path, *args: str) -> dict[str, Any]:
 def test_fc_dqsg_m1_paper_bits_are_n_log2_3_plus_scales(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    figures = run_bits(tmp_path, "--model", "fc-300-100", "--compressor", "dqsg", "--param", "M=1")
+    # the paper's one scale per tensor (the library's default is 512-entry buckets)
+    figures = run_bits(
+        tmp_path,
+        *("--model", "fc-300-100", "--compressor", "dqsg", "--param", "M=1", "bucket_size=none"),
+    )
     out = capsys.readouterr().out
     expected = FC_N * math.log2(3) + 6 * 32
     assert figures["parameters"] == FC_N
@@ -43,6 +48,12 @@ def test_fc_dqsg_m1_paper_bits_are_n_log2_3_plus_scales(
     # entropy of a ternary stream never exceeds log2(3) bits per symbol
     assert 0 < figures["entropy_bits"] <= figures["paper_bits"]
     assert len(figures["tensors"]) == 6
+
+
+def test_the_default_dqsg_has_one_scale_per_512_entries(tmp_path: Path) -> None:
+    figures = run_bits(tmp_path, "--model", "fc-300-100", "--compressor", "dqsg", "--param", "M=1")
+    scales = sum(-(-math.prod(shape) // 512) for shape in MODEL_SHAPES["FC-300-100"])
+    assert figures["paper_bits"] == pytest.approx(FC_N * math.log2(3) + 32 * scales, rel=1e-4)
 
 
 def test_wire_bits_are_the_real_payload_sizes(tmp_path: Path) -> None:

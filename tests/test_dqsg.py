@@ -45,7 +45,7 @@ def adversarial_inputs(M: int) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("M", [1, 2, 5])
 def test_error_is_uniform_and_independent_of_the_input(M: int) -> None:
-    comp = DQSG(M=M)
+    comp = DQSG(M=M, bucket_size=None)
     for name, g in adversarial_inputs(M).items():
         _, g_hat = comp.round_trip(g, KEY)
         sigma = float(g.abs().max())
@@ -85,16 +85,16 @@ def test_unbiased_with_the_bucketed_variance_formula() -> None:
 
 def test_separate_receiver_regenerates_the_dither() -> None:
     g = torch.randn(5000, generator=torch.Generator().manual_seed(1))
-    enc = DQSG(M=3).encode(g, KEY)
-    a = DQSG(M=3).decode(enc.payload, expected_key=KEY)
-    b = create("dqsg", M=3).decode(enc.payload, expected_key=KEY)
+    enc = DQSG(M=3, bucket_size=None).encode(g, KEY)
+    a = DQSG(M=3, bucket_size=None).decode(enc.payload, expected_key=KEY)
+    b = create("dqsg", M=3, bucket_size=None).decode(enc.payload, expected_key=KEY)
     assert torch.equal(a, b)
-    other = DQSG(M=3).encode(g, KEY.with_step(12))
+    other = DQSG(M=3, bucket_size=None).encode(g, KEY.with_step(12))
     assert other.payload != enc.payload
-    c = DQSG(M=3).decode(other.payload)
+    c = DQSG(M=3, bucket_size=None).decode(other.payload)
     assert not torch.equal(a, c)  # another step, another dither
     with pytest.raises(KeyMismatchError, match="step 11 != expected 12"):
-        DQSG(M=3).decode(enc.payload, expected_key=KEY.with_step(12))
+        DQSG(M=3, bucket_size=None).decode(enc.payload, expected_key=KEY.with_step(12))
 
 
 def test_zero_buckets_decode_to_zero_and_keep_the_stream_aligned() -> None:
@@ -107,14 +107,16 @@ def test_zero_buckets_decode_to_zero_and_keep_the_stream_aligned() -> None:
     assert not bool(torch.signbit(with_zero[100:200]).any())  # +0.0, not -0.0
     # the third bucket sees the same dither whether or not the second one was zero
     assert torch.equal(with_zero[200:], without[200:])
-    assert torch.equal(DQSG().round_trip(torch.zeros(7, 3), KEY)[1], torch.zeros(7, 3))
+    assert torch.equal(
+        DQSG(bucket_size=None).round_trip(torch.zeros(7, 3), KEY)[1], torch.zeros(7, 3)
+    )
 
 
 @pytest.mark.parametrize("M", [1, 2, 3, 7, 200])
 def test_wire_and_paper_bits(M: int) -> None:
     g = torch.randn(10, 101, generator=torch.Generator().manual_seed(3))
     for comp, nb in (
-        (DQSG(M=M), 1),
+        (DQSG(M=M, bucket_size=None), 1),
         (DQSG(M=M, bucket_size=100), 11),
         (DQSG(M=M, partitions=4), 4),
     ):
@@ -142,13 +144,13 @@ def test_clip_std_bounds_the_scale() -> None:
     g = torch.randn(10_000, generator=torch.Generator().manual_seed(6))
     g[17] = 1000.0
     std = float(torch.std(g, correction=0))
-    _, out = DQSG(M=1, clip_std=2.5).round_trip(g, KEY)
+    _, out = DQSG(M=1, clip_std=2.5, bucket_size=None).round_trip(g, KEY)
     assert float(out.abs().max()) <= 2.5 * std * 1.5 * 1.0001
     constant = torch.full((50,), 4.0)  # std 0: left alone, not clipped to zero
-    assert float(DQSG(clip_std=1.0).round_trip(constant, KEY)[1].mean()) != 0.0
+    assert float(DQSG(clip_std=1.0, bucket_size=None).round_trip(constant, KEY)[1].mean()) != 0.0
     # the variance of values near the float32 limit overflows float32: still a valid payload
     huge = torch.tensor([3e38, -3e38, 1.0, 2.0] * 10)
-    _, out = DQSG(clip_std=1.0).round_trip(huge, KEY)
+    _, out = DQSG(clip_std=1.0, bucket_size=None).round_trip(huge, KEY)
     assert bool(torch.isfinite(out).all())
     assert float(out.abs().max()) <= float(huge.double().std(correction=0)) * 1.5 * 1.0001
 
@@ -156,13 +158,13 @@ def test_clip_std_bounds_the_scale() -> None:
 def test_large_m_and_subnormal_scales_take_the_exact_path() -> None:
     g = torch.randn(20_000, generator=torch.Generator().manual_seed(9))
     for M, x in ((1000, g), (1, g * 1e-40)):
-        _, out = DQSG(M=M).round_trip(x, KEY)
+        _, out = DQSG(M=M, bucket_size=None).round_trip(x, KEY)
         sigma = float(x.abs().max())
         assert float((out.double() - x.double()).abs().max()) <= 0.5 / M * sigma * 1.001
 
 
 def test_symbol_out_of_range_is_corrupt() -> None:
-    comp = DQSG(M=1)
+    comp = DQSG(M=1, bucket_size=None)
     header, body = parse_payload(comp.encode(torch.randn(8), KEY).payload)
     bad = bytes(body[:4]) + b"\xff\xff"  # symbol 3 does not exist for M = 1
     with pytest.raises(CorruptPayloadError, match="symbol"):

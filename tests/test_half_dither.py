@@ -28,7 +28,7 @@ def repeated(value: float) -> torch.Tensor:
 
 @pytest.mark.parametrize("M", [1, 2])
 def test_lemma2_half_dither_is_the_stochastic_quantizer(M: int) -> None:
-    comp = HalfDither(M=M)
+    comp = HalfDither(M=M, bucket_size=None)
     for x in POINTS:
         _, out = comp.round_trip(repeated(x), KEY)
         levels = out[1:].double() * M
@@ -45,7 +45,7 @@ def test_lemma2_half_dither_is_the_stochastic_quantizer(M: int) -> None:
 
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_unbiased_for_every_fixed_input(k: int) -> None:
-    comp = HalfDither(M=2, dither_sum=k)
+    comp = HalfDither(M=2, dither_sum=k, bucket_size=None)
     for x in POINTS:
         _, out = comp.round_trip(repeated(x), KEY)
         eps = out[1:].double() - x
@@ -58,7 +58,7 @@ def test_unbiased_for_every_fixed_input(k: int) -> None:
 def test_summed_dither_second_moment_is_independent_of_x(k: int) -> None:
     M = 2
     delta = 1.0 / M
-    comp = HalfDither(M=M, dither_sum=k)
+    comp = HalfDither(M=M, dither_sum=k, bucket_size=None)
     expected = (k + 1) * delta**2 / 12  # Delta^2/4 for the triangular dither
     for x in POINTS:
         _, out = comp.round_trip(repeated(x), KEY.with_step(int(100 * x) + 500))
@@ -69,7 +69,7 @@ def test_summed_dither_second_moment_is_independent_of_x(k: int) -> None:
 
 def test_uniform_half_dither_error_depends_on_x() -> None:
     # the contrast to the summed dither: zero error on a grid point, Delta^2/4 at a midpoint
-    comp = HalfDither(M=2)
+    comp = HalfDither(M=2, bucket_size=None)
     on_grid = comp.round_trip(repeated(0.5), KEY)[1][1:]
     assert torch.equal(on_grid, torch.full((N,), 0.5))
     mid = comp.round_trip(repeated(0.25), KEY)[1][1:].double() - 0.25
@@ -78,7 +78,7 @@ def test_uniform_half_dither_error_depends_on_x() -> None:
 
 @pytest.mark.parametrize(("k", "alphabet"), [(1, 5), (2, 7), (3, 7), (4, 9)])
 def test_alphabet_covers_the_dither_range(k: int, alphabet: int) -> None:
-    comp = HalfDither(M=2, dither_sum=k)
+    comp = HalfDither(M=2, dither_sum=k, bucket_size=None)
     assert comp.alphabet == alphabet
     x = torch.ones(20_000)
     x[::2] = -1.0
@@ -102,9 +102,9 @@ def test_zero_buckets_and_scales() -> None:
 
 def test_local_randomness_is_reproducible_and_not_the_shared_stream() -> None:
     x = torch.randn(1000, generator=torch.Generator().manual_seed(2))
-    a = HalfDither(M=1).encode(x, KEY)
-    assert a.payload == HalfDither(M=1).encode(x, KEY).payload
-    assert a.payload != HalfDither(M=1).encode(x, KEY.with_step(6)).payload
+    a = HalfDither(M=1, bucket_size=None).encode(x, KEY)
+    assert a.payload == HalfDither(M=1, bucket_size=None).encode(x, KEY).payload
+    assert a.payload != HalfDither(M=1, bucket_size=None).encode(x, KEY.with_step(6)).payload
     assert not HalfDither.uses_shared_randomness
     with pytest.raises(ValueError):
-        HalfDither(dither_sum=0)
+        HalfDither(dither_sum=0, bucket_size=None)

@@ -419,7 +419,11 @@ def test_sgd_baselines() -> None:
     # measured bits per round: 2 ranks x 1 payload each (plus its 8-byte length prefix), the
     # payload of the method's codec: fp32 32 bits a coordinate, QSGD with 7 levels 4 bits and a
     # float32 scale, ECQ-SGD the same as QSGD
-    for method, codec in (("sgd", Identity()), ("qsgd", QSGD(s=7)), ("ecq-sgd", QSGD(s=7))):
+    for method, codec in (
+        ("sgd", Identity()),
+        ("qsgd", QSGD(s=7, bucket_size=None)),
+        ("ecq-sgd", QSGD(s=7, bucket_size=None)),
+    ):
         c = SGDConfig(steps=4, lr=0.05, batch=4, method=method, levels=7)
         out = run_local(2, lambda t, c=c: quantized_sgd(t, problem, c))
         assert torch.equal(out[0].x, out[1].x)

@@ -58,7 +58,7 @@ def test_codec_matches_the_scalar_functions() -> None:
     L1, k, alpha = 3, 5, 0.8
     g = unit_scale_input(1, 300)
     y = side_information(g, 0.6, 2)
-    comp = NDQSG(L1=L1, k=k, alpha=alpha)
+    comp = NDQSG(L1=L1, k=k, alpha=alpha, bucket_size=None)
     enc = comp.encode(g, KEY)
     out = comp.decode(enc.payload, side=y)
     u = (shared_uniform(KEY, g.numel()).double() - 0.5) / L1  # the dither in original units
@@ -79,7 +79,7 @@ def test_success_mse_formula(alpha: float) -> None:
     # |alpha*z| stays below the sufficient condition: no failures
     spread = 0.9 * nested_success_bound(d1, k, alpha)
     y = side_information(g, spread, 4)
-    comp = NDQSG(L1=L1, k=k, alpha=alpha)
+    comp = NDQSG(L1=L1, k=k, alpha=alpha, bucket_size=None)
     out = comp.round_trip(g, KEY, side=y)[1].double()
     z = g.double() - y.double()
     assert failure_rate(g, out, y, L1=L1, alpha=alpha) == 0.0
@@ -101,7 +101,7 @@ def test_failures_bounded_by_chebyshev_and_on_the_lattice(alpha: float, spread: 
     d1, d2 = 1 / L1, k / L1
     g = unit_scale_input(5)
     y = side_information(g, spread, 6)
-    comp = NDQSG(L1=L1, k=k, alpha=alpha)
+    comp = NDQSG(L1=L1, k=k, alpha=alpha, bucket_size=None)
     out = comp.round_trip(g, KEY, side=y)[1].double()
     z = g.double() - y.double()
     p_fail = failure_rate(g, out, y, L1=L1, alpha=alpha)
@@ -125,8 +125,8 @@ def test_alpha_one_small_z_is_dqsg_with_the_fine_step() -> None:
     g = torch.randn(N, generator=torch.Generator().manual_seed(7)) * torch.linspace(0.1, 2, N)
     sigma = float(g.abs().max())
     y = g - 0.2 * sigma * (2 * torch.rand(N, generator=torch.Generator().manual_seed(8)) - 1)
-    out = NDQSG(L1=L1).round_trip(g, KEY, side=y)[1]
-    dq = DQSG(M=L1).round_trip(g, KEY)[1]  # same key, same dither
+    out = NDQSG(L1=L1, bucket_size=None).round_trip(g, KEY, side=y)[1]
+    dq = DQSG(M=L1, bucket_size=None).round_trip(g, KEY)[1]  # same key, same dither
     assert float((out - dq).abs().max()) <= 1e-5 * sigma
     e = (out - g).double() / (sigma / L1)
     s = torch.sort(e).values
@@ -158,10 +158,13 @@ def test_zero_buckets_side_information_and_bits() -> None:
 
 def test_exact_paths_for_large_levels_and_far_side_information() -> None:
     g = unit_scale_input(10, 5000)
-    for comp, y in ((NDQSG(L1=200, k=7), g + 1e-4), (NDQSG(), g * 0 + 1e35)):
+    for comp, y in (
+        (NDQSG(L1=200, k=7, bucket_size=None), g + 1e-4),
+        (NDQSG(bucket_size=None), g * 0 + 1e35),
+    ):
         out = comp.round_trip(g, KEY, side=y)[1]
         assert bool(torch.isfinite(out).all())
-    out = NDQSG(L1=200, k=7).round_trip(g, KEY, side=g + 1e-4)[1]
+    out = NDQSG(L1=200, k=7, bucket_size=None).round_trip(g, KEY, side=g + 1e-4)[1]
     assert float((out - g).abs().max()) <= 0.5 / 200 * 1.001
 
 

@@ -94,10 +94,10 @@ def test_l2_norm_scale_and_unbiasedness() -> None:
 def test_exact_body_bits_and_paper_bits() -> None:
     x = torch.randn(1001, generator=torch.Generator().manual_seed(2))
     cases = [
-        (QSGD(), 32 + 8 * math.ceil(2 * 1001 / 8)),
+        (QSGD(bucket_size=None), 32 + 8 * math.ceil(2 * 1001 / 8)),
         (QSGD(s=1, bucket_size=100), 32 * 11 + 8 * math.ceil(2 * 1001 / 8)),
         (QSGD(s=3, bucket_size=1000), 32 * 2 + 8 * math.ceil(3 * 1001 / 8)),
-        (QSGD(s=127), 32 + 8 * 1001),
+        (QSGD(s=127, bucket_size=None), 32 + 8 * 1001),
     ]
     for comp, bits in cases:
         enc = comp.encode(x, KEY)
@@ -109,8 +109,8 @@ def test_exact_body_bits_and_paper_bits() -> None:
     tern = create("terngrad", bucket_size=100).encode(x, KEY)
     assert tern.paper_bits == pytest.approx(enc.paper_bits)
     if "dqsg" in names():
-        dqsg = get("dqsg")(M=1).encode(x, KEY)  # type: ignore[call-arg]
-        assert QSGD().encode(x, KEY).paper_bits == pytest.approx(dqsg.paper_bits)
+        dqsg = get("dqsg")(M=1, bucket_size=None).encode(x, KEY)  # type: ignore[call-arg]
+        assert QSGD(bucket_size=None).encode(x, KEY).paper_bits == pytest.approx(dqsg.paper_bits)
 
 
 def test_elias_coding_round_trip_and_size_formula() -> None:
@@ -128,8 +128,8 @@ def test_elias_coding_round_trip_and_size_formula() -> None:
         assert coded.expected_body_bits(x) is None
         assert enc_c.paper_bits <= body_bits - 64
     # the sparse code beats 2 bits per coordinate on a sparse, l2-scaled input
-    enc = QSGD(norm="l2", coding="elias").encode(x, KEY)
-    assert enc.wire_bits < QSGD(norm="l2").encode(x, KEY).wire_bits
+    enc = QSGD(norm="l2", coding="elias", bucket_size=None).encode(x, KEY)
+    assert enc.wire_bits < QSGD(norm="l2", bucket_size=None).encode(x, KEY).wire_bits
 
 
 def test_elias_all_zero_and_single_values() -> None:
@@ -141,7 +141,7 @@ def test_elias_all_zero_and_single_values() -> None:
 
 
 def test_elias_garbage_is_rejected() -> None:
-    comp = QSGD(coding="elias")
+    comp = QSGD(coding="elias", bucket_size=None)
     x = torch.randn(50, generator=torch.Generator().manual_seed(4))
     header, body = parse_payload(comp.encode(x, KEY).payload)
     bad_count = bytes(body[:4]) + (10**6).to_bytes(8, "little") + bytes(body[12:])
@@ -152,7 +152,7 @@ def test_elias_garbage_is_rejected() -> None:
 
 
 def test_corrupt_symbols_and_scales_are_named() -> None:
-    comp = QSGD(s=2)  # 5 symbols in 3 bits: 5..7 are invalid
+    comp = QSGD(s=2, bucket_size=None)  # 5 symbols in 3 bits: 5..7 are invalid
     x = torch.randn(16, generator=torch.Generator().manual_seed(5))
     header, body = parse_payload(comp.encode(x, KEY).payload)
     bad = bytearray(body)
@@ -167,8 +167,8 @@ def test_corrupt_symbols_and_scales_are_named() -> None:
 
 def test_deterministic_and_step_dependent() -> None:
     x = torch.randn(300, generator=torch.Generator().manual_seed(6))
-    comp = QSGD(s=2)
-    assert comp.encode(x, KEY).payload == QSGD(s=2).encode(x, KEY).payload
+    comp = QSGD(s=2, bucket_size=None)
+    assert comp.encode(x, KEY).payload == QSGD(s=2, bucket_size=None).encode(x, KEY).payload
     a = comp.round_trip(x, KEY)[1]
     b = comp.round_trip(x, KEY.with_step(1))[1]
     assert not torch.equal(a, b)
@@ -190,7 +190,7 @@ def test_encode_with_scale() -> None:
 def test_parameter_validation() -> None:
     for kwargs in ({"s": 0}, {"norm": "l1"}, {"coding": "huffman"}, {"packing": "zip"}):
         with pytest.raises(ValueError):
-            QSGD(**kwargs)  # type: ignore[arg-type]
+            QSGD(**kwargs, bucket_size=None)  # type: ignore[arg-type]
 
 
 VARIANTS = [

@@ -65,7 +65,9 @@ def test_bits() -> None:
     assert enc.wire_bits == overhead_bits(parse_payload(enc.payload)[0]) + body
     # the same paper bits as DQSG / QSG with M = 1: n log2(3) + 32 per bucket
     assert enc.paper_bits == pytest.approx(1001 * math.log2(3) + 32 * 11)
-    assert TernGrad().encode(x, KEY).paper_bits == pytest.approx(1001 * math.log2(3) + 32)
+    assert TernGrad(bucket_size=None).encode(x, KEY).paper_bits == pytest.approx(
+        1001 * math.log2(3) + 32
+    )
 
 
 def test_clipping_to_c_sigma() -> None:
@@ -73,26 +75,31 @@ def test_clipping_to_c_sigma() -> None:
     x[17] = 40.0  # an outlier far beyond 2.5 sigma
     std = float(x.double().std(correction=0))  # population std, in float64
     bound = float(torch.tensor(2.5 * std, dtype=torch.float32))
-    enc, out = TernGrad(clip_sigma=2.5).round_trip(x, KEY)
+    enc, out = TernGrad(clip_sigma=2.5, bucket_size=None).round_trip(x, KEY)
     assert sent_scales(enc.payload, 1).item() == bound
     assert float(out.abs().max()) <= bound
     assert out[17].item() == bound  # clipped to the bound, then deterministically the scale
     # a bound above max|g| changes nothing: the payload equals the unclipped one (params aside)
     small = torch.randn(1000, generator=torch.Generator().manual_seed(4)).clamp(-2, 2)
-    a = TernGrad(clip_sigma=100.0).round_trip(small, KEY)[1]
-    b = TernGrad().round_trip(small, KEY)[1]
+    a = TernGrad(clip_sigma=100.0, bucket_size=None).round_trip(small, KEY)[1]
+    b = TernGrad(bucket_size=None).round_trip(small, KEY)[1]
     assert torch.equal(a, b)
     # a constant tensor (std 0) is not clipped to zero
-    assert bool((TernGrad(clip_sigma=2.5).round_trip(torch.full((5,), 3.0), KEY)[1] == 3).all())
+    assert bool(
+        (
+            TernGrad(clip_sigma=2.5, bucket_size=None).round_trip(torch.full((5,), 3.0), KEY)[1]
+            == 3
+        ).all()
+    )
     # near the float32 limit the variance overflows float32: clipping must still work
     huge = torch.tensor([3e38, -3e38, 1.0, 2.0] * 10)
-    enc, out = TernGrad(clip_sigma=0.5).round_trip(huge, KEY)
+    enc, out = TernGrad(clip_sigma=0.5, bucket_size=None).round_trip(huge, KEY)
     limit = float(torch.tensor(0.5 * float(huge.double().std(correction=0)), dtype=torch.float32))
     assert sent_scales(enc.payload, 1).item() == limit
     assert bool(torch.isfinite(out).all())
     for bad in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="clip_sigma"):
-            TernGrad(clip_sigma=bad)
+            TernGrad(clip_sigma=bad, bucket_size=None)
 
 
 def test_encode_with_a_shared_max_scale() -> None:
@@ -100,7 +107,7 @@ def test_encode_with_a_shared_max_scale() -> None:
     gen = torch.Generator().manual_seed(5)
     grads = [torch.randn(64, generator=gen) * (p + 1) for p in range(3)]
     shared = max(float(g.abs().max()) for g in grads)
-    comp = TernGrad()
+    comp = TernGrad(bucket_size=None)
     for p, g in enumerate(grads):
         enc = comp.encode_with_scale(g, KEY.with_step(p), shared)
         assert sent_scales(enc.payload, 1).item() == pytest.approx(shared, rel=1e-7)

@@ -42,9 +42,11 @@ def test_a_tiny_run_writes_the_whole_run_directory(
     rows = metrics(out)
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert rows[1]["test_acc"] is not None and rows[0]["test_acc"] is None
-    # one DQSG (M=2: 3-bit symbols) and one NDQSG worker (k=3: 2-bit symbols), plus headers
+    # one DQSG (M=2: 3-bit symbols) and one NDQSG worker (k=3: 2-bit symbols), plus a
+    # float32 scale per 512 entries and the headers
     n = 266_610
-    assert 2.5 * n < rows[0]["wire_bits"] < 2.5 * n + 8 * 400
+    scales = 32 * 524  # buckets of the six FC-300-100 tensors
+    assert 2.5 * n + scales < rows[0]["wire_bits"] < 2.5 * n + scales + 8 * 400
     summary = json.loads((out / "summary.json").read_text())
     assert summary["baseline_bits"] == 32 * n and summary["steps"] == 3
 

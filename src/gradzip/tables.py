@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from gradzip.compressors import create
+from gradzip.compressors.common import papers_scales
 from gradzip.experiments.shapes import MODEL_SHAPES, Shape
 from gradzip.keys import StreamKey
 
@@ -117,7 +118,7 @@ def model_paper_bits(
     The tensors are standard normal (the counts depend only on the shapes); tensor ``k`` is sent
     under ``StreamKey(run_seed=seed, tensor_index=k)``, as one worker's step would be.
     """
-    compressor = create(codec, **params)
+    compressor = create(codec, **papers_scales(codec, params))  # the paper's per-tensor scales
     gen = torch.Generator().manual_seed(seed)
     total = 0.0
     for k, shape in enumerate(shapes):
@@ -129,7 +130,7 @@ def model_paper_bits(
 def table1_cell(model: str, method: Method, seed: int = 0) -> Table1Row:
     """Compute one cell of Table 1 with the registered compressor."""
     bits = model_paper_bits(method.codec, method.params, MODEL_SHAPES[model], seed)
-    described = create(method.codec, **method.params).describe()
+    described = create(method.codec, **papers_scales(method.codec, method.params)).describe()
     return Table1Row(
         model, method.label, described, bits / 1000.0, PAPER_TABLE1[model, method.label]
     )

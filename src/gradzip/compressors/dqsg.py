@@ -22,6 +22,7 @@ from gradzip.compressors._bucket_math import (
 from gradzip.compressors._grid import CommonGrid
 from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
 from gradzip.compressors.common import (
+    DEFAULT_BUCKET_SIZE,
     bucket_absmax,
     check_bucket_size,
     check_scales,
@@ -64,10 +65,13 @@ class DQSG(Compressor, CommonGrid):
         M: levels per sign (``Delta = 1/M``, ``2M+1`` symbols). Larger M: quadratically less
             error, ``log2`` more bits. ``M=1`` reproduces the paper's Table 1.
         bucket_size: elements per scale; smaller buckets give smaller ``sigma_b`` (less error)
-            for 32 more bits each. None: one scale per tensor.
+            for 32 more bits each. Default 512 (``DEFAULT_BUCKET_SIZE``, [CHOICE]: one scale
+            per tensor, the paper's setting and ``bucket_size=None``, diverges on wide layers);
+            the scales then cost ``32*ceil(n/512)`` bits, 0.0625 bits per coordinate.
         partitions: split each tensor into ``K`` sub-vectors of ``ceil(n/K)`` elements (the last
             one shorter, fewer than ``K`` when ``n`` is small) with one scale each (eq. 4,
-            [CHOICE] for the rounding). Exclusive with ``bucket_size``.
+            [CHOICE] for the rounding). Replaces the default bucket size; exclusive with any
+            other ``bucket_size``.
         clip_std: clip ``g`` to ``+-clip_std*std(g)`` (population std) before encoding [CODE];
             this trades a bias for a smaller scale. Skipped when ``std(g) == 0`` [CHOICE]. The
             receiver does not need it, so it is not a wire parameter.
@@ -92,7 +96,7 @@ class DQSG(Compressor, CommonGrid):
     def __init__(
         self,
         M: int = 1,
-        bucket_size: int | None = None,
+        bucket_size: int | None = DEFAULT_BUCKET_SIZE,
         partitions: int | None = None,
         clip_std: float | None = None,
         packing: str = "fixed",
@@ -102,7 +106,9 @@ class DQSG(Compressor, CommonGrid):
         if partitions is not None:
             if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
                 raise ValueError(f"partitions must be a positive int, got {partitions!r}")
-            if bucket_size is not None:
+            if bucket_size == DEFAULT_BUCKET_SIZE:  # the default gives way to partitions
+                bucket_size = None
+            elif bucket_size is not None:
                 raise ValueError("give either bucket_size or partitions, not both")
         if clip_std is not None and not (isinstance(clip_std, int | float) and clip_std > 0):
             raise ValueError(f"clip_std must be None or a positive number, got {clip_std!r}")

@@ -20,6 +20,7 @@ from gradzip.compressors._bucket_math import (
 )
 from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
 from gradzip.compressors.common import (
+    DEFAULT_BUCKET_SIZE,
     bucket_absmax,
     check_bucket_size,
     check_scales,
@@ -63,7 +64,9 @@ class HalfDither(Compressor):
 
     Parameters:
         M: levels per sign (``Delta = 1/M``); larger M: less error, more bits.
-        bucket_size: elements per float32 scale (None: one per tensor); smaller buckets lower
+        bucket_size: elements per float32 scale; default 512 entries
+            (``common.DEFAULT_BUCKET_SIZE``, [CHOICE]: the paper's one scale per tensor is
+            ``bucket_size=None``); smaller buckets lower
             the error for 32 bits each.
         dither_sum: ``k`` uniforms summed per dither. ``k >= 2`` makes the error's moments
             signal-independent at the price of a larger variance (``(k+1)/12`` vs at most
@@ -82,7 +85,7 @@ class HalfDither(Compressor):
     def __init__(
         self,
         M: int = 1,
-        bucket_size: int | None = None,
+        bucket_size: int | None = DEFAULT_BUCKET_SIZE,
         dither_sum: int = 1,
         packing: str = "fixed",
     ) -> None:

@@ -31,6 +31,7 @@ from gradzip.compressors._nested import (
 )
 from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
 from gradzip.compressors.common import (
+    DEFAULT_BUCKET_SIZE,
     bucket_absmax,
     check_bucket_size,
     check_scales,
@@ -86,7 +87,9 @@ class NDQSG(Compressor):
             ``k`` tolerates a larger ``|g - y|`` for ``log2 k`` bits.
         alpha: shrinkage in ``(0, 1]``; ``alpha < 1`` lowers the failure rate and, when ``y``
             is close, the MSE (optimum ``alpha^2 = 1 - Delta1^2/(24*sigma_z^2)``, derived).
-        bucket_size: elements per float32 scale (None: one per tensor).
+        bucket_size: elements per float32 scale; default 512 entries
+            (``common.DEFAULT_BUCKET_SIZE``, [CHOICE]: the paper's one scale per tensor is
+            ``bucket_size=None``).
         packing: ``"fixed"``, ``"dense"`` or ``"entropy"`` symbol packing.
 
     ``decode(payload, side=y)`` needs ``y`` of the input's shape. Pure scalar versions:
@@ -107,7 +110,7 @@ class NDQSG(Compressor):
         L1: int = 3,
         k: int = 3,
         alpha: float = 1.0,
-        bucket_size: int | None = None,
+        bucket_size: int | None = DEFAULT_BUCKET_SIZE,
         packing: str = "fixed",
     ) -> None:
         if isinstance(L1, bool) or not isinstance(L1, int) or not 1 <= L1 <= 2**20:

@@ -18,7 +18,7 @@ from gradzip.compressors._stochastic import (
     symbols_to_values,
 )
 from gradzip.compressors.base import Body, body_tensor
-from gradzip.compressors.common import check_scales, num_buckets, read_scales
+from gradzip.compressors.common import DEFAULT_BUCKET_SIZE, check_scales, num_buckets, read_scales
 from gradzip.compressors.registry import register
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.keys import StreamKey
@@ -50,6 +50,9 @@ class QSGD(ScaledStochastic):
 
     Variance: unbiased, per coordinate ``(|y| - l/s)((l+1)/s - |y|) * scale^2 <= scale^2/(4s^2)``
     with ``y = g_i/scale``; in total ``<= min(n/s^2, sqrt(n)/s) ||g||_2^2`` for the l2 norm.
+    Default bucket: 512 entries (``common.DEFAULT_BUCKET_SIZE``, [CHOICE], as QSGD's own code);
+    ``bucket_size=None`` gives the per-tensor scale.
+
     Trade-offs: larger ``s`` lowers the variance by ``s^2`` for ``log2`` more bits; smaller buckets
     cost 32 bits each but tighten the scale; ``"l2"`` with Elias coding and small ``s`` is the
     sparse regime of the QSGD paper, ``"max"`` has lower variance at equal ``s``.
@@ -65,7 +68,7 @@ class QSGD(ScaledStochastic):
     def __init__(
         self,
         s: int = 1,
-        bucket_size: int | None = None,
+        bucket_size: int | None = DEFAULT_BUCKET_SIZE,
         norm: str = "max",
         packing: str = "fixed",
         coding: str = "symbols",

@@ -11,6 +11,7 @@ from gradzip.codecs.symbols import check_packing, twos_complement_values, unpack
 from gradzip.compressors._stochastic import fit_dtype_
 from gradzip.compressors.base import Body, Compressor, body_tensor
 from gradzip.compressors.common import (
+    DEFAULT_BUCKET_SIZE,
     check_bucket_size,
     check_scales,
     num_buckets,
@@ -32,8 +33,9 @@ FLOAT32_TINY = 2.0**-149  # the smallest positive (subnormal) float32
 @register
 class QSGDL2(Compressor):
     """QSGD as the QESGD paper runs it: the two's complement grid of ``Q_{delta,b}`` (spec 2.1)
-    with the step ``delta = ||g_B||_2 / 2^(b-1)`` of each bucket ``B`` (by default one bucket:
-    the whole tensor, "no tricks", spec 2.4).
+    with the step ``delta = ||g_B||_2 / 2^(b-1)`` of each bucket ``B``: by default 512 entries
+    (``common.DEFAULT_BUCKET_SIZE``, [CHOICE]); ``bucket_size=None`` gives the QESGD seed's one
+    bucket, the whole tensor, "no tricks" (spec 2.4), which its reproductions pin.
 
     The paper writes "delta = ||g||"; since its accuracies depend on ``b``, the grid step must
     shrink with ``b``, and ``||g||_2 / 2^(b-1)`` makes the grid's range ``+-||g||_2`` cover every
@@ -62,7 +64,10 @@ class QSGDL2(Compressor):
     example_params: ClassVar[dict[str, Any]] = {"bits": 8}
 
     def __init__(
-        self, bits: int = 8, bucket_size: int | None = None, packing: str = "fixed"
+        self,
+        bits: int = 8,
+        bucket_size: int | None = DEFAULT_BUCKET_SIZE,
+        packing: str = "fixed",
     ) -> None:
         if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 16:
             raise ValueError(f"qsgd_l2: bits must be an int in [1, 16], got {bits!r}")

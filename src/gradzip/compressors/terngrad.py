@@ -8,7 +8,7 @@ import torch
 
 from gradzip.compressors._stochastic import ScaledStochastic
 from gradzip.compressors.base import Body
-from gradzip.compressors.common import clip_to_std
+from gradzip.compressors.common import DEFAULT_BUCKET_SIZE, clip_to_std
 from gradzip.compressors.registry import register
 from gradzip.keys import StreamKey
 
@@ -38,7 +38,9 @@ class TernGrad(ScaledStochastic):
       agreed scale (the maximum over workers of ``||g||_inf``), so that a server can add the
       ternary codes of all workers exactly.
 
-    Trade-offs: smaller buckets tighten the scale (lower variance) at 32 bits each.
+    Trade-offs: smaller buckets tighten the scale (lower variance) at 32 bits each. Default
+    bucket: 512 entries (``common.DEFAULT_BUCKET_SIZE``, [CHOICE]; TernGrad's per-tensor scale
+    is ``bucket_size=None``).
 
     References: Wen et al., "TernGrad: Ternary Gradients to Reduce Communication in Distributed
     Deep Learning", NeurIPS 2017; spec sections 1.1 and 1.9.
@@ -50,7 +52,7 @@ class TernGrad(ScaledStochastic):
 
     def __init__(
         self,
-        bucket_size: int | None = None,
+        bucket_size: int | None = DEFAULT_BUCKET_SIZE,
         clip_sigma: float | None = None,
         packing: str = "fixed",
     ) -> None:

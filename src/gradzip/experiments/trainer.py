@@ -65,7 +65,9 @@ def make_scheme(config: TrainConfig) -> Scheme:
     options = dict(config.scheme_params)
     if config.resolved_scheme().startswith("nested") and "coarse" not in options:
         # the paper's P1 workers: DQSG with Delta = 1/2 (spec 1.10, Figure 5)
-        options["coarse"] = make_compressor(config, "dqsg", M=2)
+        # its scales bucketed as the fine compressor's (the nested decoder pairs them)
+        bucket = {k: v for k, v in config.compressor_params.items() if k == "bucket_size"}
+        options["coarse"] = make_compressor(config, "dqsg", M=2, **bucket)
     try:
         scheme = make_variant(
             config.resolved_scheme(),

@@ -43,7 +43,8 @@ def make_sgd_scheme(config: SGDConfig) -> Scheme:
     """Scheme (a) around the codec of ``config.method``."""
     if config.method == "sgd":
         return AllGatherDecode(Identity(), run_seed=config.run_seed)
-    codec = QSGD(s=config.levels, norm="max", packing=config.packing)
+    # the LPC-SVRG paper's QSGD baseline: one scale per vector
+    codec = QSGD(s=config.levels, bucket_size=None, norm="max", packing=config.packing)
     return AllGatherDecode(
         codec, run_seed=config.run_seed, error_feedback=config.method == "ecq-sgd"
     )

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gradzip.compressors.common import papers_scales
 from gradzip.experiments.config import TrainConfig
 from gradzip.experiments.reproduce.plots import line_plot
 
@@ -35,6 +36,10 @@ def run_training(label: str, out: Path, **options: Any) -> Run:
     replacing the run a previous ``gradzip reproduce`` left there."""
     from gradzip.experiments.backends import train
 
+    if "compressor" in options:  # the papers' one scale per tensor, as they ran it
+        options["compressor_params"] = papers_scales(
+            options["compressor"], options.get("compressor_params", {})
+        )
     config = TrainConfig(out=str(out), progress=False, **options)
     summary = train(config, force=True)
     with (out / "metrics.jsonl").open() as f:
