@@ -38,7 +38,7 @@ def test_a_tiny_run_writes_the_whole_run_directory(
     ):
         assert (out / name).stat().st_size > 0, name
     config = json.loads((out / "config.json").read_text())
-    assert config["scheme"] == "nested[server]" and config["lr"] == 0.001
+    assert config["scheme"] == "nested[server,dqsg-downlink]" and config["lr"] == 0.001
     rows = metrics(out)
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert rows[1]["test_acc"] is not None and rows[0]["test_acc"] is None
@@ -49,6 +49,17 @@ def test_a_tiny_run_writes_the_whole_run_directory(
     assert 2.5 * n + scales < rows[0]["wire_bits"] < 2.5 * n + scales + 8 * 400
     summary = json.loads((out / "summary.json").read_text())
     assert summary["baseline_bits"] == 32 * n and summary["steps"] == 3
+    # every byte counted (payloads, length prefixes, finite-gradient flags): what one rank
+    # sends another receives, so the means agree; the busiest rank, the server with its 5-bit
+    # DQSG downlink, sends far less than fp32 ring all-reduce makes each rank send (32 n)
+    for row in rows:
+        assert row["sent_bits"] == row["received_bits"]
+        assert row["sent_bits_max"] >= row["sent_bits"]
+        assert 5 * n < row["sent_bits_max"] < 5 * n + 32 * 524 + 8 * 400
+    assert summary["fp32_ring_allreduce_bits"] == 2 * (2 - 1) / 2 * 32 * n
+    assert summary["sent_bits_max"] < summary["fp32_ring_allreduce_bits"] / 5
+    report = (out / "report.md").read_text()
+    assert "fp32 ring all-reduce" in report and "busiest" in report
 
 
 def test_the_same_seed_gives_the_same_metrics(tmp_path: Path) -> None:

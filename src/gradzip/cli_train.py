@@ -245,15 +245,31 @@ def cmd_train(args: argparse.Namespace) -> int:
     if summary.get("rank", 0) != 0:
         return 0  # under torchrun, rank 0 reports
     acc = summary.get("test_acc")
-    wire = summary.get("wire_bits") or summary.get("sent_bits")
     print(
         f"{summary['steps']} steps in {summary['seconds']:.1f} s "
         f"({summary['steps_per_second']:.2f} steps/s); test accuracy "
-        f"{'n/a' if acc is None else f'{100 * acc:.2f}%'}; "
-        f"{'n/a' if wire is None else f'{wire / 1000:,.1f}'} Kbit per worker per step "
-        f"(fp32: {summary['baseline_bits'] / 1000:,.1f}); run directory {summary['run_dir']}"
+        f"{'n/a' if acc is None else f'{100 * acc:.2f}%'}; run directory {summary['run_dir']}"
     )
+    print(traffic_line(summary))
     return 0
+
+
+def kbit(value: float | None) -> str:
+    return "n/a" if value is None else f"{value / 1000:,.1f}"
+
+
+def traffic_line(summary: dict[str, Any]) -> str:
+    """Per step: the workers' uplink payloads, then every byte each rank sent and received as
+    counted by the transport (mean, busiest rank), beside fp32 ring all-reduce at this P."""
+    return (
+        f"per step: uplink payload {kbit(summary.get('wire_bits'))} Kbit per worker "
+        f"(paper {kbit(summary.get('paper_bits'))}, entropy {kbit(summary.get('entropy_bits'))}; "
+        f"fp32 {kbit(summary['baseline_bits'])}); each rank sent {kbit(summary.get('sent_bits'))} "
+        f"Kbit (busiest {kbit(summary.get('sent_bits_max'))}) and received "
+        f"{kbit(summary.get('received_bits'))} (busiest {kbit(summary.get('received_bits_max'))}), "
+        f"against {kbit(summary.get('fp32_ring_allreduce_bits'))} sent and received by each rank "
+        "of an fp32 ring all-reduce"
+    )
 
 
 def report_stopped(summary: dict[str, Any]) -> int:

@@ -93,12 +93,15 @@ def worker_sum(out: WorkerStep, worker: int, count: int) -> torch.Tensor:
 
 
 def rank_bits(q: DistributedQESGD, transport: Transport, step: int) -> dict[str, float | None]:
-    """This rank's bits for ``step``: the codes payload (wire and paper) and what it sent."""
+    """This rank's bits for ``step``: the codes payload (wire and paper) and what it sent and
+    received (:func:`gradzip.experiments.traffic.step_traffic`)."""
+    from gradzip.experiments.traffic import step_traffic
+
     return {
         "wire_bits": float(q.last_codes_bits),
         "paper_bits": float(q.codec.bits * q.numel),
         "entropy_bits": None,
-        "sent_bits": float(8 * transport.meter.total(step=step).sent),
+        **step_traffic(transport.meter, step),
     }
 
 

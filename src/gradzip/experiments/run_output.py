@@ -49,7 +49,7 @@ class RunWriter:
     def finish(self, summary: dict[str, Any], config: dict[str, Any]) -> None:
         self._metrics.close()
         (self.dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-        plot_run(self.rows, self.dir)
+        plot_run(self.rows, self.dir, summary)
         (self.dir / "report.md").write_text(partial_note(report(summary, config), summary))
 
 
@@ -67,8 +67,9 @@ def partial_note(text: str, summary: dict[str, Any]) -> str:
     return f"{title}\n\n{note}\n{rest}"
 
 
-def plot_run(rows: list[dict[str, Any]], out: Path) -> None:
-    """Accuracy, loss and bits per worker against the iteration, as PNG files."""
+def plot_run(rows: list[dict[str, Any]], out: Path, summary: dict[str, Any] | None = None) -> None:
+    """Accuracy, loss and bits against the iteration, as PNG files; ``bits.png`` draws the
+    fp32 references of ``summary`` (one worker's uplink, a rank's ring all-reduce traffic)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -83,29 +84,49 @@ def plot_run(rows: list[dict[str, Any]], out: Path) -> None:
         ),
         "loss.png": ("training loss", [("loss", [r["loss"] for r in rows])], []),
         "bits.png": (
-            "Kbit per worker per iteration",
+            "Kbit per iteration",
             [
                 (name, [r[key] / 1000 if r.get(key) is not None else float("nan") for r in rows])
                 for name, key in (
-                    ("wire (payloads)", "wire_bits"),
-                    ("entropy", "entropy_bits"),
-                    ("sent (transport)", "sent_bits"),
+                    ("uplink payload (wire)", "wire_bits"),
+                    ("uplink payload (entropy)", "entropy_bits"),
+                    ("sent per rank (mean)", "sent_bits"),
+                    ("sent, busiest rank", "sent_bits_max"),
+                    ("received per rank (mean)", "received_bits"),
                 )
             ],
             [],
         ),
     }
+    titles = {
+        "accuracy.png": "Accuracy",
+        "loss.png": "Training loss (mean over the workers)",
+        "bits.png": "Bits per step, every byte counted, beside fp32",
+    }
+    references = [
+        (label, (summary or {}).get(key))
+        for label, key in (
+            ("fp32 uplink of one worker (32 d)", "baseline_bits"),
+            ("fp32 ring all-reduce, per rank", "fp32_ring_allreduce_bits"),
+        )
+    ]
     for name, (ylabel, lines, points) in series.items():
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = plt.subplots(figsize=(7, 4.5))
         for label, values in lines:
             ax.plot(steps, values, label=label)
         for label, pairs in points:
             if pairs:
                 ax.plot([p[0] for p in pairs], [p[1] for p in pairs], "o-", label=label)
+        if name == "bits.png":
+            for (label, value), style in zip(references, ("--", ":"), strict=True):
+                if value is not None:
+                    ax.axhline(value / 1000, color="black", linestyle=style, label=label)
+            ax.set_yscale("log")  # compressed traffic sits orders of magnitude below fp32
+        ax.set_title(titles[name])
         ax.set_xlabel("iteration")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize="small")
         fig.tight_layout()
         fig.savefig(out / name, dpi=100)
         plt.close(fig)
@@ -127,11 +148,23 @@ def report(summary: dict[str, Any], config: dict[str, Any]) -> str:
             f"lr {config['lr']}, total batch {config['batch_size']}, {summary['steps']} steps",
             f"- final test accuracy: {fmt(summary['test_acc'], 0.01, 2)}%",
             f"- final training loss: {fmt(summary['loss'], 1.0, 4)}",
-            f"- Kbit per worker per iteration: wire {fmt(summary['wire_bits'], 1000)}, paper "
-            f"{fmt(summary['paper_bits'], 1000)}, entropy {fmt(summary['entropy_bits'], 1000)}, "
-            f"sent as counted by the transport (mean over ranks, a server's downlinks "
-            f"included) {fmt(summary['sent_bits'], 1000)} "
-            f"(fp32 baseline {fmt(summary['baseline_bits'], 1000)})",
+            "",
+            "Per step, in Kbit (every byte the transport counted, finite-gradient flags, "
+            "headers and length prefixes included):",
+            "",
+            "| what | Kbit |",
+            "|---|---|",
+            f"| a worker's uplink payload: wire | {fmt(summary['wire_bits'], 1000)} |",
+            f"| a worker's uplink payload: paper bits | {fmt(summary['paper_bits'], 1000)} |",
+            f"| a worker's uplink payload: entropy | {fmt(summary['entropy_bits'], 1000)} |",
+            f"| a worker's uplink in fp32 (32 d) | {fmt(summary['baseline_bits'], 1000)} |",
+            f"| sent per rank: mean / busiest | {fmt(summary.get('sent_bits'), 1000)} / "
+            f"{fmt(summary.get('sent_bits_max'), 1000)} |",
+            f"| received per rank: mean / busiest | {fmt(summary.get('received_bits'), 1000)} / "
+            f"{fmt(summary.get('received_bits_max'), 1000)} |",
+            f"| sent (and received) per rank by fp32 ring all-reduce, 2(P-1)/P 32 d | "
+            f"{fmt(summary.get('fp32_ring_allreduce_bits'), 1000)} |",
+            "",
             f"- {fmt(summary['steps_per_second'], 1.0, 2)} steps/s, "
             f"{fmt(summary['seconds'], 1.0, 1)} s in all",
             "",

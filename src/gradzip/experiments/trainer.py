@@ -38,6 +38,7 @@ from gradzip.experiments.inputs import InputFit
 from gradzip.experiments.models import build_model, model_info
 from gradzip.experiments.progress import Progress
 from gradzip.experiments.run_output import RunWriter
+from gradzip.experiments.traffic import combine_ranks, fp32_ring_allreduce_bits, step_traffic
 from gradzip.experiments.workers import PerWorkerGradients, WorkerGradients, WorkerStep
 from gradzip.schemes import make_variant
 from gradzip.schemes.base import Scheme
@@ -94,28 +95,22 @@ def make_optimizer(config: TrainConfig, model: torch.nn.Module) -> torch.optim.O
 
 def rank_bits(sync: GradientSync, step: int) -> dict[str, float | None]:
     """This rank's bits for ``step``: its own payloads (wire, paper, entropy) and everything it
-    sent as counted by its transport (the finite-gradient flags excluded)."""
+    sent and received as counted by its transport (:mod:`gradzip.experiments.traffic`)."""
     produced = list(sync.scheme.produced.values())
-    meter = sync.transport.meter
-    sent = meter.total(step=step).sent - meter.total(step=step, collective="finite_check").sent
+    traffic = step_traffic(sync.transport.meter, step)
     if not produced:  # schemes that never send a whole compressor payload (integer sums)
-        return {"wire_bits": None, "paper_bits": None, "entropy_bits": None, "sent_bits": 8 * sent}
+        return {"wire_bits": None, "paper_bits": None, "entropy_bits": None, **traffic}
     return {
         "wire_bits": float(sum(e.wire_bits for e in produced)),
         "paper_bits": float(sum(e.paper_bits for e in produced)),
         "entropy_bits": float(sum(e.entropy_bits for e in produced)),
-        "sent_bits": float(8 * sent),
+        **traffic,
     }
 
 
 def mean_bits(per_rank: list[dict[str, float | None]]) -> dict[str, float | None]:
-    out: dict[str, float | None] = {}
-    for key in per_rank[0]:
-        values = [r[key] for r in per_rank]
-        out[key] = (
-            None if any(v is None for v in values) else sum(v for v in values if v) / len(values)
-        )
-    return out
+    """A step row's bits: the mean over the ranks, and the maximum of the transport totals."""
+    return combine_ranks(per_rank)
 
 
 def evaluate(model: torch.nn.Module, data: Dataset, batch: int = 2000) -> float:
@@ -271,7 +266,20 @@ class Trainer:
             "test_acc": self.test_acc,
             "baseline_bits": self.baseline_bits,
         }
-        for key in ("wire_bits", "paper_bits", "entropy_bits", "sent_bits"):
+        # per step, averaged over the steps: the workers' uplink payloads, then every byte
+        # each rank sent and received (mean and busiest rank), beside fp32 ring all-reduce
+        for key in (
+            "wire_bits",
+            "paper_bits",
+            "entropy_bits",
+            "sent_bits",
+            "sent_bits_max",
+            "received_bits",
+            "received_bits_max",
+        ):
             values = [r[key] for r in rows if r.get(key) is not None]
             summary[key] = sum(values) / len(values) if values else None
+        summary["fp32_ring_allreduce_bits"] = fp32_ring_allreduce_bits(
+            self.baseline_bits // 32, self.config.workers
+        )
         return summary

@@ -40,6 +40,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "ring": ("ring", {}),
     "nested[allgather]": ("nested", {"topology": "allgather"}),
     "nested[server]": ("nested", {"topology": "server"}),
+    "nested[server,dqsg-downlink]": ("nested", {"topology": "server", "downlink": "dqsg"}),
 }
 
 

@@ -17,6 +17,7 @@ from gradzip.schemes._messages import serve
 from gradzip.schemes.base import Scheme, working_dtype
 
 _TOPOLOGIES = ("allgather", "server")
+_DOWNLINKS = ("fp32", "dqsg")
 
 
 class NestedScheme(Scheme):
@@ -29,7 +30,15 @@ class NestedScheme(Scheme):
 
     ``topology="allgather"``: every rank receives every payload and decodes identically
     (scheme (a) traffic, ``P - 1`` payloads per rank). ``topology="server"``: payloads go to the
-    server rank, which decodes and returns the fp32 mean (Alg. 2 as written).
+    server rank, which decodes and returns the mean: in fp32 (``downlink="fp32"``, Alg. 2 as
+    written), or as a DQSG payload (``downlink="dqsg"``, ``downlink_M`` levels per sign, default
+    8: 17 symbols, 5 bits a coordinate with fixed packing, one float32 scale per 512 entries)
+    [CHOICE, not in the paper]. The DQSG downlink is subtractively dithered with the shared
+    stream of rank ``P``, so every rank, the server included, decodes the same unbiased mean
+    whose added error is uniform and independent of it: ``(Delta^2/12) sum_b n_b sigma_b^2``
+    with ``Delta = 1/downlink_M`` and ``sigma_b`` the mean's largest entry in bucket ``b`` (no
+    error feedback is needed for an unbiased downlink). The server then sends ``P - 1``
+    payloads of about 5 bits a coordinate instead of ``32``.
 
     Bits: a P2 worker sends ``32*#buckets + n*ceil(log2 k)`` bits (``n*log2 3 = 1.585 n`` for
     ``k = 3``), a P1 worker DQSG's ``32*#buckets + n*ceil(log2(2M+1))``.
@@ -61,6 +70,8 @@ class NestedScheme(Scheme):
         topology: str = "allgather",
         server: int = 0,
         record: bool = False,
+        downlink: str = "fp32",
+        downlink_M: int = 8,
     ) -> None:
         if error_feedback:
             raise ValueError(
@@ -81,7 +92,12 @@ class NestedScheme(Scheme):
         self.record = record
         self.decoded: list[torch.Tensor] = []
         self.side: list[torch.Tensor | None] = []
-        self._fp32 = Identity()
+        if downlink not in _DOWNLINKS:
+            raise ValueError(f"downlink must be one of {_DOWNLINKS}, got {downlink!r}")
+        if downlink != "fp32" and topology != "server":
+            raise ValueError("a compressed downlink needs topology='server'")
+        self.downlink = downlink
+        self._down: Compressor = Identity() if downlink == "fp32" else DQSG(M=downlink_M)
 
     @classmethod
     def check_compatible(cls, compressor: Compressor) -> None:
@@ -112,11 +128,11 @@ class NestedScheme(Scheme):
 
         def reply(gathered: list[bytes]) -> bytes:
             mean = self._decode_all(gathered, tensor, step, tensor_index)
-            return bytes(self._fp32.encode(mean, down_key).payload)
+            return bytes(self._down.encode(mean, down_key).payload)
 
         received = serve(transport, payload, self.server, reply, down_key)
         work = working_dtype(tensor.dtype)
-        return self._fp32.decode(received, expected_key=down_key, shape=tensor.shape, dtype=work)
+        return self._down.decode(received, expected_key=down_key, shape=tensor.shape, dtype=work)
 
     def _decode_all(
         self, payloads: list[bytes], tensor: torch.Tensor, step: int, tensor_index: int
