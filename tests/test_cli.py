@@ -69,3 +69,36 @@ def test_bits_table1_prints_every_model(capsys: pytest.CaptureFixture[str]) -> N
     for model in ("FC-300-100", "LeNet", "CifarNet"):
         assert model in out
     assert "619.2" in out
+
+
+def test_an_unknown_compressor_parameter_lists_the_valid_ones(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["train", "--param", "X=1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "has no parameter 'X'" in err and "L1, k, alpha, bucket_size, packing" in err
+    assert "unexpected keyword" not in err
+    assert main(["train", "--scheme-param", "bogus=1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--scheme-param" in err and "ratio" in err and "downlink" in err
+
+
+def test_a_misspelled_option_shows_the_subcommands_usage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--wokers", "4"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: gradzip train ") and "unrecognized arguments: --wokers 4" in err
+    with pytest.raises(SystemExit):
+        main(["bench", "codecs", "--bogus"])
+    assert capsys.readouterr().err.startswith("usage: gradzip bench codecs ")
+
+
+def test_help_shows_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for shown in ("(default: 8)", "(default: adam)", "(default: 256)", "(default: 0.0)"):
+        assert shown in out, shown

@@ -34,7 +34,7 @@ def test_a_qesgd_run_learns_and_reports_the_codes_it_sent(
     assert main(["train", *QESGD, *args, "--out", str(out)]) == 0
     assert "12 steps" in capsys.readouterr().out
     config = json.loads((out / "config.json").read_text())
-    assert config["algorithm"] == "qesgd" and config["scheme"] is None
+    assert config["training_method"] == "qesgd" and config["scheme"] is None
     rows = metrics(out)
     for row in rows[:-1]:  # the last step also carries w_{t+1} (the run's end closes an epoch)
         # the codes payload: 8 bits per coordinate plus one header (a few dozen bytes)

@@ -8,6 +8,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from gradzip.cli_help import parse, show_defaults
 from gradzip.cli_reproduce import add_reproduce_parser
 from gradzip.cli_train import add_train_parser
 from gradzip.compressors import get, names
@@ -229,11 +230,12 @@ def build_parser() -> argparse.ArgumentParser:
     p_t1.set_defaults(func=_cmd_bits_table1)
     add_train_parser(sub)
     add_reproduce_parser(sub)
+    show_defaults(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), argv)
     return int(args.func(args))
 
 

@@ -45,7 +45,8 @@ def add_train_parser(sub: Any) -> None:
         description=(
             "Synchronous data-parallel training with compressed gradients. With no options: "
             "FC-300-100 on MNIST, 8 simulated workers (half DQSG with Delta=1/2, half nested "
-            "NDQSG with Delta1=1/3, Delta2=1), Adam lr 1e-3, total batch 256, one epoch."
+            "NDQSG with Delta1=1/3, Delta2=1) decoded at a parameter server that returns the "
+            "mean as a 5-bit DQSG payload, Adam lr 1e-3, total batch 256, one epoch."
         ),
     )
     p.add_argument("--model", default=d.model, help="fc-300-100, lenet, cifarnet, dryden-mlp")
@@ -61,13 +62,20 @@ def add_train_parser(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="compressor parameter (repeatable), e.g. --param M=2",
     )
-    p.add_argument("--scheme", default=None, help="a scheme variant (default: the paper's server)")
+    p.add_argument(
+        "--scheme",
+        default=None,
+        help="a scheme variant, `gradzip list schemes` (default: nested[server,dqsg-downlink] "
+        "for ndqsg, the paper's server with a 5-bit DQSG downlink; ps[fp32] otherwise)",
+    )
     p.add_argument("--scheme-param", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--error-feedback", action="store_true")
     p.add_argument("--workers", type=int, default=d.workers)
     p.add_argument("--backend", choices=BACKENDS, default=d.backend)
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=d.optimizer)
-    p.add_argument("--lr", type=float, default=None)
+    p.add_argument(
+        "--lr", type=float, default=None, help="default: 0.01 for sgd and adagrad, 0.001 for adam"
+    )
     p.add_argument("--lr-decay", type=float, default=d.lr_decay, help="per epoch")
     p.add_argument("--momentum", type=float, default=d.momentum)
     p.add_argument("--weight-decay", type=float, default=d.weight_decay)

@@ -55,6 +55,7 @@ _OPTION = {
     "compressor_params": "--param",
     "scheme_params": "--scheme-param",
     "progress": "--no-progress",
+    "training_method": "--algorithm",
 }
 
 

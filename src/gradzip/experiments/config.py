@@ -24,6 +24,8 @@ BACKENDS = ("local", "gloo", "env")
 #: sgd: compressed-gradient training (compressor + scheme + optimizer); qesgd: Algorithm 3 of
 #: the QESGD paper (fp32 gradients up, b-bit parameter offsets down, spec 2.2)
 ALGORITHMS = ("sgd", "qesgd")
+#: how ``config.json`` names each algorithm (apart from the optimizer that applies the update)
+TRAINING_METHODS = {"sgd": "compressed-gradients", "qesgd": "qesgd"}
 QESGD_OUTPUTS = ("average", "last")
 #: learning rates of spec 1.10 (SGD, Adam) and a common Adagrad default
 DEFAULT_LR = {"sgd": 0.01, "adam": 0.001, "adagrad": 0.01}
@@ -113,7 +115,20 @@ class TrainConfig:
         out = asdict(self)
         scheme = self.resolved_scheme() if self.algorithm == "sgd" else None  # qesgd: its own
         out.update(scheme=scheme, lr=self.resolved_lr(), out=self.resolved_out())
+        out["dataset"] = self.resolved_dataset()
+        # "algorithm": "sgd" read as the optimizer in an Adam run: the training method (what
+        # is exchanged) is named apart from the optimizer that applies the update
+        out["training_method"] = TRAINING_METHODS[out.pop("algorithm")]
         return out
+
+    def resolved_dataset(self) -> str:
+        """The dataset's name: the one given, or the model's own (as ``load_dataset`` reads)."""
+        if self.dataset is not None:
+            return self.dataset
+        from gradzip.experiments.models import model_info
+
+        name = model_info(self.model).dataset.lower()
+        return {"cifar-10": "cifar10"}.get(name, name)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:

@@ -22,6 +22,7 @@ gradients, hence every payload, loss and parameter), on any CPU.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,10 +51,31 @@ def make_compressor(config: TrainConfig, name: str | None = None, **overrides: A
     params = {**config.compressor_params, **overrides} if name is None else dict(overrides)
     if config.entropy:
         params["packing"] = "entropy"
+    codec = name or config.compressor
     try:
-        return gradzip.create(name or config.compressor, **params)
+        cls = gradzip.get(codec)
+    except (KeyError, ValueError) as err:
+        raise ConfigError(f"compressor {codec!r}: {err}") from err
+    unknown = sorted(set(params) - set(keyword_parameters(cls)))
+    if unknown:
+        raise ConfigError(
+            f"compressor {codec!r} has no parameter {', '.join(map(repr, unknown))}; "
+            f"its parameters: {', '.join(keyword_parameters(cls)) or 'none'}"
+        )
+    try:
+        return cls(**params)
     except (TypeError, ValueError) as err:
-        raise ConfigError(f"compressor {name or config.compressor!r}: {err}") from err
+        raise ConfigError(f"compressor {codec!r}: {err}") from err
+
+
+def keyword_parameters(cls: type) -> list[str]:
+    """The keyword parameters ``cls(...)`` takes (for error messages naming the valid keys)."""
+    signature = inspect.signature(cls)
+    return [
+        p.name
+        for p in signature.parameters.values()
+        if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
 
 
 def make_sync(config: TrainConfig, transport: Transport) -> GradientSync:
@@ -80,6 +102,15 @@ def make_scheme(config: TrainConfig) -> Scheme:
     except ConfigError:
         raise
     except (TypeError, ValueError) as err:
+        if isinstance(err, TypeError) and "unexpected keyword" in str(err):
+            from gradzip.schemes import SCHEMES, VARIANTS
+
+            cls = SCHEMES[VARIANTS[config.resolved_scheme()][0]]
+            valid = [k for k in keyword_parameters(cls) if k not in ("compressor", "run_seed")]
+            raise ConfigError(
+                f"scheme {config.resolved_scheme()!r}: {err}; its parameters (--scheme-param): "
+                f"{', '.join(valid)}"
+            ) from err
         raise ConfigError(f"scheme {config.resolved_scheme()!r}: {err}") from err
     return scheme
 
