@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from gradzip.cli import main
 from gradzip.compressors import names
@@ -102,3 +103,19 @@ def test_help_shows_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
     out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
     for shown in ("(default: 8)", "(default: adam)", "(default: 256)", "(default: 0.0)"):
         assert shown in out, shown
+
+
+def test_every_codec_is_benchmarked_at_a_setting_where_it_compresses() -> None:
+    """``gradzip bench codecs`` reports speed at each codec's benchmark setting: it must
+    compress the benchmark's standard normal input (threshold at tau = 1e-3 kept every entry,
+    31.97 bits a coordinate). Only the uncompressed identity codec is exempt."""
+    from gradzip.bench.codecs import bench_params
+    from gradzip.compressors import create, names
+    from gradzip.keys import StreamKey
+
+    x = torch.randn(1 << 14, generator=torch.Generator().manual_seed(1))
+    for name in names():
+        if name == "identity":
+            continue
+        enc = create(name, **bench_params(name)).encode(x, StreamKey())
+        assert enc.wire_bits / x.numel() < 0.75 * 32, (name, enc.wire_bits / x.numel())
