@@ -23,6 +23,7 @@ class Progress:
         width: int = 24,
         stream: TextIO | None = None,
         interval: float = 30.0,
+        first_step: int = 0,
     ) -> None:
         self.total, self.enabled, self.width = total, enabled, width
         self.stream = stream if stream is not None else sys.stderr
@@ -31,6 +32,7 @@ class Progress:
         self._last = 0.0
         self._last_tenth = -1
         self._start = time.perf_counter()
+        self._first = first_step  # a resumed run: its rate counts this session's steps only
 
     def update(self, step: int, row: dict[str, Any]) -> None:
         if not self.enabled:
@@ -64,7 +66,7 @@ class Progress:
             f"train acc {row['train_acc']:.3f}" if "train_acc" in row else "",
             f"test acc {test:.4f}" if test is not None else "",
             f"{bits / 1000:,.1f} Kbit/worker" if bits is not None else "",
-            f"{step / max(now - self._start, 1e-9):.1f} it/s",
+            f"{(step - self._first) / max(now - self._start, 1e-9):.1f} it/s",
         ]
         return "  ".join(p for p in parts if p)
 

@@ -146,7 +146,8 @@ def report(summary: dict[str, Any], config: dict[str, Any]) -> str:
             f"`{config['scheme']}`, error feedback {config['error_feedback']}",
             f"- {config['workers']} workers ({config['backend']}), {config['optimizer']} "
             f"lr {config['lr']}, total batch {config['batch_size']}, {summary['steps']} steps",
-            f"- final test accuracy: {fmt(summary['test_acc'], 0.01, 2)}%",
+            "- final test accuracy: "
+            + ("n/a" if summary["test_acc"] is None else f"{100 * summary['test_acc']:.2f}%"),
             f"- final training loss: {fmt(summary['loss'], 1.0, 4)}",
             "",
             "Per step, in Kbit (every byte the transport counted, finite-gradient flags, "

@@ -233,7 +233,9 @@ class Trainer:
         config, model = self.config, self.model
         params = list(model.parameters())
         per_epoch, total = self.batches.steps_per_epoch, self.total_steps()
-        progress = Progress(total, enabled=config.progress and writer is not None)
+        progress = Progress(
+            total, enabled=config.progress and writer is not None, first_step=self.step
+        )
         start = time.perf_counter() - self.elapsed
         stop = False
         while self.step < total and not stop:
