@@ -64,7 +64,7 @@ def test_ndqsg_with_close_side_information_is_dqsg_at_scale() -> None:
     side = g + 0.01 * float(g.abs().max()) * torch.randn(
         N, generator=torch.Generator().manual_seed(12)
     )
-    comp = NDQSG()  # L1 = 3, k = 3, alpha = 1
+    comp = NDQSG(bucket_size=None)  # L1 = 3, k = 3, alpha = 1; one scale: sigma below
     enc = comp.encode(g, KEY)
     g_hat = comp.decode(enc.payload, expected_key=KEY, side=side)
     sigma = float(g.abs().max())
