@@ -9,11 +9,18 @@ import subprocess
 from collections.abc import Iterator
 from typing import Any
 
+import matplotlib
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
 torch.set_num_threads(1)
+
+# matplotlib builds its font cache on its first import in a fresh environment, and that runs
+# `fc-list` in a subprocess; building it here, before any test, keeps the process guard below
+# from refusing a plotting test on a machine that never plotted (CI's fresh set-up).
+matplotlib.use("Agg")
+import matplotlib.font_manager  # noqa: E402
 
 settings.register_profile(
     "gradzip",
