@@ -18,7 +18,25 @@ def pack_tile(symbols, start, count, bits, out):  # type: ignore[no-untyped-def]
     ``start * bits // 8``; the last partial group (end of the stream) is zero-padded."""
     base = start * bits // 8
     groups = count // 8
-    if bits <= 8:
+    src = symbols[start : start + 8 * groups]
+    dst = out[base : base + bits * groups]
+    if bits == 2:  # four whole symbols per byte (the ternary codecs)
+        for p in range(2 * groups):
+            dst[p] = np.uint8(
+                (src[4 * p] & 3)
+                | ((src[4 * p + 1] & 3) << 2)
+                | ((src[4 * p + 2] & 3) << 4)
+                | ((src[4 * p + 3] & 3) << 6)
+            )
+    elif bits == 3:  # eight symbols in three bytes
+        for g in range(groups):
+            acc = np.uint32(0)
+            for j in range(8):
+                acc |= (np.uint32(src[8 * g + j]) & np.uint32(7)) << np.uint32(3 * j)
+            dst[3 * g] = np.uint8(acc & np.uint32(255))
+            dst[3 * g + 1] = np.uint8((acc >> np.uint32(8)) & np.uint32(255))
+            dst[3 * g + 2] = np.uint8(acc >> np.uint32(16))
+    elif bits <= 8:
         for g in range(groups):
             acc = np.uint64(0)
             for j in range(8):

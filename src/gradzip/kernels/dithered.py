@@ -55,12 +55,20 @@ def tile_elements(bucket_size: int, n: int) -> int:
 
 @njit(inline="always", nogil=True, cache=True)
 def _bucket_absmax(x, lo, hi):  # type: ignore[no-untyped-def]
-    m = np.float32(0.0)
-    for i in range(lo, hi):
-        a = abs(x[i])
-        if a > m:
-            m = a
+    m = np.float32(0.0)  # +0.0 for a zero bucket; max is exact in any order
+    xs = x[lo:hi]
+    for i in range(xs.size):
+        m = max(m, abs(xs[i]))
     return m
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _quantize_fast(xs, base, f32, c32, top, out):  # type: ignore[no-untyped-def]
+    """``out = min(trunc((base + x*f32) + c32), top)``, float32, one operation at a time."""
+    for r in range(xs.size):
+        v = base[r] + xs[r] * f32
+        v = v + c32
+        out[r] = min(int(v), top)
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -100,6 +108,12 @@ def encode_tiles(  # type: ignore[no-untyped-def]
                 k0, k1, stream, lo + j * n, words[j * m : (j + 1) * m], _FLOAT_SHIFT, _ONE_BITS
             )
         ones = words.view(np.float32)  # 1 + u, exactly
+        if nsum == 0:
+            base = ones[:m]
+        else:
+            base = ones[:m] - np.float32(1.0)
+            for j in range(1, nsum):
+                base = base + (ones[j * m : (j + 1) * m] - np.float32(1.0))
         s = lo
         while s < hi:
             if bucket_size == 0:
@@ -112,37 +126,24 @@ def encode_tiles(  # type: ignore[no-untyped-def]
                     scales[b] = _bucket_absmax(x, s, min(n, (b + 1) * bucket_size))
             sigma = np.float64(scales[b])
             f = numer / sigma if sigma > 0 else 0.0
+            xs = x[s:e]
+            out = symbols[s:e]
             if fast_ok and f <= _F32_MAX:
-                f32 = np.float32(f)
-                for i in range(s, e):
-                    r = i - lo
-                    if nsum == 0:
-                        base = ones[r]
-                    else:
-                        base = ones[r] - np.float32(1.0)
-                        for j in range(1, nsum):
-                            base = base + (ones[j * m + r] - np.float32(1.0))
-                    v = base + x[i] * f32
-                    v = v + c32
-                    q = min(int(v), top)
-                    if modk > 0:
-                        q = q % modk
-                    symbols[i] = q
+                _quantize_fast(xs, base[s - lo : e - lo], np.float32(f), c32, top, out)
             else:
-                for i in range(s, e):
-                    r = i - lo
+                for r in range(e - s):
                     if nsum == 0:
-                        w = np.float64(ones[r])
+                        w = np.float64(ones[s - lo + r])
                     else:
                         w = 0.0
                         for j in range(nsum):
-                            w = w + np.float64(ones[j * m + r] - np.float32(1.0))
+                            w = w + np.float64(ones[j * m + s - lo + r] - np.float32(1.0))
                     w = w + c
-                    w = w + np.float64(x[i]) * f
-                    q = min(max(int(np.floor(w)), 0), top)
-                    if modk > 0:
-                        q = q % modk
-                    symbols[i] = q
+                    w = w + np.float64(xs[r]) * f
+                    out[r] = min(max(int(np.floor(w)), 0), top)
+            if modk > 0:
+                for r in range(e - s):
+                    out[r] = out[r] % modk
             s = e
         pack_tile(symbols, lo, m, bits, packed)
 
