@@ -175,8 +175,10 @@ def test_symbol_out_of_range_is_corrupt() -> None:
 
 
 def test_dither_stream_is_pinned() -> None:
-    """The shared stream is part of the wire contract: SFC64, low 32-bit half first, top 23
-    bits as the mantissa. Changing it silently would break mixed-version runs."""
+    """The shared stream is part of the wire contract: Philox4x32-10, key = the seed's 32-bit
+    halves, counter (0, 0, domain 0, 0) for the first four elements, top 23 bits of each word
+    as the mantissa. Changing it silently would break mixed-version runs. (Values: the top 23
+    bits of Philox4x32-10's block for the default key's seed 8599044273385858556.)"""
     u = shared_uniform(StreamKey(), 4).double() * 2**23
-    assert u.tolist() == [5193867.0, 7384431.0, 279677.0, 5130880.0]
+    assert u.tolist() == [2239500.0, 6243369.0, 280989.0, 2748532.0]
     assert torch.equal(shared_uniform_plus_one(KEY, 999), shared_uniform(KEY, 999) + 1)

@@ -102,3 +102,114 @@ def test_key_validation() -> None:
     with pytest.raises(TypeError):
         StreamKey(step=1.5)  # type: ignore[arg-type]
     assert StreamKey(step=3).with_step(4) == StreamKey(step=4)
+
+
+# -- Philox4x32-10: the generator behind every stream ------------------------------------------
+
+# Random123's known-answer vectors (its tests/kat_vectors) for Philox4x32-10
+PHILOX_KAT = [
+    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    (
+        (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+        (0xA4093822, 0x299F31D0),
+        (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+    ),
+]
+
+
+@pytest.mark.parametrize(("counter", "key", "expected"), PHILOX_KAT)
+def test_philox_known_answers_numba_and_torch(
+    counter: tuple[int, int, int, int], key: tuple[int, int], expected: tuple[int, ...]
+) -> None:
+    from gradzip.kernels.philox import philox_block
+    from gradzip.kernels.philox_torch import philox4x32_10_torch
+
+    assert philox_block(counter, key) == expected
+    words = philox4x32_10_torch(*(torch.tensor([c]) for c in counter), *key)
+    assert tuple(int(w) for w in words) == expected
+
+
+def test_stream_layout_is_the_documented_one() -> None:
+    """Element i is word i % 4 of the block with counter (i//4 low, i//4 high, domain, 0)."""
+    from gradzip.kernels.philox import SHARED_UNIFORM, philox_block
+
+    seed = derive_seed(KEY)
+    u = shared_uniform(KEY, 12)
+    for i in range(12):
+        w = philox_block((i // 4, 0, SHARED_UNIFORM, 0), (seed & 0xFFFFFFFF, seed >> 32))[i % 4]
+        assert float(u[i]) == (w >> 9) * 2.0**-23
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 4, 5, 1000, 2**20 + 3])
+@pytest.mark.parametrize("offset", [0, 1, 2, 3, 4, 2**32 * 4 - 2])
+def test_numba_and_torch_streams_agree_bitwise(n: int, offset: int) -> None:
+    from gradzip.kernels.philox import philox_words
+    from gradzip.kernels.philox_torch import philox_words_torch
+
+    if n > 5000 and offset not in (0, 3):
+        pytest.skip("long streams are checked at two offsets (keeps the suite fast)")
+    seed = (1 << 62) + 987654321
+    fast = philox_words(seed, 1, offset, n)
+    ref = philox_words_torch(seed, 1, offset, n)
+    assert fast.dtype == np.uint32 and fast.size == n
+    assert np.array_equal(fast.astype(np.int64), ref.numpy())
+
+
+def test_device_path_gives_the_cpu_stream() -> None:
+    from gradzip.kernels.philox import philox_one_plus_uniform
+    from gradzip.kernels.philox_torch import philox_one_plus_uniform_torch
+
+    seed = derive_seed(KEY)
+    fast = torch.from_numpy(philox_one_plus_uniform(seed, 0, 5, 4099))
+    assert torch.equal(fast, philox_one_plus_uniform_torch(seed, 0, 5, 4099))
+    assert torch.equal(shared_uniform(KEY, 4099)[5:], fast.sub(1.0)[:4094])
+
+
+def test_stream_does_not_depend_on_the_thread_count() -> None:
+    import numba
+
+    from gradzip.kernels.philox import philox_words
+
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = philox_words(12345, 0, 7, 3 * 2**16 + 5)
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        two = philox_words(12345, 0, 7, 3 * 2**16 + 5)
+    finally:
+        numba.set_num_threads(before)
+    assert np.array_equal(one, two)
+
+
+def test_uniforms_pass_kolmogorov_smirnov() -> None:
+    """KS distance of 200k shared uniforms to U[0, 1): below the 0.1% critical value
+    1.95/sqrt(n) (the 23-bit grid adds at most 2**-23)."""
+    n = 200_000
+    u = np.sort(shared_uniform(KEY, n).numpy().astype(np.float64))
+    grid = np.arange(1, n + 1) / n
+    distance = max(float(np.max(grid - u)), float(np.max(u - (grid - 1 / n))))
+    assert distance < 1.95 / math.sqrt(n) + 2.0**-23
+
+
+def test_shared_words_continue_one_stream() -> None:
+    from gradzip.kernels.philox import SHARED_WORDS, philox_words
+    from gradzip.rng import shared_words
+
+    words = shared_words(KEY)
+    first, second = words.random_raw(3), words.random_raw(5)
+    assert first.dtype == np.uint64
+    whole = philox_words(derive_seed(KEY), SHARED_WORDS, 0, 16).astype(np.uint64)
+    expected = whole[0::2] | (whole[1::2] << np.uint64(32))
+    assert np.array_equal(np.concatenate((first, second)), expected)
+    assert np.array_equal(shared_words(KEY).random_raw(8), expected)
+
+
+def test_parallel_kernels_leave_torch_thread_count_alone() -> None:
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        shared_uniform(KEY, 3 * 2**16)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

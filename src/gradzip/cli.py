@@ -58,7 +58,16 @@ def _cmd_bench_codecs(args: argparse.Namespace) -> int:
     if args.numel < 1:
         print("gradzip: --numel must be >= 1", file=sys.stderr)
         return 2
-    run(numel=args.numel, repeat=args.repeat, only=args.only, json_path=args.json)
+    if args.threads < 1:
+        print("gradzip: --threads must be >= 1", file=sys.stderr)
+        return 2
+    run(
+        numel=args.numel,
+        repeat=args.repeat,
+        only=args.only,
+        json_path=args.json,
+        threads=args.threads,
+    )
     return 0
 
 
@@ -159,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--only", nargs="+", metavar="NAME", help="benchmark only these compressors"
     )
     p_codecs.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    p_codecs.add_argument(
+        "--threads", type=int, default=1, help="torch and numba threads (default 1)"
+    )
     p_codecs.set_defaults(func=_cmd_bench_codecs)
     p_coll = bench_sub.add_parser(
         "collectives",

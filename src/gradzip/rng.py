@@ -14,16 +14,17 @@ randomness prefixes ``local:``. The derivation is stateless, so a dropped messag
 desynchronise the streams and a checkpoint needs no RNG state.
 
 Generation [CHOICE, differs from the spec's torch.Generator suggestion on purpose]: numbers come
-from NumPy's SFC64 *bit generator* (seeded through ``SeedSequence(seed)``), whose raw 64-bit
-stream NumPy guarantees to be stable across versions and platforms (``torch.Generator`` and
-``numpy.random.Generator.random`` make no such promise). SFC64 replaced PCG64 for speed: its raw
-stream is about twice as fast, and generation dominates the DQSG/NDQSG round trip. Each 64-bit
-word gives two 32-bit words (low half first); each 32-bit word ``w`` becomes the float32
-``(w >> 9) * 2**-23`` in ``[0, 1)`` by setting the exponent bits of 1.0 and subtracting 1, which
-is exact. The numbers are made on the CPU, in NumPy-allocated memory (NumPy asks the kernel for
-huge pages, so a fresh 64 MB buffer costs a few ms of page faults rather than ~45 ms), and moved
-to the caller's device, so every device and every process sees the same stream. The global RNGs
-of Python, NumPy and torch are never touched.
+from Philox4x32-10 (Salmon et al., SC 2011; cuRAND's and PyTorch's CUDA generator), a
+counter-based generator: element ``i`` of a stream is computed from ``(seed, domain, i)`` alone,
+so it vectorizes, splits across threads without changing a bit, and runs on any device. The
+exact layout (key = the seed's 32-bit halves, counter = block index ``i // 4`` and the domain,
+element ``i`` = word ``i % 4``) is in :mod:`gradzip.kernels.philox`. CPU streams come from numba
+kernels (:mod:`gradzip.kernels.philox`), other devices use torch operations
+(:mod:`gradzip.kernels.philox_torch`) that give the same bits, so every device and every process
+sees the same stream. Each 32-bit word ``w`` becomes the float32 ``(w >> 9) * 2**-23`` in ``[0,
+1)`` by setting the exponent bits of 1.0 and subtracting 1, which is exact. Domains (the counter
+word ``c2``): shared uniforms 0, local uniforms 1, shared index words 2; local streams also have
+their own seed (``local:`` prefix). The global RNGs of Python, NumPy and torch are never touched.
 
 Hot paths that add the dither to something anyway can call :func:`shared_uniform_plus_one`,
 which returns ``1 + shared_uniform(key, n)`` exactly and skips the subtraction pass.
@@ -36,9 +37,16 @@ import hashlib
 import numpy as np
 import torch
 
+from gradzip.kernels.philox import (
+    LOCAL_UNIFORM,
+    SHARED_UNIFORM,
+    SHARED_WORDS,
+    philox_one_plus_uniform,
+    philox_words,
+)
+from gradzip.kernels.philox_torch import philox_one_plus_uniform_torch
 from gradzip.keys import StreamKey
 
-_ONE_BITS = np.uint32(0x3F800000)  # float32 bit pattern of 1.0
 _MASK63 = 2**63 - 1
 
 
@@ -67,27 +75,23 @@ def text_generator(text: str) -> torch.Generator:
     return torch.Generator().manual_seed(seed_from_text(text))
 
 
-def _one_plus_uniform(seed: int, n: int) -> torch.Tensor:
-    """``1 + u`` for ``n`` uniforms ``u`` of the stream ``seed``: float32 in ``[1, 2)``, exact."""
+def _one_plus_uniform(
+    seed: int, stream: int, n: int, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """``1 + u`` for ``n`` uniforms ``u`` of the stream ``(seed, stream)``: float32 in
+    ``[1, 2)``, exact; made where ``device`` says (CPU by default), same bits everywhere."""
     if n < 0:
         raise ValueError(f"cannot draw a negative number ({n}) of uniforms")
-    words = np.random.SFC64(seed).random_raw((n + 1) // 2)
-    bits = words.view(np.uint32)[:n]
-    np.right_shift(bits, 9, out=bits)
-    np.bitwise_or(bits, _ONE_BITS, out=bits)
-    return torch.from_numpy(bits.view(np.float32))  # exactly 1 + k * 2**-23
-
-
-def _uniform_from_seed(seed: int, n: int) -> torch.Tensor:
-    return _one_plus_uniform(seed, n).sub_(1.0)
+    if device is not None and torch.device(device).type != "cpu":
+        return philox_one_plus_uniform_torch(seed, stream, 0, n, device)
+    return torch.from_numpy(philox_one_plus_uniform(seed, stream, 0, n))
 
 
 def shared_uniform(
     key: StreamKey, n: int, device: torch.device | str | None = None
 ) -> torch.Tensor:
     """``n`` float32 uniforms in ``[0, 1)`` that sender and receiver regenerate identically."""
-    u = _uniform_from_seed(derive_seed(key, domain="shared"), n)
-    return u if device is None else u.to(device)
+    return _one_plus_uniform(derive_seed(key, domain="shared"), SHARED_UNIFORM, n, device).sub_(1.0)
 
 
 def shared_uniform_plus_one(
@@ -98,8 +102,7 @@ def shared_uniform_plus_one(
     For hot paths that add the dither to a value anyway (DQSG, NDQSG): the caller folds the
     ``-1`` into its own constant. The result is a fresh tensor the caller may modify in place.
     """
-    u = _one_plus_uniform(derive_seed(key, domain="shared"), n)
-    return u if device is None else u.to(device)
+    return _one_plus_uniform(derive_seed(key, domain="shared"), SHARED_UNIFORM, n, device)
 
 
 def local_uniform_plus_one(
@@ -107,8 +110,7 @@ def local_uniform_plus_one(
 ) -> torch.Tensor:
     """Exactly ``1 + local_uniform(key, n)``, one pass cheaper (see
     :func:`shared_uniform_plus_one`); a fresh tensor the caller may modify in place."""
-    u = _one_plus_uniform(derive_seed(key, domain="local"), n)
-    return u if device is None else u.to(device)
+    return _one_plus_uniform(derive_seed(key, domain="local"), LOCAL_UNIFORM, n, device)
 
 
 def local_uniform(key: StreamKey, n: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -116,8 +118,7 @@ def local_uniform(key: StreamKey, n: int, device: torch.device | str | None = No
 
     Deterministic given the key (so encodes are reproducible), independent of the shared stream.
     """
-    u = _uniform_from_seed(derive_seed(key, domain="local"), n)
-    return u if device is None else u.to(device)
+    return _one_plus_uniform(derive_seed(key, domain="local"), LOCAL_UNIFORM, n, device).sub_(1.0)
 
 
 def local_generator(key: StreamKey) -> np.random.Generator:
@@ -125,8 +126,31 @@ def local_generator(key: StreamKey) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(derive_seed(key, domain="local") ^ 0x5A5A))
 
 
-def shared_words(key: StreamKey) -> np.random.SFC64:
+class PhiloxWords:
+    """A position in a Philox word stream: :meth:`random_raw` returns its next 64-bit words.
+
+    64-bit word ``j`` is ``w[2j] | w[2j+1] << 32`` of the stream's 32-bit words ``w`` (low half
+    first), so consecutive calls read consecutive parts of one stream, as NumPy bit generators'
+    ``random_raw`` does.
+    """
+
+    def __init__(self, seed: int, stream: int) -> None:
+        self.seed = seed
+        self.stream = stream
+        self.position = 0  # 64-bit words already returned
+
+    def random_raw(self, size: int) -> np.ndarray:
+        """The next ``size`` 64-bit words (``uint64``)."""
+        n = int(size)
+        if n < 0:
+            raise ValueError(f"cannot draw a negative number ({n}) of words")
+        words = philox_words(self.seed, self.stream, 2 * self.position, 2 * n)
+        self.position += n
+        return words.view(np.uint64)  # little-endian: word 2j is the low half
+
+
+def shared_words(key: StreamKey) -> PhiloxWords:
     """The raw 64-bit word stream (``.random_raw(n)``) of ``key`` in the shared domain, for shared
-    draws other than the dither (random indices). Raw SFC64 words are stable across NumPy
-    versions and platforms; the stream is separated from the dither's by a different seed."""
-    return np.random.SFC64(derive_seed(key, domain="shared") ^ 0x5EED_0F_1D1CE5)
+    draws other than the dither (random indices): the Philox stream of the shared seed in its
+    own domain (:data:`~gradzip.kernels.philox.SHARED_WORDS`), so it never meets the dither's."""
+    return PhiloxWords(derive_seed(key, domain="shared"), SHARED_WORDS)

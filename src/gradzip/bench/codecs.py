@@ -1,8 +1,11 @@
 """``gradzip bench codecs``: encode/decode throughput and bits per coordinate of every compressor.
 
-Every figure is measured in this run, on this machine, with one thread: GB/s are float32 input
+Every figure is measured in this run, on this machine, with ``threads`` threads (torch's and
+numba's; default one): GB/s are float32 input
 bytes (4 per coordinate) over the best of ``repeat`` timed runs; bits per coordinate are measured
-payload sizes. The memcpy line is the yardstick (copy into a preallocated buffer). Extra lines
+payload sizes. The memcpy line is the yardstick (copy into a preallocated buffer, with the same
+threads). Each codec's first call on a small tensor is timed apart ("first call": loading or
+compiling its numba kernels, once per process) so that it stays out of the figures. Extra lines
 time the shared-randomness generator and the entropy coder (symbols/s), which every dithered
 encode and every entropy-coded payload pay for.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import json
 import platform
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +52,17 @@ BENCH_PARAMS: dict[str, dict[str, Any]] = {"threshold": {"tau": 2.0}}
 def bench_params(name: str) -> dict[str, Any]:
     """The parameters ``name`` is benchmarked with."""
     return dict(BENCH_PARAMS.get(name, get(name).example_params))
+
+
+def first_call_seconds(name: str) -> float:
+    """Seconds of one encode and decode of 4096 values: numba's kernel loading or compiling,
+    paid once per process (and compiling once per machine, thanks to numba's cache)."""
+    comp = get(name)(**bench_params(name))
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(0))
+    side = x if comp.needs_side_information else None
+    start = time.perf_counter()
+    comp.decode(comp.encode(x, KEY).payload, side=side)
+    return time.perf_counter() - start
 
 
 def bench_compressor(name: str, x: torch.Tensor, repeat: int, memcpy: float) -> CodecRow:
@@ -100,13 +115,23 @@ def run(
     repeat: int = 3,
     only: list[str] | None = None,
     json_path: str | None = None,
+    threads: int = 1,
 ) -> dict[str, Any]:
-    """Run the benchmark, print a table, optionally write JSON; returns the figures."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    """Run the benchmark with ``threads`` threads, print a table, optionally write JSON; returns
+    the figures."""
+    import numba
+
+    before = torch.get_num_threads(), numba.get_num_threads()
+    threads = max(1, min(threads, int(numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
+    torch.set_num_threads(threads)
+    numba.set_num_threads(threads)
+    first_calls: dict[str, float] = {}
     try:
         memcpy = memcpy_gbps(numel, repeat)
-        print(f"gradzip bench codecs: {numel} float32 coordinates, 1 thread, best of {repeat}")
+        print(
+            f"gradzip bench codecs: {numel} float32 coordinates, {threads} thread(s), "
+            f"best of {repeat}"
+        )
         print(f"memcpy (copy into preallocated buffer): {memcpy:.2f} GB/s")
         x = torch.randn(numel, generator=torch.Generator().manual_seed(1))
         rows = []
@@ -116,6 +141,7 @@ def run(
         )
         print(header)
         for name in only or names():
+            first_calls[name] = first_call_seconds(name)
             row = bench_compressor(name, x, repeat, memcpy)
             rows.append(row)
             print(
@@ -132,12 +158,18 @@ def run(
             f"M symbols/s, decode {entropy['decode_msym_per_s']:.1f} M symbols/s, "
             f"size {entropy['coded_bits_over_entropy']:.4f} x entropy"
         )
+        print(
+            "first call (numba kernel load or compile, not in the figures): "
+            + ", ".join(f"{k} {v:.2f} s" for k, v in first_calls.items())
+        )
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(before[0])
+        numba.set_num_threads(before[1])
     result: dict[str, Any] = {
         "numel": numel,
         "repeat": repeat,
-        "threads": 1,
+        "threads": threads,
+        "first_call_seconds": first_calls,
         "torch": torch.__version__,
         "machine": platform.machine(),
         "memcpy_gbps": memcpy,

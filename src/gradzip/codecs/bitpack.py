@@ -132,19 +132,7 @@ def unpack_bits(data: torch.Tensor, n: int, bits: int) -> torch.Tensor:
     Raises :class:`TruncatedPayloadError` if ``data`` is too short and
     :class:`CorruptPayloadError` if it is too long or its padding bits are set.
     """
-    _check_bits(bits)
-    expected = packed_bytes(n, bits)
-    if data.numel() < expected:
-        raise TruncatedPayloadError(
-            f"packed symbol stream has {data.numel()} bytes; {n} symbols of {bits} bits need {expected}"
-        )
-    if data.numel() > expected:
-        raise CorruptPayloadError(
-            f"packed symbol stream has {data.numel()} bytes; {n} symbols of {bits} bits take {expected}"
-        )
-    tail_bits = (n * bits) % 8
-    if tail_bits and int(data[-1]) >> tail_bits:
-        raise CorruptPayloadError("packed symbol stream has non-zero padding bits")
+    check_packed(data, n, bits)
     out_dtype = np.uint8 if bits <= 8 else (np.int32 if bits <= 16 else np.int64)
     raw = _as_numpy(data)
     if n == 0:
@@ -164,6 +152,25 @@ def unpack_bits(data: torch.Tensor, n: int, bits: int) -> torch.Tensor:
         pieces.append(_unpack_groups(tail, bits, out_dtype)[: n % 8])
     values = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
     return torch.from_numpy(values)
+
+
+def check_packed(data: torch.Tensor, n: int, bits: int) -> None:
+    """Reject a packed stream of ``n`` symbols of ``bits`` bits whose length is wrong
+    (:class:`TruncatedPayloadError`, :class:`CorruptPayloadError`) or whose padding bits are set
+    (:class:`CorruptPayloadError`)."""
+    _check_bits(bits)
+    expected = packed_bytes(n, bits)
+    if data.numel() < expected:
+        raise TruncatedPayloadError(
+            f"packed symbol stream has {data.numel()} bytes; {n} symbols of {bits} bits need {expected}"
+        )
+    if data.numel() > expected:
+        raise CorruptPayloadError(
+            f"packed symbol stream has {data.numel()} bytes; {n} symbols of {bits} bits take {expected}"
+        )
+    tail_bits = (n * bits) % 8
+    if tail_bits and int(data[-1]) >> tail_bits:
+        raise CorruptPayloadError("packed symbol stream has non-zero padding bits")
 
 
 def _unpack_groups(packed: np.ndarray, bits: int, out_dtype: type) -> np.ndarray:

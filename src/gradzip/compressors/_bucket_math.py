@@ -12,7 +12,10 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from gradzip.codecs.bitpack import check_packed
+from gradzip.codecs.symbols import pack_symbols, symbol_bits, unpack_symbols
 from gradzip.compressors.common import fresh_uint8, num_buckets
+from gradzip.kernels.dithered_torch import pack_bits_torch, unpack_bits_torch
 
 _F32_MAX = float(np.finfo(np.float32).max)
 
@@ -103,3 +106,21 @@ def zero_buckets_to_zero(v: torch.Tensor, scales: torch.Tensor, bucket_size: int
     for elems, rows, buckets in segments(n, bucket_size):
         block = v[elems].view(rows, -1)
         block.masked_fill_(zero[buckets].view(rows, 1), 0.0)
+
+
+def device_packed(symbols: torch.Tensor, alphabet: int, packing: str) -> torch.Tensor:
+    """Symbols packed where they live for the fixed packing (torch operations, the layout of
+    :mod:`gradzip.codecs.bitpack`); on the CPU for the dense and entropy packings."""
+    if packing == "fixed":
+        return pack_bits_torch(symbols, symbol_bits(alphabet))
+    return pack_symbols(symbols.cpu(), alphabet, packing)
+
+
+def device_unpacked(data: torch.Tensor, n: int, alphabet: int, packing: str) -> torch.Tensor:
+    """Inverse of :func:`device_packed`, with the length and padding checks of
+    :func:`gradzip.codecs.bitpack.unpack_bits`."""
+    if packing == "fixed":
+        bits = symbol_bits(alphabet)
+        check_packed(data, n, bits)
+        return unpack_bits_torch(data, n, bits)
+    return unpack_symbols(data, n, alphabet, packing)

@@ -105,7 +105,7 @@ def bucket_absmax(x: torch.Tensor, bucket_size: int, absmax: float) -> torch.Ten
     n = x.numel()
     nb = num_buckets(n, bucket_size)
     if nb == 1:
-        return torch.tensor([absmax], dtype=torch.float32)
+        return torch.tensor([absmax], dtype=torch.float32, device=x.device)
     full = n // bucket_size
     rows = x[: full * bucket_size].view(full, bucket_size)
     # separate amax/amin reductions are ~6x faster than aminmax(dim=1) on CPU
@@ -114,7 +114,9 @@ def bucket_absmax(x: torch.Tensor, bucket_size: int, absmax: float) -> torch.Ten
         tail = x[full * bucket_size :]
         lo_t, hi_t = torch.aminmax(tail)
         scales = torch.cat((scales, torch.maximum(-lo_t, hi_t).view(1)))
-    return scales
+    # a zero bucket's scale is +0.0 (maximum(0.0, -0.0) may be either): the bytes on the wire
+    # must not depend on the reduction's implementation
+    return scales.abs_()
 
 
 def per_element(values: torch.Tensor, n: int, bucket_size: int) -> torch.Tensor:
@@ -135,15 +137,22 @@ def read_scales(body: memoryview, count: int) -> tuple[torch.Tensor, memoryview]
 
 
 def scaled_symbols_body(
-    scales: torch.Tensor, symbols: torch.Tensor, alphabet: int, packing: str
+    scales: torch.Tensor,
+    symbols: torch.Tensor,
+    alphabet: int,
+    packing: str,
+    packed: torch.Tensor | None = None,
 ) -> Body:
     """The body of a scale-and-quantize codec: float32 scales, then the packed symbols.
 
     ``paper_bits = n*log2(L) + 32*#scales`` (spec 0.5); the scales are the side data.
+    ``packed``: the symbols already packed (by a fused kernel), else they are packed here.
     """
     side = 32 * scales.numel()
+    if packed is None:
+        packed = pack_symbols(symbols, alphabet, packing)
     return Body(
-        pieces=[scales, pack_symbols(symbols, alphabet, packing)],
+        pieces=[scales, packed],
         paper_bits=symbols.numel() * math.log2(alphabet) + side,
         streams=(symbols,),
         side_bits=side,

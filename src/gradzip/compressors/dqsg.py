@@ -4,21 +4,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 
-from gradzip.codecs.symbols import check_packing, unpack_symbols
-from gradzip.compressors._bucket_math import (
-    _F32_MAX,
-    add_scaled_,
-    clamp_to_dtype_,
-    per_row,
-    safe_factors,
-    segments,
-    shift_then_scale_,
-    truncate_to_uint8,
-    zero_buckets_to_zero,
-)
+from gradzip.codecs.symbols import check_packing, symbol_bits
+from gradzip.compressors._bucket_math import clamp_to_dtype_, device_packed, device_unpacked
 from gradzip.compressors._grid import CommonGrid
 from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
 from gradzip.compressors.common import (
@@ -35,9 +24,13 @@ from gradzip.compressors.common import (
     scaled_symbols_floor_bits,
 )
 from gradzip.compressors.registry import register
+from gradzip.kernels.backend import use_torch_ops
+from gradzip.kernels.dithered import fused_decode_affine, fused_encode
+from gradzip.kernels.dithered_torch import decode_affine_torch, encode_symbols_torch
+from gradzip.kernels.philox import SHARED_UNIFORM
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
-from gradzip.rng import shared_uniform, shared_uniform_plus_one
+from gradzip.rng import derive_seed, shared_uniform
 
 # float32 index arithmetic is exact enough (error <= (2M+1) * 2**-24 grid units, then clamped,
 # spec 0.3) while the symbols fit in a byte; larger alphabets use float64
@@ -152,9 +145,23 @@ class DQSG(Compressor, CommonGrid):
         if self.clip_std is not None:
             x, absmax = clip_to_std(x, absmax, self.clip_std)
         bs = self.bucket_size_for(n)
+        if self.packing == "fixed" and not use_torch_ops(x):
+            one = num_buckets(n, bs) == 1
+            given = torch.tensor([absmax], dtype=torch.float32) if one else None
+            bits = symbol_bits(self.alphabet)
+            scales, symbols, packed = fused_encode(
+                x, given, bs, **_encode_args(self.M, key), bits=bits
+            )
+            return scaled_symbols_body(scales, symbols, self.alphabet, self.packing, packed)
         scales = bucket_absmax(x, bs, absmax)
         symbols = dither_symbols(x, scales, bs, self.M, key)
-        return scaled_symbols_body(scales, symbols, self.alphabet, self.packing)
+        return scaled_symbols_body(
+            scales,
+            symbols,
+            self.alphabet,
+            self.packing,
+            device_packed(symbols, self.alphabet, self.packing),
+        )
 
     # -- decode --------------------------------------------------------------------------------
     def _decode_flat(
@@ -164,9 +171,25 @@ class DQSG(Compressor, CommonGrid):
         bs = self.bucket_size_for(n)
         scales, rest = read_scales(body, num_buckets(n, bs))
         check_scales(scales, self.name)
-        symbols = unpack_symbols(body_tensor(rest), n, self.alphabet, self.packing)
-        check_symbols(symbols, self.alphabet, self.name)
-        out = dither_reconstruct(symbols, scales, bs, self.M, header.key)
+        if self.packing == "fixed" and not use_torch_ops():
+            out = fused_decode_affine(
+                body_tensor(rest),
+                n,
+                self.alphabet,
+                scales,
+                bs,
+                float(self.M),
+                1.5 - self.M,
+                True,
+                derive_seed(header.key, domain="shared"),
+                SHARED_UNIFORM,
+                self.M > _FLOAT32_MAX_LEVEL,
+                self.name,
+            )
+        else:
+            symbols = device_unpacked(body_tensor(rest), n, self.alphabet, self.packing)
+            check_symbols(symbols, self.alphabet, self.name)
+            out = dither_reconstruct(symbols, scales, bs, self.M, header.key)
         clamp_to_dtype_(out, header.dtype, float(scales.max()) * (1 + 0.5 / self.M))
         return out
 
@@ -200,60 +223,47 @@ class DQSG(Compressor, CommonGrid):
 def dither_symbols(
     x: torch.Tensor, scales: torch.Tensor, bucket_size: int, M: int, key: StreamKey
 ) -> torch.Tensor:
-    """DQSG symbols ``clamp(floor(M*x/sigma + u01), -M, M) + M`` with the shared dither of ``key``.
+    """DQSG symbols ``clamp(floor(M*x/sigma + u01), -M, M) + M`` with the shared dither of ``key``,
+    as torch operations on ``x``'s device (the fused kernel's twin).
 
-    Fast path: ``v = (1 + u01) + x*(M/sigma) + (M - 1)`` is built in the dither buffer by one
-    fused multiply-add; it is non-negative, so a truncating cast is its floor.
+    In float32 (``M <= 127``): ``v = (1 + u01) + x*f32(M/sigma)``, ``v = v + (M - 1)``, a
+    truncating cast (``v >= 0`` up to rounding, truncation of ``(-1, 0)`` gives 0) clamped to
+    ``2M``; in float64 for larger ``M`` and for buckets whose factor overflows float32 (see
+    :mod:`gradzip.kernels.dithered`).
     """
-    n = x.numel()
-    factors = safe_factors(float(M), scales)
-    v = shared_uniform_plus_one(key, n)
-    if M > _FLOAT32_MAX_LEVEL or float(factors.max()) > _F32_MAX:
-        return _dither_symbols_float64(x, v, factors, bucket_size, M)
-    f32 = factors.to(torch.float32)
-    for elems, rows, buckets in segments(n, bucket_size):
-        add_scaled_(v[elems].view(rows, -1), x[elems].view(rows, -1), per_row(f32, rows, buckets))
-    if M != 1:
-        v.add_(M - 1)
-    return truncate_to_uint8(v).clamp_(max=2 * M)
+    return encode_symbols_torch(x, scales, bucket_size, **_encode_args(M, key))
 
 
-def _dither_symbols_float64(
-    x: torch.Tensor, v: torch.Tensor, factors: torch.Tensor, bucket_size: int, M: int
-) -> torch.Tensor:
-    """Exact index arithmetic for large ``M`` or subnormal scales (where ``M/sigma`` overflows
-    float32)."""
-    n = x.numel()
-    w = v.to(torch.float64).add_(M - 1)
-    x64 = x.to(torch.float64)
-    for elems, rows, buckets in segments(n, bucket_size):
-        add_scaled_(
-            w[elems].view(rows, -1), x64[elems].view(rows, -1), per_row(factors, rows, buckets)
-        )
-    w.floor_().clamp_(0, 2 * M)
-    return w.to(torch.uint8 if 2 * M <= 255 else torch.int32)
+def _encode_args(M: int, key: StreamKey) -> dict[str, Any]:
+    return {
+        "numer": float(M),
+        "seed": derive_seed(key, domain="shared"),
+        "stream": SHARED_UNIFORM,
+        "nsum": 0,
+        "c": float(M - 1),
+        "top": 2 * M,
+        "modk": 0,
+        "fast_ok": M <= _FLOAT32_MAX_LEVEL,
+    }
 
 
 def dither_reconstruct(
     symbols: torch.Tensor, scales: torch.Tensor, bucket_size: int, M: int, key: StreamKey
 ) -> torch.Tensor:
-    """``g_hat = sigma/M * (q - up)`` with ``q = symbol - M`` and the regenerated dither ``up``.
+    """``g_hat = sigma/M * (q - up)`` with ``q = symbol - M`` and the regenerated dither ``up``,
+    as torch operations on the symbols' device.
 
-    Computed as ``(symbol - (1 + u01) + (3/2 - M)) * sigma/M`` in the dither buffer, which is
-    returned. Zero buckets decode to exact (+0.0) zeros.
+    Computed as ``((symbol - (1 + u01)) + (3/2 - M)) * f32(sigma/M)`` in float32 (``M <= 127``)
+    or float64. Zero buckets decode to exact (+0.0) zeros.
     """
-    n = symbols.numel()
-    v = shared_uniform_plus_one(key, n)
-    big = M > _FLOAT32_MAX_LEVEL
-    if big:
-        v = v.to(torch.float64)
-    if symbols.dtype == torch.uint8 and not big:
-        # NumPy's mixed uint8/float32 subtraction is ~5x faster than torch's
-        np.subtract(symbols.numpy(), v.numpy(), out=v.numpy())
-    else:
-        torch.sub(symbols.to(v.dtype), v, out=v)
-    steps = (scales.to(torch.float64) / M).to(v.dtype)
-    for elems, rows, buckets in segments(n, bucket_size):
-        shift_then_scale_(v[elems].view(rows, -1), 1.5 - M, per_row(steps, rows, buckets))
-    zero_buckets_to_zero(v, scales, bucket_size)
-    return v.to(torch.float32) if big else v
+    return decode_affine_torch(
+        symbols,
+        scales,
+        bucket_size,
+        float(M),
+        1.5 - M,
+        True,
+        derive_seed(key, domain="shared"),
+        SHARED_UNIFORM,
+        M > _FLOAT32_MAX_LEVEL,
+    )

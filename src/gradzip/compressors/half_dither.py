@@ -7,17 +7,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from gradzip.codecs.symbols import check_packing, unpack_symbols
-from gradzip.compressors._bucket_math import (
-    _F32_MAX,
-    add_scaled_,
-    clamp_to_dtype_,
-    per_row,
-    safe_factors,
-    segments,
-    truncate_to_uint8,
-    zero_buckets_to_zero,
-)
+from gradzip.codecs.symbols import check_packing, symbol_bits
+from gradzip.compressors._bucket_math import clamp_to_dtype_, device_packed, device_unpacked
 from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
 from gradzip.compressors.common import (
     DEFAULT_BUCKET_SIZE,
@@ -25,7 +16,6 @@ from gradzip.compressors.common import (
     check_bucket_size,
     check_scales,
     check_symbols,
-    fresh_float32,
     num_buckets,
     read_scales,
     scaled_symbols_bits,
@@ -33,9 +23,13 @@ from gradzip.compressors.common import (
     scaled_symbols_floor_bits,
 )
 from gradzip.compressors.registry import register
+from gradzip.kernels.backend import use_torch_ops
+from gradzip.kernels.dithered import fused_decode_affine, fused_encode
+from gradzip.kernels.dithered_torch import decode_affine_torch, encode_symbols_torch
+from gradzip.kernels.philox import LOCAL_UNIFORM
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
-from gradzip.rng import local_uniform
+from gradzip.rng import derive_seed
 
 
 @register
@@ -126,55 +120,55 @@ class HalfDither(Compressor):
         n = header.numel
         return scaled_symbols_floor_bits(n, self._bucket_size, self.alphabet, self.packing)
 
-    def _encode_flat(
-        self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
-    ) -> Body:
-        scales = bucket_absmax(x, self._bucket_size, absmax)
-        symbols = self._symbols(x, scales, key)
-        return scaled_symbols_body(scales, symbols, self.alphabet, self.packing)
-
-    def _symbols(self, x: torch.Tensor, scales: torch.Tensor, key: StreamKey) -> torch.Tensor:
+    def _encode_args(self, key: StreamKey) -> dict[str, Any]:
         """``q + M + h = floor(M*y + sum_j u_j - k/2 + 1/2 + M + h)``.
 
         The argument is ``>= h - k/2 + 1/2 >= 0``, so a truncating cast is its floor. Float32
         (then clamped, spec 0.3) for ``k <= 2`` (a sum of two uniforms is exact in float32) and
-        byte-sized alphabets; float64 otherwise.
+        byte-sized alphabets, per bucket while ``M/sigma`` fits float32; float64 otherwise (see
+        :mod:`gradzip.kernels.dithered`). Uniform ``j`` of element ``i`` is element ``i + j*n``
+        of the local stream.
         """
-        n, k = x.numel(), self.dither_sum
-        offset = self.half_range - k / 2 + 0.5
-        factors = safe_factors(float(self.M), scales)
-        u = local_uniform(key, k * n)
-        if k <= 2 and self.alphabet <= 256 and float(factors.max()) <= _F32_MAX:
-            v = u[:n] if k == 1 else torch.add(u[:n], u[n:], out=u[:n])
-            f32 = factors.to(torch.float32)
-            for elems, rows, buckets in segments(n, self._bucket_size):
-                add_scaled_(
-                    v[elems].view(rows, -1), x[elems].view(rows, -1), per_row(f32, rows, buckets)
-                )
-            v.add_(offset)
-            return truncate_to_uint8(v).clamp_(max=self.alphabet - 1)
-        w = u.view(k, n).to(torch.float64).sum(dim=0)
-        w.add_(offset)
-        x64 = x.to(torch.float64)
-        for elems, rows, buckets in segments(n, self._bucket_size):
-            add_scaled_(
-                w[elems].view(rows, -1), x64[elems].view(rows, -1), per_row(factors, rows, buckets)
+        k = self.dither_sum
+        return {
+            "numer": float(self.M),
+            "seed": derive_seed(key, domain="local"),
+            "stream": LOCAL_UNIFORM,
+            "nsum": k,
+            "c": self.half_range - k / 2 + 0.5,
+            "top": self.alphabet - 1,
+            "modk": 0,
+            "fast_ok": k <= 2 and self.alphabet <= 256,
+        }
+
+    def _encode_flat(
+        self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
+    ) -> Body:
+        n, bs = x.numel(), self._bucket_size
+        if self.packing == "fixed" and not use_torch_ops(x):
+            given = torch.tensor([absmax], dtype=torch.float32) if num_buckets(n, bs) == 1 else None
+            scales, symbols, packed = fused_encode(
+                x, given, bs, **self._encode_args(key), bits=symbol_bits(self.alphabet)
             )
-        w.floor_().clamp_(0, self.alphabet - 1)
-        return w.to(torch.uint8 if self.alphabet <= 256 else torch.int32)
+            return scaled_symbols_body(scales, symbols, self.alphabet, self.packing, packed)
+        scales = bucket_absmax(x, bs, absmax)
+        symbols = encode_symbols_torch(x, scales, bs, **self._encode_args(key))
+        packed = device_packed(symbols, self.alphabet, self.packing)
+        return scaled_symbols_body(scales, symbols, self.alphabet, self.packing, packed)
 
     def _decode_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None
     ) -> torch.Tensor:
-        n = header.numel
-        scales, rest = read_scales(body, num_buckets(n, self._bucket_size))
+        """``g_hat = (symbol + (-(M + h))) * f32(sigma/M)`` in float32; zero buckets give +0.0."""
+        n, bs = header.numel, self._bucket_size
+        scales, rest = read_scales(body, num_buckets(n, bs))
         check_scales(scales, self.name)
-        symbols = unpack_symbols(body_tensor(rest), n, self.alphabet, self.packing)
-        check_symbols(symbols, self.alphabet, self.name)
-        out = fresh_float32(n).copy_(symbols).sub_(self.half_range)
-        steps = (scales.to(torch.float64) / self.M).to(torch.float32)
-        for elems, rows, buckets in segments(n, self._bucket_size):
-            out[elems].view(rows, -1).mul_(per_row(steps, rows, buckets))
-        zero_buckets_to_zero(out, scales, self._bucket_size)
+        args = (scales, bs, float(self.M), float(-self.half_range), False, 0, LOCAL_UNIFORM, False)
+        if self.packing == "fixed" and not use_torch_ops():
+            out = fused_decode_affine(body_tensor(rest), n, self.alphabet, *args, self.name)
+        else:
+            symbols = device_unpacked(body_tensor(rest), n, self.alphabet, self.packing)
+            check_symbols(symbols, self.alphabet, self.name)
+            out = decode_affine_torch(symbols, *args)
         clamp_to_dtype_(out, header.dtype, float(scales.max()) * self.half_range / self.M)
         return out

@@ -5,26 +5,14 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 
-from gradzip.codecs.symbols import check_packing, unpack_symbols
-from gradzip.compressors._bucket_math import (
-    _F32_MAX,
-    add_scaled_,
-    clamp_to_dtype_,
-    per_row,
-    safe_factors,
-    segments,
-    shift_then_scale_,
-    truncate_to_uint8,
-    zero_buckets_to_zero,
-)
+from gradzip.codecs.symbols import check_packing, symbol_bits
+from gradzip.compressors._bucket_math import clamp_to_dtype_, device_packed, device_unpacked
 from gradzip.compressors._nested import (
     chebyshev_failure_bound,
     check_odd_k,
     failure_rate,
-    floor_mod_small,
     nested_decode,
     nested_encode,
     nested_success_bound,
@@ -43,9 +31,13 @@ from gradzip.compressors.common import (
     scaled_symbols_floor_bits,
 )
 from gradzip.compressors.registry import register
+from gradzip.kernels.backend import use_torch_ops
+from gradzip.kernels.dithered import fused_decode_nested, fused_encode
+from gradzip.kernels.dithered_torch import decode_nested_torch, encode_symbols_torch
+from gradzip.kernels.philox import SHARED_UNIFORM
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
-from gradzip.rng import shared_uniform_plus_one
+from gradzip.rng import derive_seed
 
 __all__ = [
     "NDQSG",
@@ -142,46 +134,47 @@ class NDQSG(Compressor):
     def min_body_bits(self, header: Header) -> int:
         return scaled_symbols_floor_bits(header.numel, self._bucket_size, self.k, self.packing)
 
-    def _float32_ok(self, factors: torch.Tensor, top: int) -> bool:
-        # float32 index arithmetic (then exact integer work) while values stay below 256 and the
-        # factors (alpha*L1/sigma) do not overflow; else float64
-        return top <= 255 and float(factors.max()) <= _F32_MAX
-
     # -- encode --------------------------------------------------------------------------------
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
     ) -> Body:
-        scales = bucket_absmax(x, self._bucket_size, absmax)
+        n, bs = x.numel(), self._bucket_size
+        if self.packing == "fixed" and not use_torch_ops(x):
+            given = torch.tensor([absmax], dtype=torch.float32) if num_buckets(n, bs) == 1 else None
+            scales, symbols, packed = fused_encode(
+                x, given, bs, **self._encode_args(key), bits=symbol_bits(self.k)
+            )
+            return scaled_symbols_body(scales, symbols, self.k, self.packing, packed)
+        scales = bucket_absmax(x, bs, absmax)
         symbols = self._symbols(x, scales, key)
-        return scaled_symbols_body(scales, symbols, self.k, self.packing)
+        packed = device_packed(symbols, self.k, self.packing)
+        return scaled_symbols_body(scales, symbols, self.k, self.packing, packed)
 
-    def _symbols(self, x: torch.Tensor, scales: torch.Tensor, key: StreamKey) -> torch.Tensor:
-        """``(floor(alpha*x/c + u01) + h) mod k``, via ``v = (1 + u01) + alpha*x/c + shift - 1``.
+    def _encode_args(self, key: StreamKey) -> dict[str, Any]:
+        """``(floor(alpha*x/c + u01) + h) mod k`` as ``v = (1 + u01) + x*(alpha*L1/sigma)``,
+        ``v = v + (shift - 1)``, truncated, clamped to ``top`` and reduced mod ``k``.
 
         ``shift = h + k*m`` with ``k*m >= L1 + 1`` keeps ``v`` non-negative (so truncation is
-        floor) without changing the residue.
+        floor) without changing the residue. Float32 while ``top <= 255`` and the bucket's
+        factor fits float32, else float64 (see :mod:`gradzip.kernels.dithered`).
         """
-        n, k = x.numel(), self.k
-        factors = safe_factors(self.alpha * self.L1, scales)
+        k = self.k
         shift = self.h + k * -(-(self.L1 + 1) // k)
         top = self.L1 + 1 + shift
-        v = shared_uniform_plus_one(key, n)
-        if self._float32_ok(factors, top):
-            f32 = factors.to(torch.float32)
-            for elems, rows, buckets in segments(n, self._bucket_size):
-                add_scaled_(
-                    v[elems].view(rows, -1), x[elems].view(rows, -1), per_row(f32, rows, buckets)
-                )
-            v.add_(shift - 1)
-            return floor_mod_small(truncate_to_uint8(v).clamp_(max=top), k, top)
-        w = v.to(torch.float64).add_(shift - 1)
-        x64 = x.to(torch.float64)
-        for elems, rows, buckets in segments(n, self._bucket_size):
-            add_scaled_(
-                w[elems].view(rows, -1), x64[elems].view(rows, -1), per_row(factors, rows, buckets)
-            )
-        symbols = w.floor_().clamp_(0, top).to(torch.int64).remainder_(k)
-        return symbols.to(torch.uint8 if k <= 256 else torch.int32)
+        return {
+            "numer": self.alpha * self.L1,
+            "seed": derive_seed(key, domain="shared"),
+            "stream": SHARED_UNIFORM,
+            "nsum": 0,
+            "c": float(shift - 1),
+            "top": top,
+            "modk": k,
+            "fast_ok": top <= 255,
+        }
+
+    def _symbols(self, x: torch.Tensor, scales: torch.Tensor, key: StreamKey) -> torch.Tensor:
+        """The symbols as torch operations on ``x``'s device (see :meth:`_encode_args`)."""
+        return encode_symbols_torch(x, scales, self._bucket_size, **self._encode_args(key))
 
     # -- decode --------------------------------------------------------------------------------
     def _decode_flat(
@@ -192,46 +185,47 @@ class NDQSG(Compressor):
         n = header.numel
         scales, rest = read_scales(body, num_buckets(n, self._bucket_size))
         check_scales(scales, self.name)
-        symbols = unpack_symbols(body_tensor(rest), n, self.k, self.packing)
-        check_symbols(symbols, self.k, self.name)
-        out, ymax = self._reconstruct(symbols, scales, side, header.key)
+        lo, hi = torch.aminmax(side)
+        ymax = max(-float(lo), float(hi))
+        seed = derive_seed(header.key, domain="shared")
+        consts = self._decode_consts()
+        if self.packing == "fixed" and not use_torch_ops():
+            out = fused_decode_nested(
+                body_tensor(rest),
+                n,
+                self.k,
+                scales,
+                self._bucket_size,
+                *consts,
+                ymax,
+                seed,
+                SHARED_UNIFORM,
+                side,
+                self.name,
+            )
+        else:
+            symbols = device_unpacked(body_tensor(rest), n, self.k, self.packing)
+            check_symbols(symbols, self.k, self.name)
+            out = decode_nested_torch(
+                symbols,
+                scales,
+                self._bucket_size,
+                *consts[:2],
+                self.k,
+                consts[2],
+                ymax,
+                seed,
+                SHARED_UNIFORM,
+                side,
+            )
         reach = ymax + float(scales.max()) * self.alpha * self.k / self.L1
         clamp_to_dtype_(out, header.dtype, reach)
         return out
 
-    def _reconstruct(
-        self, symbols: torch.Tensor, scales: torch.Tensor, y: torch.Tensor, key: StreamKey
-    ) -> tuple[torch.Tensor, float]:
-        """The decoder in fine units: ``rn = s - up - alpha*y/c``,
-        ``g_hat = y + alpha*c*(rn - k*floor(rn/k + 1/2))``."""
-        n, k, bs = symbols.numel(), self.k, self._bucket_size
-        factors = safe_factors(self.alpha * self.L1, scales)  # alpha/c per bucket
-        v = shared_uniform_plus_one(key, n)
-        lo, hi = torch.aminmax(y)
-        # alpha*y/c must not overflow float32 (side information far larger than this scale)
-        ymax = max(-float(lo), float(hi))
-        reach = float(factors.max()) * ymax
-        fast = self._float32_ok(factors, 0) and reach < 1e30 and symbols.dtype == torch.uint8
-        if fast:
-            np.subtract(symbols.numpy(), v.numpy(), out=v.numpy())  # s + h - 1 - u01
-        else:
-            v = torch.sub(symbols.to(torch.float64), v.to(torch.float64))
-        dtype = v.dtype
-        # w = s + h - 1 - u01 - alpha*y/c; the decoder's rn = s - up - alpha*y/c is w + K0
-        K0 = 1.5 - self.h
-        neg = (-factors).to(dtype)
-        yd = y if dtype == torch.float32 else y.to(dtype)
-        for elems, rows, buckets in segments(n, bs):
-            add_scaled_(
-                v[elems].view(rows, -1), yd[elems].view(rows, -1), per_row(neg, rows, buckets)
-            )
-        # Q2 index m = floor(rn/k + 1/2) = floor(w/k + (K0/k + 1/2)), in one fused pass
-        coarse = torch.from_numpy(np.empty(n, dtype=np.float32 if fast else np.float64))
-        torch.add(torch.tensor(K0 / k + 0.5, dtype=dtype), v, alpha=1.0 / k, out=coarse)
-        v.sub_(coarse.floor_(), alpha=k)  # w - k*m = (rn - Q2(rn)) - K0, in fine steps
-        steps = (scales.to(torch.float64) * (self.alpha / self.L1)).to(dtype)  # alpha*c
-        for elems, rows, buckets in segments(n, bs):
-            shift_then_scale_(v[elems].view(rows, -1), K0, per_row(steps, rows, buckets))
-        v.add_(yd)
-        zero_buckets_to_zero(v, scales, bs)
-        return (v if fast else v.to(torch.float32)), ymax
+    def _decode_consts(self) -> tuple[float, float, float]:
+        """``(alpha*L1, alpha/L1, K0)`` of the decoder in fine units: with ``w = s + h - 1 -
+        u01 - alpha*y/c`` (``s + h`` the symbol), the decoder's ``rn = s - up - alpha*y/c`` is
+        ``w + K0``, ``K0 = 3/2 - h``; ``g_hat = y + alpha*c*(rn - k*floor(rn/k + 1/2))``, the
+        coarse index taken as ``floor(w*(1/k) + (K0/k + 1/2))`` (see
+        :func:`gradzip.kernels.dithered.decode_nested_tiles`)."""
+        return self.alpha * self.L1, self.alpha / self.L1, 1.5 - self.h

@@ -15,12 +15,12 @@ from gradzip.compressors.topk import check_k_ratio, kept_count
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
-from gradzip.rng import shared_words
+from gradzip.rng import PhiloxWords, shared_words
 
 _F32_MAX = float(torch.finfo(torch.float32).max)
 
 
-def _uniform_indices(words: np.random.SFC64, d: int, count: int) -> NDArray[np.int64]:
+def _uniform_indices(words: PhiloxWords, d: int, count: int) -> NDArray[np.int64]:
     """``count`` indices uniform on ``range(d)`` from raw words (Lemire's multiply-shift on the
     high 32 bits: exact integer arithmetic, bias below ``d / 2**32``)."""
     raw = words.random_raw(count)
@@ -34,7 +34,7 @@ def _uniform_indices(words: np.random.SFC64, d: int, count: int) -> NDArray[np.i
     return indices
 
 
-def _random_subset(words: np.random.SFC64, d: int, m: int) -> NDArray[np.int64]:
+def _random_subset(words: PhiloxWords, d: int, m: int) -> NDArray[np.int64]:
     """A uniformly random ``m``-subset of ``range(d)`` (``m <= d/2``), sorted, in O(d + m log m).
 
     Draw indices with replacement until at least ``m`` distinct ones are marked, then drop the

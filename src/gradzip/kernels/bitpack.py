@@ -1,0 +1,116 @@
+"""Fixed-width bit packing of one tile of symbols, as numba building blocks for fused kernels.
+
+The layout is :mod:`gradzip.codecs.bitpack`'s: symbol ``j`` occupies bits ``j*b .. j*b + b - 1``
+of one little-endian, LSB-first stream. A tile starts at a symbol index that is a multiple of 8,
+so it starts on a byte boundary for every width ``b`` and tiles pack independently (in
+parallel). Widths up to 32 bits; 8 symbols of ``b`` bits fill exactly ``b`` bytes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(inline="always", nogil=True, cache=True)
+def pack_tile(symbols, start, count, bits, out):  # type: ignore[no-untyped-def]
+    """Pack ``symbols[start:start + count]`` (``start % 8 == 0``) into ``out`` from byte
+    ``start * bits // 8``; the last partial group (end of the stream) is zero-padded."""
+    base = start * bits // 8
+    groups = count // 8
+    src = symbols[start : start + 8 * groups]
+    dst = out[base : base + bits * groups]
+    if bits == 2:  # four whole symbols per byte (the ternary codecs)
+        for p in range(2 * groups):
+            dst[p] = np.uint8(
+                (src[4 * p] & 3)
+                | ((src[4 * p + 1] & 3) << 2)
+                | ((src[4 * p + 2] & 3) << 4)
+                | ((src[4 * p + 3] & 3) << 6)
+            )
+    elif bits == 3:  # eight symbols in three bytes
+        for g in range(groups):
+            acc = np.uint32(0)
+            for j in range(8):
+                acc |= (np.uint32(src[8 * g + j]) & np.uint32(7)) << np.uint32(3 * j)
+            dst[3 * g] = np.uint8(acc & np.uint32(255))
+            dst[3 * g + 1] = np.uint8((acc >> np.uint32(8)) & np.uint32(255))
+            dst[3 * g + 2] = np.uint8(acc >> np.uint32(16))
+    elif bits <= 8:
+        for g in range(groups):
+            acc = np.uint64(0)
+            for j in range(8):
+                acc |= np.uint64(symbols[start + 8 * g + j]) << np.uint64(j * bits)
+            for j in range(bits):
+                out[base + g * bits + j] = np.uint8((acc >> np.uint64(8 * j)) & np.uint64(255))
+    else:
+        for g in range(groups):
+            _pack_wide_group(symbols, start + 8 * g, 8, bits, out, base + g * bits)
+    rest = count - 8 * groups
+    if rest:
+        _pack_wide_group(symbols, start + 8 * groups, rest, bits, out, base + groups * bits)
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _pack_wide_group(symbols, first, count, bits, out, byte0):  # type: ignore[no-untyped-def]
+    """Pack ``count <= 8`` symbols of up to 32 bits from ``symbols[first]`` at byte ``byte0``,
+    writing only the ``ceil(count * bits / 8)`` bytes they touch."""
+    acc = np.uint64(0)
+    have = 0
+    pos = byte0
+    mask = np.uint64((1 << bits) - 1)
+    for j in range(count):
+        acc |= (np.uint64(symbols[first + j]) & mask) << np.uint64(have)
+        have += bits
+        while have >= 8:
+            out[pos] = np.uint8(acc & np.uint64(255))
+            acc >>= np.uint64(8)
+            have -= 8
+            pos += 1
+    if have > 0:
+        out[pos] = np.uint8(acc & np.uint64(255))
+
+
+@njit(inline="always", nogil=True, cache=True)
+def unpack_tile(packed, start, count, bits, symbols):  # type: ignore[no-untyped-def]
+    """Inverse of :func:`pack_tile`: ``count`` symbols from byte ``start * bits // 8`` into
+    ``symbols[0:count]``; returns the largest symbol seen (for the alphabet check)."""
+    base = start * bits // 8
+    mask = np.uint64((1 << bits) - 1)
+    top = np.uint64(0)
+    groups = count // 8
+    for g in range(groups):
+        acc = np.uint64(0)
+        if bits <= 8:
+            for j in range(bits):
+                acc |= np.uint64(packed[base + g * bits + j]) << np.uint64(8 * j)
+            for j in range(8):
+                s = (acc >> np.uint64(j * bits)) & mask
+                symbols[8 * g + j] = s
+                top = max(top, s)
+        else:
+            top = max(top, _unpack_wide(packed, base + g * bits, 8, bits, symbols, 8 * g))
+    rest = count - 8 * groups
+    if rest:
+        top = max(top, _unpack_wide(packed, base + groups * bits, rest, bits, symbols, 8 * groups))
+    return top
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _unpack_wide(packed, byte0, count, bits, symbols, first):  # type: ignore[no-untyped-def]
+    mask = np.uint64((1 << bits) - 1)
+    acc = np.uint64(0)
+    have = 0
+    pos = byte0
+    top = np.uint64(0)
+    for j in range(count):
+        while have < bits:
+            acc |= np.uint64(packed[pos]) << np.uint64(have)
+            pos += 1
+            have += 8
+        s = acc & mask
+        symbols[first + j] = s
+        top = max(top, s)
+        acc >>= np.uint64(bits)
+        have -= bits
+    return top

@@ -1,0 +1,417 @@
+"""Fused numba kernels of the dithered quantizers (DQSG, NDQSG, half dithering), fixed packing.
+
+One pass per side. The tensor is cut into tiles of whole buckets (a multiple of 8 elements, so
+every tile starts on a byte of the packed stream); tiles run in parallel (``prange``). Per tile,
+the encoder computes its buckets' max-abs scales, draws its Philox dither into an L1-sized
+scratch buffer, quantizes and packs; the decoder unpacks, regenerates the dither and
+reconstructs. Every element is computed from its own index, scale and dither word, so the bytes
+depend neither on the thread count nor on the tiling.
+
+Arithmetic (the contract shared with :mod:`gradzip.kernels.dithered_torch`, which is what the
+compressors run on other devices and for the dense and entropy packings): every product and
+sum is its own IEEE operation in the stated precision (no fused multiply-add; numba without
+``fastmath`` never contracts), in this order.
+
+Encoder, per element with ``base`` (``1 + u`` of the shared stream, or the sum of ``nsum``
+local uniforms ``u``), bucket factor ``f = numer / sigma`` (float64; 0 for a zero bucket) and
+constant ``c``:
+
+* float32 ("fast", when the codec allows it and ``f`` fits float32): ``v = base + x*f32(f)``,
+  ``v = v + f32(c)``, ``t = min(trunc(v), top)``;
+* float64 otherwise (large alphabets; subnormal scales where ``f`` overflows float32) [CHOICE:
+  decided per bucket]: ``w = base + c``, ``w = w + x*f``, ``t = clamp(floor(w), 0, top)``;
+* symbol ``t mod k`` for NDQSG (``k = modk > 0``), else ``t``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numba import njit, prange
+
+from gradzip.codecs.bitpack import check_packed, packed_bytes
+from gradzip.codecs.symbols import symbol_bits
+from gradzip.errors import CorruptPayloadError
+from gradzip.kernels._threads import call_parallel
+from gradzip.kernels.bitpack import pack_tile, unpack_tile
+from gradzip.kernels.philox import fill_stream
+
+_F32_MAX = float(np.finfo(np.float32).max)
+_FLOAT_SHIFT = np.uint32(9)
+_ONE_BITS = np.uint32(0x3F800000)
+#: target elements per tile (rounded to whole buckets and a multiple of 8)
+TILE = 4096
+
+
+def tile_elements(bucket_size: int, n: int) -> int:
+    """Elements per tile: whole buckets (``bucket_size`` 0 means one bucket), a multiple of 8."""
+    if bucket_size == 0 or bucket_size >= n:
+        return TILE
+    per = 8 // np.gcd(bucket_size, 8)  # buckets per tile must make a multiple of 8 elements
+    buckets = max(per, -(-TILE // bucket_size))
+    buckets = -(-buckets // per) * per
+    return int(buckets * bucket_size)
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _bucket_absmax(x, lo, hi):  # type: ignore[no-untyped-def]
+    m = np.float32(0.0)  # +0.0 for a zero bucket; max is exact in any order
+    xs = x[lo:hi]
+    for i in range(xs.size):
+        m = max(m, abs(xs[i]))
+    return m
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _quantize_fast(xs, base, f32, c32, top, out):  # type: ignore[no-untyped-def]
+    """``out = min(trunc((base + x*f32) + c32), top)``, float32, one operation at a time."""
+    for r in range(xs.size):
+        v = base[r] + xs[r] * f32
+        v = v + c32
+        out[r] = min(int(v), top)
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def encode_tiles(  # type: ignore[no-untyped-def]
+    x,
+    scales,
+    compute_scales,
+    bucket_size,
+    unit,
+    numer,
+    k0,
+    k1,
+    stream,
+    nsum,
+    c,
+    top,
+    modk,
+    fast_ok,
+    symbols,
+    packed,
+    bits,
+):
+    """Scales (when ``compute_scales``), dither, symbols and packed bytes of ``x`` (see the
+    module docstring for the arithmetic). ``nsum == 0``: base ``1 + u``; else the sum of
+    ``nsum`` uniforms ``u`` of elements ``i, i + n, ...``."""
+    n = x.size
+    tiles = (n + unit - 1) // unit
+    c32 = np.float32(c)
+    for t in prange(tiles):
+        lo = t * unit
+        hi = min(n, lo + unit)
+        m = hi - lo
+        draws = max(nsum, 1)
+        words = np.empty(draws * m, dtype=np.uint32)
+        for j in range(draws):
+            fill_stream(
+                k0, k1, stream, lo + j * n, words[j * m : (j + 1) * m], _FLOAT_SHIFT, _ONE_BITS
+            )
+        ones = words.view(np.float32)  # 1 + u, exactly
+        if nsum == 0:
+            base = ones[:m]
+        else:
+            base = ones[:m] - np.float32(1.0)
+            for j in range(1, nsum):
+                base = base + (ones[j * m : (j + 1) * m] - np.float32(1.0))
+        s = lo
+        while s < hi:
+            if bucket_size == 0:
+                b = 0
+                e = hi
+            else:
+                b = s // bucket_size
+                e = min(hi, (b + 1) * bucket_size)
+                if compute_scales:
+                    scales[b] = _bucket_absmax(x, s, min(n, (b + 1) * bucket_size))
+            sigma = np.float64(scales[b])
+            f = numer / sigma if sigma > 0 else 0.0
+            xs = x[s:e]
+            out = symbols[s:e]
+            if fast_ok and f <= _F32_MAX:
+                _quantize_fast(xs, base[s - lo : e - lo], np.float32(f), c32, top, out)
+            else:
+                for r in range(e - s):
+                    if nsum == 0:
+                        w = np.float64(ones[s - lo + r])
+                    else:
+                        w = 0.0
+                        for j in range(nsum):
+                            w = w + np.float64(ones[j * m + s - lo + r] - np.float32(1.0))
+                    w = w + c
+                    w = w + np.float64(xs[r]) * f
+                    out[r] = min(max(int(np.floor(w)), 0), top)
+            if modk > 0:
+                for r in range(e - s):
+                    out[r] = out[r] % modk
+            s = e
+        pack_tile(symbols, lo, m, bits, packed)
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def decode_affine_tiles(  # type: ignore[no-untyped-def]
+    packed, bits, scales, bucket_size, unit, divisor, c, dithered, k0, k1, stream, wide, out, tops
+):
+    """DQSG and half-dither decoding: ``v = ((s - base) + c) * (sigma / divisor)`` per element,
+    ``base`` the regenerated ``1 + u`` (``dithered``) or none; float32, or float64 when
+    ``wide``; zero buckets give +0.0. ``tops[t]``: the largest symbol of tile ``t``."""
+    n = out.size
+    tiles = (n + unit - 1) // unit
+    c32 = np.float32(c)
+    for t in prange(tiles):
+        lo = t * unit
+        hi = min(n, lo + unit)
+        m = hi - lo
+        sym = np.empty(m, dtype=np.uint32)
+        tops[t] = unpack_tile(packed, lo, m, bits, sym)
+        words = np.empty(m if dithered else 0, dtype=np.uint32)
+        if dithered:
+            fill_stream(k0, k1, stream, lo, words, _FLOAT_SHIFT, _ONE_BITS)
+        ones = words.view(np.float32)
+        s = lo
+        while s < hi:
+            b = 0 if bucket_size == 0 else s // bucket_size
+            e = hi if bucket_size == 0 else min(hi, (b + 1) * bucket_size)
+            sigma = scales[b]
+            if sigma == 0:
+                for i in range(s, e):
+                    out[i] = np.float32(0.0)
+            elif wide:
+                step = np.float64(sigma) / divisor
+                for i in range(s, e):
+                    v = np.float64(sym[i - lo])
+                    if dithered:
+                        v = v - np.float64(ones[i - lo])
+                    v = v + c
+                    out[i] = np.float32(v * step)
+            else:
+                step32 = np.float32(np.float64(sigma) / divisor)
+                for i in range(s, e):
+                    v = np.float32(sym[i - lo])
+                    if dithered:
+                        v = v - ones[i - lo]
+                    v = v + c32
+                    out[i] = v * step32
+            s = e
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def decode_nested_tiles(  # type: ignore[no-untyped-def]
+    packed,
+    bits,
+    scales,
+    bucket_size,
+    unit,
+    numer,
+    step_factor,
+    k,
+    K0,
+    ymax,
+    k0,
+    k1,
+    stream,
+    y,
+    out,
+    tops,
+):
+    """NDQSG decoding with side information ``y`` (see :mod:`gradzip.kernels.dithered_torch`
+    for the formula): per element, with ``f = numer/sigma``, ``w = (s - (1 + u)) + y*(-f)``,
+    ``m = floor(w*(1/k) + (K0/k + 1/2))``, ``g = ((w - m*k) + K0) * step + y``, ``step =
+    sigma*step_factor``; float32 where ``k <= 256``, ``f`` fits float32 and ``f*ymax < 1e30``,
+    else float64 (per bucket). Zero buckets give +0.0."""
+    n = out.size
+    tiles = (n + unit - 1) // unit
+    inv_k = 1.0 / k
+    shift = K0 / k + 0.5
+    inv_k32 = np.float32(inv_k)
+    shift32 = np.float32(shift)
+    k32 = np.float32(k)
+    K032 = np.float32(K0)
+    for t in prange(tiles):
+        lo = t * unit
+        hi = min(n, lo + unit)
+        m = hi - lo
+        sym = np.empty(m, dtype=np.uint32)
+        tops[t] = unpack_tile(packed, lo, m, bits, sym)
+        words = np.empty(m, dtype=np.uint32)
+        fill_stream(k0, k1, stream, lo, words, _FLOAT_SHIFT, _ONE_BITS)
+        ones = words.view(np.float32)
+        s = lo
+        while s < hi:
+            b = 0 if bucket_size == 0 else s // bucket_size
+            e = hi if bucket_size == 0 else min(hi, (b + 1) * bucket_size)
+            sigma = np.float64(scales[b])
+            f = numer / sigma if sigma > 0 else 0.0
+            if sigma == 0:
+                for i in range(s, e):
+                    out[i] = np.float32(0.0)
+            elif k <= 256 and f <= _F32_MAX and f * ymax < 1e30:
+                neg32 = np.float32(-f)
+                step32 = np.float32(sigma * step_factor)
+                for i in range(s, e):
+                    v = np.float32(sym[i - lo]) - ones[i - lo]
+                    v = v + y[i] * neg32
+                    q = np.floor(v * inv_k32 + shift32)
+                    v = v - q * k32
+                    v = (v + K032) * step32
+                    out[i] = v + y[i]
+            else:
+                step = sigma * step_factor
+                for i in range(s, e):
+                    yi = np.float64(y[i])
+                    v = np.float64(sym[i - lo]) - np.float64(ones[i - lo])
+                    v = v + yi * -f
+                    q = np.floor(v * inv_k + shift)
+                    v = v - q * k
+                    v = (v + K0) * step
+                    out[i] = np.float32(v + yi)
+            s = e
+
+
+# -- Python entry points ---------------------------------------------------------------------
+
+
+def fused_encode(
+    x: torch.Tensor,
+    scales: torch.Tensor | None,
+    bucket_size: int,
+    numer: float,
+    seed: int,
+    stream: int,
+    nsum: int,
+    c: float,
+    top: int,
+    modk: int,
+    fast_ok: bool,
+    bits: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Scales, symbols and fixed-packed bytes of a CPU float32 ``x`` in one parallel pass.
+
+    ``scales``: the single scale of a one-bucket tensor (computed by the caller), or None to
+    compute every bucket's in the kernel. ``bucket_size`` 0 means one bucket.
+    """
+    n = x.numel()
+    bs = 0 if bucket_size == 0 or bucket_size >= n else bucket_size
+    nb = 1 if bs == 0 else -(-n // bs)
+    xs = x.contiguous().numpy()
+    if scales is None:
+        sc = np.empty(nb, dtype=np.float32)
+    else:
+        sc = scales.to(torch.float32).contiguous().numpy().copy()
+    symbols = np.empty(n, dtype=np.uint8 if top <= 255 else np.int32)
+    packed = np.empty(packed_bytes(n, bits), dtype=np.uint8)
+    call_parallel(
+        encode_tiles,
+        xs,
+        sc,
+        scales is None,
+        bs,
+        tile_elements(bs, n),
+        float(numer),
+        seed & 0xFFFFFFFF,
+        seed >> 32,
+        stream,
+        nsum,
+        float(c),
+        top,
+        modk,
+        fast_ok,
+        symbols,
+        packed,
+        bits,
+    )
+    return torch.from_numpy(sc), torch.from_numpy(symbols), torch.from_numpy(packed)
+
+
+def _checked_tops(tops: np.ndarray, alphabet: int, what: str) -> None:
+    if tops.size and int(tops.max()) >= alphabet:
+        raise CorruptPayloadError(
+            f"{what} payload holds a symbol outside the alphabet [0, {alphabet})"
+        )
+
+
+def fused_decode_affine(
+    data: torch.Tensor,
+    n: int,
+    alphabet: int,
+    scales: torch.Tensor,
+    bucket_size: int,
+    divisor: float,
+    c: float,
+    dithered: bool,
+    seed: int,
+    stream: int,
+    wide: bool,
+    what: str,
+) -> torch.Tensor:
+    """Unpack, regenerate the dither and reconstruct in one parallel pass (DQSG, half dither)."""
+    bits = symbol_bits(alphabet)
+    check_packed(data, n, bits)
+    bs = 0 if bucket_size == 0 or bucket_size >= n else bucket_size
+    unit = tile_elements(bs, n)
+    out = np.empty(n, dtype=np.float32)
+    tops = np.zeros(-(-n // unit), dtype=np.uint64)
+    call_parallel(
+        decode_affine_tiles,
+        data.contiguous().numpy(),
+        bits,
+        scales.contiguous().numpy(),
+        bs,
+        unit,
+        float(divisor),
+        float(c),
+        dithered,
+        seed & 0xFFFFFFFF,
+        seed >> 32,
+        stream,
+        wide,
+        out,
+        tops,
+    )
+    _checked_tops(tops, alphabet, what)
+    return torch.from_numpy(out)
+
+
+def fused_decode_nested(
+    data: torch.Tensor,
+    n: int,
+    k: int,
+    scales: torch.Tensor,
+    bucket_size: int,
+    numer: float,
+    step_factor: float,
+    K0: float,
+    ymax: float,
+    seed: int,
+    stream: int,
+    y: torch.Tensor,
+    what: str,
+) -> torch.Tensor:
+    """NDQSG's unpack, dither and nested reconstruction in one parallel pass."""
+    bits = symbol_bits(k)
+    check_packed(data, n, bits)
+    bs = 0 if bucket_size == 0 or bucket_size >= n else bucket_size
+    unit = tile_elements(bs, n)
+    out = np.empty(n, dtype=np.float32)
+    tops = np.zeros(-(-n // unit), dtype=np.uint64)
+    call_parallel(
+        decode_nested_tiles,
+        data.contiguous().numpy(),
+        bits,
+        scales.contiguous().numpy(),
+        bs,
+        unit,
+        float(numer),
+        float(step_factor),
+        k,
+        float(K0),
+        float(ymax),
+        seed & 0xFFFFFFFF,
+        seed >> 32,
+        stream,
+        y.to(torch.float32).contiguous().numpy(),
+        out,
+        tops,
+    )
+    _checked_tops(tops, k, what)
+    return torch.from_numpy(out)

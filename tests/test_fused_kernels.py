@@ -1,0 +1,116 @@
+"""The fused numba kernels of the dithered quantizers against their torch-operations twin (the
+device path, forced on CPU tensors): payload bytes, symbols and decoded values identical."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gradzip.codecs.bitpack import pack_bits
+from gradzip.compressors import create
+from gradzip.errors import CorruptPayloadError
+from gradzip.kernels.backend import forced_torch_ops
+from gradzip.kernels.dithered import tile_elements
+from gradzip.kernels.dithered_torch import pack_bits_torch, unpack_bits_torch
+from gradzip.keys import StreamKey
+
+KEY = StreamKey(run_seed=3, rank=1, step=9, tensor_index=4)
+
+CODECS = [
+    ("dqsg", {"M": 1}),
+    ("dqsg", {"M": 2}),
+    ("dqsg", {"M": 127}),
+    ("dqsg", {"M": 128}),  # float64 index arithmetic
+    ("dqsg", {"M": 40000}),  # 17-bit symbols
+    ("ndqsg", {"L1": 3, "k": 3}),
+    ("ndqsg", {"L1": 1, "k": 5, "alpha": 0.7}),
+    ("ndqsg", {"L1": 300, "k": 3, "alpha": 0.5}),  # top > 255: float64
+    ("ndqsg", {"L1": 2, "k": 301}),  # 9-bit symbols
+    ("half_dither", {"M": 1, "dither_sum": 1}),
+    ("half_dither", {"M": 3, "dither_sum": 2}),
+    ("half_dither", {"M": 2, "dither_sum": 3}),  # float64 sum of three uniforms
+    ("half_dither", {"M": 200, "dither_sum": 1}),  # 9-bit symbols
+]
+
+
+def inputs(n: int) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(n)
+    x = torch.randn(n, generator=gen)
+    out = {"normal": x, "zeros": torch.zeros(n)}
+    if n > 700:
+        mixed = x * 3
+        mixed[100:612] = 0.0  # zero buckets
+        mixed[612:650] = 1e-40  # subnormal scale: M/sigma overflows float32
+        mixed[650:700] *= 1e37  # huge scale
+        out["mixed"] = mixed
+    tiny = x * 1e-44
+    out["tiny"] = tiny
+    return out
+
+
+@pytest.mark.parametrize(("name", "params"), CODECS)
+@pytest.mark.parametrize("bucket_size", [None, 7, 100])
+def test_fused_kernels_equal_torch_operations(
+    name: str, params: dict[str, float], bucket_size: int | None
+) -> None:
+    comp = create(name, **params, bucket_size=bucket_size)
+    for n in (5, 1003) if bucket_size != 100 else (1, 8, 4099):
+        for label, x in inputs(n).items():
+            y = x + 0.05 * torch.randn(n, generator=torch.Generator().manual_seed(1))
+            side = y if comp.needs_side_information else None
+            fused = comp.encode(x, KEY)
+            fused_out = comp.decode(fused.payload, side=side)
+            with forced_torch_ops():
+                ref = comp.encode(x, KEY)
+                ref_out = comp.decode(fused.payload, side=side)
+            where = (name, params, bucket_size, n, label)
+            assert fused.payload == ref.payload, where
+            assert torch.equal(fused.streams[0].long(), ref.streams[0].long()), where
+            assert torch.equal(fused_out, ref_out), where
+            assert fused_out.view(torch.int32).equal(ref_out.view(torch.int32)), where
+
+
+def test_fused_result_does_not_depend_on_the_thread_count() -> None:
+    import numba
+
+    comp = create("dqsg", M=2, bucket_size=100)
+    x = torch.randn(50_003, generator=torch.Generator().manual_seed(2))
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = comp.encode(x, KEY).payload
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        two = comp.encode(x, KEY).payload
+    finally:
+        numba.set_num_threads(before)
+    assert one == two
+
+
+@pytest.mark.parametrize("bits", [1, 2, 3, 5, 8, 9, 13, 17, 32])
+def test_torch_bit_packing_matches_the_codec_layout(bits: int) -> None:
+    gen = torch.Generator().manual_seed(bits)
+    for n in (0, 1, 7, 8, 9, 101):
+        s = torch.randint(0, 2**bits, (n,), generator=gen, dtype=torch.int64)
+        packed = pack_bits_torch(s, bits)
+        assert torch.equal(packed, pack_bits(s, bits))
+        assert torch.equal(unpack_bits_torch(packed, n, bits), s)
+
+
+def test_fused_decode_rejects_symbols_outside_the_alphabet() -> None:
+    comp = create("dqsg", M=1, bucket_size=None)  # 3 symbols in 2 bits: 3 is invalid
+    payload = bytearray(comp.encode(torch.randn(64), KEY).payload)
+    from gradzip.payload import build_payload, parse_payload
+
+    header, body = parse_payload(bytes(payload))
+    corrupt = bytearray(body)
+    corrupt[4] = 0xFF  # after the 4-byte scale: four symbols of value 3
+    with pytest.raises(CorruptPayloadError, match="alphabet"):
+        comp.decode(build_payload(header, [bytes(corrupt)]))
+
+
+def test_tiles_hold_whole_buckets_and_whole_bytes() -> None:
+    for bucket_size in (0, 1, 3, 7, 8, 100, 512, 5000):
+        unit = tile_elements(bucket_size, 10**6)
+        assert unit % 8 == 0
+        if bucket_size:
+            assert unit % bucket_size == 0
