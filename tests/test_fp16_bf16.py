@@ -162,3 +162,27 @@ def test_bits_of_both() -> None:
         enc = comp.encode(x, KEY)
         _, body = parse_payload(enc.payload)
         assert 8 * len(body) == body_bits == comp.expected_body_bits(x)
+
+
+@pytest.mark.parametrize("n", [3, (1 << 20) + 5])
+def test_fp16_refuses_a_body_decoding_to_non_finite_values(n: int) -> None:
+    # the decoder checks each block as it widens it (no separate pass): a half Inf or NaN
+    # anywhere, the last block included, is refused
+    comp = gradzip.create("fp16")
+    header, body = parse_payload(comp.encode(torch.ones(n), KEY).payload)
+    for bad in (0x7C00, 0x7E00):  # +Inf, NaN
+        halves = np.frombuffer(body[2:], dtype=np.uint16).copy()
+        halves[-1] = bad
+        payload = build_payload(header, [bytes(body[:2]), halves.tobytes()])
+        with pytest.raises(CorruptPayloadError, match="non-finite"):
+            comp.decode(payload)
+
+
+@pytest.mark.parametrize("name", ["identity", "fp16", "bf16"])
+def test_payload_is_one_read_only_buffer_that_decodes_alike_as_bytes(name: str) -> None:
+    comp = gradzip.create(name)
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(3))
+    enc = comp.encode(x, KEY)
+    assert isinstance(enc.payload, memoryview) and enc.payload.readonly
+    as_bytes = bytes(enc.payload)
+    assert torch.equal(comp.decode(enc.payload), comp.decode(as_bytes))

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 import pytest
 import torch
 
 import gradzip.compressors.onebit as onebit_module
+from gradzip.compressors._onebit_kernels import (
+    expand_signs,
+    expand_signs_torch,
+    pack_signs,
+    pack_signs_torch,
+)
 from gradzip.compressors.onebit import OneBit
 from gradzip.errors import CorruptPayloadError, PayloadError
 from gradzip.feedback import ErrorFeedback
@@ -223,3 +230,83 @@ def test_huge_values_do_not_overflow_the_means() -> None:
     _, y = OneBit().round_trip(x, KEY)
     assert bool(torch.isfinite(y).all())
     assert torch.allclose(y.double().sum(1), x.double().sum(1), rtol=1e-6)
+
+
+def _reference_pack(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The previous encoder's bits: a zero-padded bool buffer through ``np.packbits``."""
+    cols, rows = m.shape
+    words = -(-rows // 32)
+    bits = np.zeros((cols, 32 * words), dtype=np.bool_)
+    bits[:, :rows] = m >= 0
+    return np.packbits(bits, axis=1, bitorder="little"), np.count_nonzero(bits, axis=1)
+
+
+SHAPES = [(1, 1), (1, 31), (1, 32), (1, 33), (3, 64), (5, 95), (7, 1000), (64, 3), (2, 4099)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("transposed", [False, True])
+def test_sign_kernels_match_the_reference_and_the_torch_twin(
+    shape: tuple[int, int], transposed: bool
+) -> None:
+    gen = torch.Generator().manual_seed(shape[0] * 7919 + shape[1])
+    base = torch.randn(shape, generator=gen)
+    base[base.abs() < 0.1] = 0.0
+    base.view(-1)[::5] = -0.0  # -0.0 counts as non-negative
+    m = base.t() if transposed else base  # a strided view, as group="in" gives
+    packed, n_pos = pack_signs(m)
+    ref_packed, ref_n_pos = _reference_pack(m.numpy())
+    assert np.array_equal(packed, ref_packed) and np.array_equal(n_pos, ref_n_pos)
+    twin_packed, twin_n_pos = pack_signs_torch(m)
+    assert np.array_equal(twin_packed.numpy(), packed)
+    assert np.array_equal(twin_n_pos.numpy(), n_pos)
+    means = torch.randn((m.shape[0], 2), generator=gen)
+    # the output is written through the same kind of strided view
+    rows_first = torch.full((m.shape[1], m.shape[0]), float("nan"))
+    out = rows_first.t() if transposed else torch.full(m.shape, float("nan"))
+    assert expand_signs(packed, means.numpy(), out.numpy())
+    twin, ok = expand_signs_torch(torch.from_numpy(packed), means, m.shape[1])
+    assert ok and torch.equal(out, twin)
+    assert torch.equal(out, torch.where(m >= 0, means[:, :1], means[:, 1:]))
+
+
+def test_sign_kernels_do_not_depend_on_the_thread_count() -> None:
+    m = torch.randn((37, 2000), generator=torch.Generator().manual_seed(4))
+    means = np.random.default_rng(0).standard_normal((37, 2)).astype(np.float32)
+    results = []
+    before = numba.get_num_threads()
+    try:
+        for threads in sorted({1, numba.config.NUMBA_NUM_THREADS}):
+            numba.set_num_threads(threads)
+            packed, n_pos = pack_signs(m)
+            out = np.empty((37, 2000), dtype=np.float32)
+            assert expand_signs(packed, means, out)
+            results.append((packed.tobytes(), n_pos.tobytes(), out.tobytes()))
+    finally:
+        numba.set_num_threads(before)
+    assert all(r == results[0] for r in results)
+
+
+@pytest.mark.parametrize("rows", [5, 33])
+def test_set_padding_bits_are_refused_by_both_paths(rows: int) -> None:
+    packed, _ = pack_signs(torch.ones((2, rows)))
+    packed[1, -1] |= 0x80
+    out = np.empty((2, rows), dtype=np.float32)
+    means = np.ones((2, 2), dtype=np.float32)
+    assert not expand_signs(packed, means, out)
+    assert not expand_signs_torch(torch.from_numpy(packed), torch.from_numpy(means), rows)[1]
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 5), (4, 3, 11), (33, 70), (2, 1, 65)])
+@pytest.mark.parametrize("group", ["out", "in"])
+def test_fixed_body_is_byte_identical_to_the_previous_encoder(
+    shape: tuple[int, ...], group: str
+) -> None:
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(len(shape) * 31 + shape[-1]))
+    comp = OneBit(group=group)
+    _, body = parse_payload(comp.encode(x, StreamKey()).payload)
+    m = onebit_module.Grouping.of(shape, group).matrix(x.reshape(-1)).contiguous()
+    bits, n_pos = _reference_pack(m.numpy())
+    means = OneBit._means(m, torch.from_numpy(n_pos))
+    expected = np.concatenate([means.numpy().view(np.uint8), bits], axis=1)
+    assert bytes(body) == expected.tobytes()

@@ -6,6 +6,7 @@ import contextlib
 import struct
 import zlib
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given
@@ -20,11 +21,15 @@ from gradzip.errors import (
 )
 from gradzip.keys import StreamKey
 from gradzip.payload import (
+    BODY_ALIGN,
     CRC_BYTES,
+    FORMAT_VERSION,
+    Deferred,
     Header,
     build_payload,
     decode_varint,
     encode_varint,
+    frame_payload,
     header_size,
     overhead_bits,
     parse_payload,
@@ -165,3 +170,46 @@ def test_the_canonical_form_of_the_same_fields_parses() -> None:
     assert header.key.run_seed == 2**64 - 1
     header, _ = parse_payload(_with_field(0, encode_varint(5)))
     assert header.shape == (5, 1, 300)
+
+
+def test_version_one_payloads_are_refused_clearly() -> None:
+    # version 2 changed the random streams (Philox): an old payload must not decode silently
+    payload = bytearray(build_payload(HEADER, [b"x"]))
+    assert payload[2] == FORMAT_VERSION == 2
+    payload[2] = 1
+    with pytest.raises(UnsupportedVersionError, match="version 1; this gradzip reads version 2"):
+        parse_payload(_refresh_crc(payload))
+
+
+def test_frame_payload_writes_pieces_and_deferred_writers_in_place() -> None:
+    def fill(out: np.ndarray) -> None:
+        assert out.dtype == np.uint8 and out.size == 6 and out.flags.writeable
+        out[:] = np.arange(6, dtype=np.uint8)
+
+    framed = frame_payload(HEADER, [b"ab", Deferred(6, fill), memoryview(b"cd")])
+    assert framed.readonly
+    # the same bytes as the plain concatenation with the CRC of everything before it
+    expected = build_payload(HEADER, [b"ab", bytes(range(6)), b"cd"])
+    assert bytes(framed) == expected
+    head = expected[: header_size(HEADER)]
+    body = b"ab" + bytes(range(6)) + b"cd"
+    assert expected[-CRC_BYTES:] == zlib.crc32(head + body).to_bytes(CRC_BYTES, "little")
+    header, view = parse_payload(framed)
+    assert header == HEADER and bytes(view) == body
+
+
+@pytest.mark.parametrize("params", [b"", b"\x01", b"\x01\x02\x03"])
+def test_frame_payload_aligns_the_body_in_memory(params: bytes) -> None:
+    header = Header(1, torch.float32, (4,), 0, StreamKey(), params)
+    seen: list[int] = []
+    frame_payload(header, [Deferred(16, lambda out: (seen.append(out.ctypes.data), out.fill(0)))])
+    assert seen[0] % BODY_ALIGN == 0
+
+
+def test_parse_payload_body_is_a_zero_copy_view() -> None:
+    framed = frame_payload(HEADER, [b"0123456789"])
+    _, body = parse_payload(framed)
+    source = np.frombuffer(framed, dtype=np.uint8)
+    assert np.frombuffer(body, dtype=np.uint8).ctypes.data == (
+        source.ctypes.data + header_size(HEADER)
+    )

@@ -45,7 +45,7 @@ class Encoded:
 
     def __init__(
         self,
-        payload: bytes,
+        payload: bytes | memoryview,
         paper_bits: float,
         streams: Sequence[torch.Tensor] = (),
         side_bits: int = 0,

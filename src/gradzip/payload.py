@@ -4,7 +4,7 @@ Layout (all integers little-endian; ``varint`` is unsigned LEB128)::
 
     offset size     field
     0      2        magic b"GZ"
-    2      1        format version (1)
+    2      1        format version (2)
     3      1        codec id (see gradzip.compressors.registry)
     4      8        total payload length in bytes, header and CRC included (u64)
     12     1        dtype code of the original tensor (float32=1, float16=2, bfloat16=3, float64=4)
@@ -17,6 +17,17 @@ Layout (all integers little-endian; ``varint`` is unsigned LEB128)::
            ...      body (codec-specific; its length is the rest of the payload)
     end-4  4        CRC32 (zlib polynomial) of every byte before it
 
+Version history: 1 was the first format; 2 (the same layout) marks the change of the shared and
+local random streams from SFC64 to Philox4x32-10, so that a payload whose dither or indices
+came from the old stream is refused instead of decoding to wrong values.
+
+[CHOICE] Framing copies the body once: :func:`frame_payload` writes header, body pieces and CRC
+into one preallocated NumPy buffer (NumPy advises huge pages for large buffers: about 4x fewer
+page faults than a ``bytes``/``bytearray`` of the same size), a :class:`Deferred` piece is
+written there by its producer directly (no intermediate array), and the CRC runs over
+zero-copy memoryviews. :func:`parse_payload` returns the body as a zero-copy view; a decoder
+copies it at most once, into its output.
+
 The header is read with bounds checks on every field, so truncated or corrupt bytes raise a
 :class:`~gradzip.errors.PayloadError` that names the problem; they never crash, hang or decode to
 silent garbage. No pickle is used anywhere. An empty tensor is sent as an empty payload of 0 bits
@@ -27,9 +38,10 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from gradzip.errors import (
@@ -41,13 +53,16 @@ from gradzip.errors import (
 from gradzip.keys import StreamKey
 
 MAGIC = b"GZ"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 CRC_BYTES = 4
 #: the most elements one payload may hold (8 GiB of float32): decoding a corrupt or hostile
 #: header must not try to materialise an absurd tensor; larger tensors travel in chunks
 #: (``StreamKey.chunk``)
 MAX_ELEMENTS = 2**31
 _FIXED = struct.Struct("<2sBBQBB")  # magic, version, codec id, total length, dtype, ndim
+#: the body of a framed payload starts at a memory address that is a multiple of this, so that
+#: producers may view it as any dtype up to 8 bytes wide (the wire format itself has no padding)
+BODY_ALIGN = 64
 
 DTYPE_CODES: dict[torch.dtype, int] = {
     torch.float32: 1,
@@ -146,14 +161,30 @@ def overhead_bits(header: Header) -> int:
     return 8 * (header_size(header) + CRC_BYTES)
 
 
-def build_payload(header: Header, body: Sequence[bytes | bytearray | memoryview]) -> bytes:
-    """Serialize ``header`` and the body pieces, and append the CRC32."""
+@dataclass(frozen=True)
+class Deferred:
+    """A body piece of ``nbytes`` bytes that its producer writes straight into the payload.
+
+    ``write(out)`` receives a writable uint8 NumPy array of exactly ``nbytes`` and must fill all
+    of it; a piece that starts the body starts at a :data:`BODY_ALIGN`-aligned address.
+    """
+
+    nbytes: int
+    write: Callable[[np.ndarray], None]
+
+
+BodyPiece = bytes | bytearray | memoryview | Deferred
+
+
+def _piece_size(piece: BodyPiece) -> int:
+    return piece.nbytes if isinstance(piece, Deferred) else memoryview(piece).nbytes
+
+
+def _header_bytes(header: Header, total: int) -> bytearray:
     if len(header.shape) > 255:
         raise ValueError(
             f"tensors of more than 255 dimensions are not supported ({len(header.shape)})"
         )
-    body_len = sum(memoryview(piece).nbytes for piece in body)
-    total = header_size(header) + body_len + CRC_BYTES
     key = header.key
     head = bytearray(
         _FIXED.pack(
@@ -177,10 +208,41 @@ def build_payload(header: Header, body: Sequence[bytes | bytearray | memoryview]
     ):
         head += encode_varint(value)
     head += header.params
-    crc = zlib.crc32(head)
+    return head
+
+
+def frame_payload(header: Header, body: Sequence[BodyPiece]) -> memoryview:
+    """Serialize ``header`` and the body pieces and append the CRC32, copying each piece once.
+
+    Returns a read-only memoryview of a NumPy buffer (use it like ``bytes``; ``bytes(view)``
+    makes an ordinary copy). See the module doc for why.
+    """
+    body_len = sum(_piece_size(piece) for piece in body)
+    head_len = header_size(header)
+    total = head_len + body_len + CRC_BYTES
+    head = _header_bytes(header, total)
+    # place the buffer so that the body (not the header) starts on an aligned address
+    raw = np.empty(total + BODY_ALIGN, dtype=np.uint8)
+    shift = (-(raw.ctypes.data + head_len)) % BODY_ALIGN
+    buf = raw[shift : shift + total]
+    buf[:head_len] = np.frombuffer(head, dtype=np.uint8)
+    pos = head_len
     for piece in body:
-        crc = zlib.crc32(piece, crc)
-    return b"".join((head, *body, crc.to_bytes(CRC_BYTES, "little")))
+        size = _piece_size(piece)
+        if isinstance(piece, Deferred):
+            piece.write(buf[pos : pos + size])
+        elif size:
+            buf[pos : pos + size] = np.frombuffer(piece, dtype=np.uint8)
+        pos += size
+    view = buf.data
+    crc = zlib.crc32(view[: total - CRC_BYTES])
+    buf[total - CRC_BYTES :] = np.frombuffer(crc.to_bytes(CRC_BYTES, "little"), dtype=np.uint8)
+    return view.toreadonly()
+
+
+def build_payload(header: Header, body: Sequence[BodyPiece]) -> bytes:
+    """:func:`frame_payload` as ``bytes`` (one more copy; for small control messages)."""
+    return bytes(frame_payload(header, body))
 
 
 def parse_payload(payload: bytes | bytearray | memoryview) -> tuple[Header, memoryview]:

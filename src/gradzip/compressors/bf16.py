@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
-from gradzip.compressors.base import Body, Compressor, body_tensor
+from gradzip.compressors.base import Body, Compressor, body_view, empty_output
 from gradzip.compressors.registry import register
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.keys import StreamKey
-from gradzip.payload import Header
+from gradzip.payload import Deferred, Header
 
 _BF16_MAX = torch.finfo(torch.bfloat16).max
 
@@ -45,9 +46,15 @@ class BF16(Compressor):
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
     ) -> Body:
         src = x.clamp(-_BF16_MAX, _BF16_MAX) if absmax > _BF16_MAX else x
-        half = src.to(torch.bfloat16)
+
+        def write_bf16(out: np.ndarray) -> None:
+            # the cast writes straight into the payload (copy_ rounds as .to(bfloat16) does)
+            torch.from_numpy(out).view(torch.bfloat16).copy_(src)
+
         bits = 16 * x.numel()
-        return Body(pieces=[half.view(torch.int16)], paper_bits=float(bits), side_bits=bits)
+        return Body(
+            pieces=[Deferred(2 * x.numel(), write_bf16)], paper_bits=float(bits), side_bits=bits
+        )
 
     def _decode_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None
@@ -57,7 +64,9 @@ class BF16(Compressor):
             raise TruncatedPayloadError(f"bf16 body has {len(body)} bytes, needs {expected}")
         if len(body) > expected:
             raise CorruptPayloadError(f"bf16 body has {len(body)} bytes, expected {expected}")
-        return body_tensor(body, torch.int16).view(torch.bfloat16).to(torch.float32)
+        out = empty_output(header.numel)
+        out.copy_(body_view(body, torch.bfloat16))  # the body is read once, into the output
+        return out
 
     def expected_body_bits(self, x: torch.Tensor) -> int:
         return 16 * x.numel()

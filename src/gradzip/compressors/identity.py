@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from gradzip.compressors.base import Body, Compressor, body_tensor
+from gradzip.compressors.base import Body, Compressor, body_view, empty_output
 from gradzip.compressors.registry import register
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.keys import StreamKey
@@ -37,9 +37,12 @@ class Identity(Compressor):
             raise TruncatedPayloadError(f"identity body has {len(body)} bytes, needs {expected}")
         if len(body) > expected:
             raise CorruptPayloadError(f"identity body has {len(body)} bytes, expected {expected}")
-        raw = body_tensor(body, torch.int16 if header.dtype == torch.bfloat16 else header.dtype)
-        values = raw.view(torch.bfloat16) if header.dtype == torch.bfloat16 else raw
-        return values.to(torch.float32) if header.dtype != torch.float64 else values
+        # the body is read once, into the output (converted on the way for 16-bit dtypes)
+        wide = torch.float64 if header.dtype == torch.float64 else torch.float32
+        out = empty_output(header.numel, wide)
+        if header.numel:
+            out.copy_(body_view(body, header.dtype))
+        return out
 
     def expected_body_bits(self, x: torch.Tensor) -> int:
         return 8 * x.element_size() * x.numel()

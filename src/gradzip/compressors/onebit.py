@@ -9,7 +9,8 @@ import torch
 
 from gradzip.codecs.symbols import check_packing, pack_symbols, packed_symbol_bits, unpack_symbols
 from gradzip.compressors._groups import Grouping, check_group, sample_rows
-from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
+from gradzip.compressors._onebit_kernels import expand_signs, pack_signs
+from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor, empty_output
 from gradzip.compressors.common import read_scales, symbols_floor_bits
 from gradzip.compressors.registry import register
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
@@ -60,6 +61,7 @@ class OneBit(Compressor):
 
     name = "onebit"
     codec_id = 20
+    checks_finite_output = True
     example_params: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, group: str = "out", sample: bool = False, packing: str = "fixed") -> None:
@@ -87,25 +89,26 @@ class OneBit(Compressor):
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
     ) -> Body:
         g = Grouping.of(shape, self.group)
-        # one contiguous row per column: the bits of a column are packed together
-        m = g.matrix(x).contiguous()
-        cols, rows, words = g.groups, g.size, -(-g.size // 32)
-        # the bits, written straight into a zero-padded (cols, 32*words) buffer
-        bits = torch.zeros((cols, 32 * words), dtype=torch.bool)
-        torch.ge(m, 0, out=bits[:, :rows])
+        m = g.matrix(x)  # a view: the kernels read any strides
+        cols, rows = g.groups, g.size
+        # the sign stream, for the entropy accounting (and the symbol packings)
+        symbols = torch.ge(m, 0).view(torch.uint8)
+        if self.packing == "fixed":
+            # one pass: sign bits packed into words and the positives counted per column
+            packed, n_pos = pack_signs(m)
+        else:
+            n_pos = symbols.sum(dim=1, dtype=torch.int64).numpy()
         if self.sample and rows > SAMPLE_ROWS:
             picks = local_generator(key).integers(0, rows, size=(cols, SAMPLE_ROWS))
-            stats = sample_rows(m, torch.from_numpy(picks))
+            stats = sample_rows(m.contiguous(), torch.from_numpy(picks))
             n_pos = np.count_nonzero((stats >= 0).numpy(), axis=1)
         else:
             stats = m
-            n_pos = np.count_nonzero(bits.numpy(), axis=1)  # the padding bits are zero
-        means = self._means(stats, torch.from_numpy(n_pos))
-        symbols = bits[:, :rows].view(torch.uint8)
+        means = self._means(stats, torch.from_numpy(np.asarray(n_pos)))
         if self.packing == "fixed":
-            out = np.empty((cols, 8 + 4 * words), dtype=np.uint8)
+            out = np.empty((cols, 8 + packed.shape[1]), dtype=np.uint8)
             out[:, :8] = means.numpy().view(np.uint8)
-            out[:, 8:] = np.packbits(bits.numpy(), axis=1, bitorder="little")
+            out[:, 8:] = packed
             pieces: list[memoryview | torch.Tensor] = [out.reshape(-1).data]
         else:
             # [CHOICE] the other packings put all the means first and the symbols last
@@ -122,7 +125,7 @@ class OneBit(Compressor):
         """(cols, 2) float32: the means of the non-negative and of the negative entries."""
         # each sign's sum is the half-sum / half-difference of sum(V) and sum|V|, accumulated in
         # float64 (NumPy's float64 reductions are fast; torch's are not) ...
-        values = stats.numpy()
+        values = stats.contiguous().numpy()
         total = torch.from_numpy(values.sum(axis=1, dtype=np.float64))
         l1 = torch.from_numpy(np.abs(values).sum(axis=1, dtype=np.float64))
         n_pos = n_pos.to(torch.float64)
@@ -148,18 +151,25 @@ class OneBit(Compressor):
     ) -> torch.Tensor:
         g = Grouping.of(header.shape, self.group)
         if self.packing == "fixed":
-            means, positive = self._read_fixed(body, g.groups, g.size)
+            means, packed = self._read_fixed(body, g.groups, g.size)
         else:
             means, positive = self._read_packed(body, g.groups, g.size)
+        # every output value is one of the means: checking them checks the output
         if not bool(torch.isfinite(means).all()):
             raise CorruptPayloadError("onebit column means are not finite")
+        flat = empty_output(header.numel)
+        if self.packing == "fixed":
+            # one pass: each column's bits select its mu+ / mu- straight into the output
+            if not expand_signs(packed, means.numpy(), g.matrix(flat).numpy()):
+                raise CorruptPayloadError("onebit padding bits are set")
+            return flat
         # select mu+ or mu- bitwise: mu- ^ (bit * (mu+ ^ mu-)) on the float32 bit patterns is
         # exact and takes two passes (a where() with broadcasting is several times slower)
         pattern = means.numpy().view(np.int32)
         grouped = np.multiply(positive, (pattern[:, 0] ^ pattern[:, 1]).reshape(-1, 1))
         grouped ^= pattern[:, 1:]
-        flat = torch.from_numpy(grouped.view(np.float32))
-        return flat.view(-1) if g.axis == 1 else flat.t().reshape(-1)
+        g.matrix(flat).copy_(torch.from_numpy(grouped.view(np.float32)))
+        return flat
 
     @staticmethod
     def _read_fixed(body: memoryview, cols: int, rows: int) -> tuple[torch.Tensor, np.ndarray]:
@@ -171,10 +181,7 @@ class OneBit(Compressor):
             raise CorruptPayloadError(f"onebit body has {len(body)} bytes, expected {expected}")
         raw = np.frombuffer(body, dtype=np.uint8).reshape(cols, 8 + 4 * words)
         means = torch.from_numpy(raw[:, :8].copy().view(np.float32))
-        bits = np.unpackbits(raw[:, 8:], axis=1, bitorder="little")
-        if rows % 32 and bits[:, rows:].any():
-            raise CorruptPayloadError("onebit padding bits are set")
-        return means, bits[:, :rows]
+        return means, raw[:, 8:]
 
     def _read_packed(
         self, body: memoryview, cols: int, rows: int

@@ -112,7 +112,7 @@ class Channel:
         key = StreamKey(self.run_seed, t.rank, step, FULL_TENSOR_INDEX)
         t.meter.step = step
         payloads = t.all_gather_bytes(
-            self._fp32.encode(part.to(torch.float32), key).payload, FULL_GRADIENT
+            bytes(self._fp32.encode(part.to(torch.float32), key).payload), FULL_GRADIENT
         )
         total = torch.zeros(x.shape, dtype=torch.float64)
         for rank, payload in enumerate(payloads):
