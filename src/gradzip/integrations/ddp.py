@@ -346,6 +346,11 @@ class GradzipHookState:
         parsed = parse_step_state(
             state, _STATE_VERSION, "DDP hook state", self.transport, self.scheme
         )
+        if any(parsed.buffers.values()):
+            raise CheckpointError(
+                "DDP hook state holds residuals in its scheme part; the hook keeps them per "
+                "parameter under 'residuals' (a GradientSync checkpoint does not fit the hook)"
+            )
         if state.get("numels") != self._numels:
             raise CheckpointError(
                 f"DDP hook state was saved for parameters of sizes {state.get('numels')}, this "
