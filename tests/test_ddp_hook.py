@@ -1,7 +1,8 @@
 """The DDP communication hook: with the identity codec it trains exactly like DDP's own
-all-reduce; with lossy codecs it trains exactly like GradientSync + CompressedOptimizer, across
-DDP's bucket rebuild; a non-finite gradient on one rank is handled on every rank; checkpoints
-resume bit-exactly.
+all-reduce; with lossy codecs it trains exactly like the scheme run on each bucket's flattened
+gradients without DDP (per-position residuals), across DDP's bucket rebuild; a non-finite
+gradient on one rank is handled on every rank; checkpoints resume bit-exactly, also into other
+buckets.
 
 The DDP runs all happen in one spawned pair of gloo processes (``ddp_runs``, shared by the
 tests of this module: starting processes costs seconds); the references run in this process on
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import io
+import threading
 from typing import Any
 
 import pytest
@@ -22,17 +24,17 @@ import gradzip
 from gradzip.comm.local import LocalGroup, run_local
 from gradzip.comm.spawn import run_processes
 from gradzip.comm.transport import Transport
-from gradzip.errors import GradzipError, NonFiniteInputError, PayloadMismatchError
+from gradzip.errors import CheckpointError, GradzipError, PayloadMismatchError
 from gradzip.integrations.ddp import GradzipHookState, gradzip_hook, register_gradzip_hook
-from gradzip.optim import CompressedOptimizer
-from gradzip.schemes import SCHEMES, make_scheme
+from gradzip.schemes import SCHEMES, RingRequantize, make_scheme
+from gradzip.schemes._ring_ints import slice_bounds
 from gradzip.schemes.base import Scheme
-from gradzip.sync import GradientSync
 
 RUN_SEED = 11
 LR = 0.05
 STEPS = 4
 BUCKET_MB = 0.0001  # about 100 bytes: several buckets for this small model
+OTHER_BUCKET_MB = 0.0003  # other buckets, for a resumed run
 IDENTITY_SCHEMES = [
     name for name, cls in SCHEMES.items() if cls.compatible(gradzip.create("identity"))
 ]
@@ -102,7 +104,12 @@ def poison(net: torch.nn.Module) -> torch.utils.hooks.RemovableHandle:
 
 
 def residuals(state: dict[str, Any]) -> list[torch.Tensor]:
-    return [r for role in state["feedback"].values() for r in role["residual"]]
+    """The hook's per-parameter residuals in a checkpoint (the scheme's own stay empty)."""
+    assert all(not role["residual"] for role in state["scheme"]["feedback"].values())
+    return [r for role in state["residuals"]["roles"].values() for r in role["residual"]]
+
+
+Layout = list[tuple[int, ...]]
 
 
 class RecordingState(GradzipHookState):
@@ -110,7 +117,7 @@ class RecordingState(GradzipHookState):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.layouts: list[list[tuple[int, ...]]] = []
+        self.layouts: list[Layout] = []
 
     def reduce_bucket(self, bucket: Any) -> torch.futures.Future[torch.Tensor]:
         if bucket.index() == 0:
@@ -122,11 +129,14 @@ class RecordingState(GradzipHookState):
 # -- what the spawned ranks run -------------------------------------------------------------
 def _train_ddp(
     transport: Transport, hook_scheme: Scheme | None, steps: int
-) -> tuple[bytes, list[list[tuple[int, ...]]]]:
+) -> tuple[bytes, list[Layout]]:
     net = model()
     ddp = DistributedDataParallel(net, bucket_cap_mb=BUCKET_MB)
-    layouts: list[list[tuple[int, ...]]] = []
-    if hook_scheme is not None:
+    layouts: list[Layout] = []
+    state: GradzipHookState | None = None
+    if hook_scheme is not None and hook_scheme.compressor.name == "identity":
+        state = register_gradzip_hook(ddp, hook_scheme, transport)
+    elif hook_scheme is not None:
         state = RecordingState(hook_scheme, ddp, transport)
         ddp.register_comm_hook(state, gradzip_hook)
         layouts = state.layouts
@@ -135,6 +145,8 @@ def _train_ddp(
         opt.zero_grad()
         loss(ddp, transport.rank, step).backward()
         opt.step()
+    if state is not None:
+        state.close()
     return flat(net), layouts
 
 
@@ -145,7 +157,8 @@ def _non_finite(transport: Transport, mode: str) -> dict[str, Any]:
     ddp = DistributedDataParallel(
         net, bucket_cap_mb=BUCKET_MB, gradient_as_bucket_view=mode == "skip"
     )
-    state = register_gradzip_hook(ddp, scheme("allgather", "topk", True), on_nonfinite=mode)
+    state = RecordingState(scheme("allgather", "topk", True), ddp, transport, on_nonfinite=mode)
+    ddp.register_comm_hook(state, gradzip_hook)
     opt = torch.optim.SGD(net.parameters(), lr=LR)
     opt.zero_grad()
     loss(ddp, transport.rank, 0).backward()
@@ -165,11 +178,9 @@ def _non_finite(transport: Transport, mode: str) -> dict[str, Any]:
         handle.remove()
     after_state = state.state_dict()
     out["params_unchanged"] = flat(net) == before_params
-    out["scheme_unchanged"] = all(
-        torch.equal(a, b)
-        for a, b in zip(
-            residuals(before_state["scheme"]), residuals(after_state["scheme"]), strict=True
-        )
+    before_residuals = residuals(before_state)
+    out["scheme_unchanged"] = bool(before_residuals) and all(
+        torch.equal(a, b) for a, b in zip(before_residuals, residuals(after_state), strict=True)
     )
     out["step"], out["skipped"] = state.step, state.skipped_steps
     if out["error"] is not None:
@@ -181,32 +192,42 @@ def _non_finite(transport: Transport, mode: str) -> dict[str, Any]:
     opt.zero_grad()
     loss(ddp, transport.rank, NAN_STEP + 1).backward()
     opt.step()
-    out["final"], out["final_step"] = flat(net), state.step
+    out["final"], out["final_step"], out["layouts"] = flat(net), state.step, state.layouts
     return out
 
 
 def _checkpoint_run(
-    transport: Transport, steps: int, first: int, saved: bytes | None, keep_hook_state: bool
-) -> tuple[bytes, bytes]:
+    transport: Transport,
+    segments: list[tuple[int, float]],
+    first: int,
+    saved: bytes | None,
+    keep_hook_state: bool,
+) -> tuple[bytes, bytes, list[Layout]]:
+    """``(steps, bucket_cap_mb)`` per segment: each segment wraps the module in a new DDP
+    wrapper (new buckets) and registers the same hook state on it."""
     net = model()
     opt = torch.optim.SGD(net.parameters(), lr=LR, momentum=0.9)
     loaded = torch.load(io.BytesIO(saved), weights_only=True) if saved is not None else None
     if loaded is not None:
         net.load_state_dict(loaded["model"])
         opt.load_state_dict(loaded["opt"])
-    ddp = DistributedDataParallel(net, bucket_cap_mb=BUCKET_MB)
-    state = register_gradzip_hook(ddp, scheme("allgather", "dqsg", True), transport)
+    state = RecordingState(scheme("ring", "onebit", True), net, transport)
     if loaded is not None and keep_hook_state:
         state.load_state_dict(loaded["hook"])
-    for step in range(first, first + steps):
-        opt.zero_grad()
-        loss(ddp, transport.rank, step).backward()
-        opt.step()
+    start = first
+    for steps, bucket_mb in segments:
+        ddp = DistributedDataParallel(net, bucket_cap_mb=bucket_mb)
+        ddp.register_comm_hook(state, gradzip_hook)
+        for step in range(start, start + steps):
+            opt.zero_grad()
+            loss(ddp, transport.rank, step).backward()
+            opt.step()
+        start += steps
     buf = io.BytesIO()
     torch.save(
         {"model": net.state_dict(), "opt": opt.state_dict(), "hook": state.state_dict()}, buf
     )
-    return flat(net), buf.getvalue()
+    return flat(net), buf.getvalue(), state.layouts
 
 
 def _all_ddp_runs(transport: Transport) -> dict[str, Any]:
@@ -217,12 +238,17 @@ def _all_ddp_runs(transport: Transport) -> dict[str, Any]:
         out[comp, name] = _train_ddp(transport, scheme(name, comp, ef), STEPS)
     out["raise"] = _non_finite(transport, "raise")
     out["skip"] = _non_finite(transport, "skip")
-    straight, _ = _checkpoint_run(transport, 6, 0, None, True)
-    _, saved = _checkpoint_run(transport, 3, 0, None, True)
+    # straight: 3 steps in one bucket layout, then 3 in another (same hook state, new wrapper);
+    # resumed: the same, through a checkpoint
+    straight = _checkpoint_run(transport, [(3, BUCKET_MB), (3, OTHER_BUCKET_MB)], 0, None, True)
+    _, saved, before = _checkpoint_run(transport, [(3, BUCKET_MB)], 0, None, True)
+    resumed = _checkpoint_run(transport, [(3, OTHER_BUCKET_MB)], 3, saved, True)
     out["checkpoint"] = {
-        "straight": straight,
-        "resumed": _checkpoint_run(transport, 3, 3, saved, True)[0],
-        "hook_state_lost": _checkpoint_run(transport, 3, 3, saved, False)[0],
+        "straight": straight[0],
+        "straight_layouts": straight[2],
+        "resumed": resumed[0],
+        "resumed_layouts": before + resumed[2],
+        "hook_state_lost": _checkpoint_run(transport, [(3, OTHER_BUCKET_MB)], 3, saved, False)[0],
     }
     return out
 
@@ -232,34 +258,87 @@ def ddp_runs() -> list[dict[str, Any]]:
     return run_processes(2, _all_ddp_runs, timeout=30.0, run_timeout=240.0)
 
 
-# -- in-process references ------------------------------------------------------------------
-def _reference(transport: Transport, sch: Scheme, steps: int) -> bytes:
-    net = model()
-    opt = CompressedOptimizer(
-        torch.optim.SGD(net.parameters(), lr=LR), GradientSync(transport, scheme=sch)
-    )
-    for step in range(steps):
-        opt.zero_grad()
-        loss(net, transport.rank, step).backward()
-        opt.step()
-    return flat(net)
+# -- in-process references: the scheme on flattened parameter groups, without DDP ------------
+def _reference_slices(sch: Scheme, n: int, transport: Transport) -> dict[str, dict[int, range]]:
+    """Per role, the chunk of each residual slot and the elements of the flat tensor it holds
+    (the ring's slices follow the scheme's own ``slice_bounds``; other schemes keep one
+    residual of the whole tensor)."""
+    if isinstance(sch, RingRequantize):
+        size, rank = transport.world_size, transport.rank
+        bounds = slice_bounds(n, size)
+        return {
+            "reduce_scatter": {d: range(*bounds[d]) for d in range(size) if d != rank},
+            "allgather": {size + rank: range(*bounds[rank])},
+        }
+    return {role: {0: range(n)} for role in sch.feedback}
 
 
-def _reference_non_finite(transport: Transport, mode: str) -> bytes:
+def reduce_groups(
+    transport: Transport,
+    sch: Scheme,
+    grads: list[torch.Tensor],
+    layout: Layout,
+    step: int,
+    store: dict[str, torch.Tensor],
+) -> list[torch.Tensor]:
+    """Each group's gradients flattened and reduced as one tensor (key: the group's smallest
+    index), its residuals gathered from and scattered to ``store``, one model-length vector per
+    role indexed by element position in model order (zeros at first)."""
+    numels = [g.numel() for g in grads]
+    starts = [sum(numels[:i]) for i in range(len(numels))]
+    if not store:
+        store.update({role: torch.zeros(sum(numels)) for role in sch.feedback})
+    means: list[torch.Tensor] = [torch.empty(0)] * len(grads)
+    for group in layout:
+        positions = torch.cat([torch.arange(starts[i], starts[i] + numels[i]) for i in group])
+        flat_grads = torch.cat([grads[i].reshape(-1) for i in group])
+        slices = _reference_slices(sch, flat_grads.numel(), transport)
+        index = min(group)
+        for role, feedback in sch.feedback.items():
+            feedback.restore(
+                {
+                    (index, c): store[role][positions[s.start : s.stop]]
+                    for c, s in slices[role].items()
+                }
+            )
+        mean = sch.reduce(transport, flat_grads, step, index)
+        for role, feedback in sch.feedback.items():
+            for (_, chunk), residual in feedback.snapshot().items():
+                s = slices[role][chunk]
+                store[role][positions[s.start : s.stop]] = residual
+            feedback.restore({})
+        offset = 0
+        for i in group:
+            means[i] = mean[offset : offset + numels[i]].view(grads[i].shape).to(grads[i].dtype)
+            offset += numels[i]
+    return means
+
+
+def _reference(
+    transport: Transport, sch: Scheme, plan: list[tuple[int, Layout]], poisoned: int = -1
+) -> bytes:
+    """Train with the scheme applied to the gradients grouped as DDP's buckets were, one
+    ``(data step, layout)`` per applied step (``poisoned``: a data step whose NaN makes the
+    step apply nothing)."""
     net = model()
-    sync = GradientSync(transport, scheme=scheme("allgather", "topk", True), on_nonfinite=mode)
-    opt = CompressedOptimizer(torch.optim.SGD(net.parameters(), lr=LR), sync)
-    for step in range(NAN_STEP + 2):
+    params = list(net.parameters())
+    opt = torch.optim.SGD(params, lr=LR)
+    store: dict[str, torch.Tensor] = {}
+    step = 0
+    for data_step, layout in plan:
         opt.zero_grad()
-        handle = poison(net) if step == NAN_STEP and transport.rank == 1 else None
-        loss(net, transport.rank, step).backward()
-        if step == NAN_STEP and mode == "raise":
-            with pytest.raises(NonFiniteInputError):
-                opt.step()
-        else:
-            opt.step()
+        handle = poison(net) if data_step == poisoned and transport.rank == 1 else None
+        loss(net, transport.rank, data_step).backward()
         if handle is not None:
             handle.remove()
+        if data_step == poisoned:
+            continue
+        grads = [p.grad for p in params if p.grad is not None]
+        means = reduce_groups(transport, sch, grads, layout, step, store)
+        for grad, mean in zip(grads, means, strict=True):
+            grad.copy_(mean)
+        opt.step()
+        step += 1
     return flat(net)
 
 
@@ -279,27 +358,41 @@ def test_identity_through_every_scheme_equals_plain_ddp(ddp_runs: list[dict[str,
 @pytest.mark.parametrize(
     ("comp", "ef", "name"), LOSSY_CONFIGS, ids=[f"{c}-{n}" for c, _, n in LOSSY_CONFIGS]
 )
-def test_hook_equals_gradient_sync_across_bucket_rebuilds(
+def test_hook_equals_the_scheme_on_flat_buckets_across_bucket_rebuilds(
     ddp_runs: list[dict[str, Any]], comp: str, ef: bool, name: str
 ) -> None:
-    reference = run_local(2, lambda t: _reference(t, scheme(name, comp, ef), STEPS))
+    layouts = ddp_runs[0][comp, name][1]
+    assert ddp_runs[1][comp, name][1] == layouts  # DDP gives every rank rank 0's buckets
+    # DDP rebuilt its buckets after the first step, and there were several of them
+    assert len(layouts) == STEPS and layouts[1] != layouts[0] and len(layouts[1]) > 2
+    assert sorted(i for b in layouts[1] for i in b) == list(range(8))
+    plan = list(enumerate(layouts))
+    reference = run_local(2, lambda t: _reference(t, scheme(name, comp, ef), plan))
     for rank in range(2):
-        params, layouts = ddp_runs[rank][comp, name]
-        assert params == reference[rank]
-        # DDP rebuilt its buckets after the first step, and there were several of them
-        assert len(layouts) == STEPS and layouts[1] != layouts[0] and len(layouts[1]) > 2
-        assert sorted(i for b in layouts[1] for i in b) == list(range(8))
+        assert ddp_runs[rank][comp, name][0] == reference[rank]
     assert reference[0] != flat(model()) and reference[0] == reference[1]
     # the lossy codec mattered: identity through the same scheme trains differently
     if ("identity", name) in ddp_runs[0]:
         assert ddp_runs[0]["identity", name][0] != reference[0]
+    # and the buckets mattered: the scheme on one tensor per parameter trains differently
+    per_parameter = [(step, [(i,) for i in range(8)]) for step in range(STEPS)]
+    separate = run_local(2, lambda t: _reference(t, scheme(name, comp, ef), per_parameter))
+    assert separate[0] != reference[0]
+
+
+def _non_finite_plan(run: dict[str, Any]) -> list[tuple[int, Layout]]:
+    layouts = run["layouts"]
+    assert len(layouts) == 3 and layouts[0] != layouts[1]
+    return [(0, layouts[0]), (NAN_STEP, layouts[1]), (NAN_STEP + 1, layouts[2])]
 
 
 @pytest.mark.distributed
 def test_non_finite_gradient_on_one_rank_raises_on_every_rank(
     ddp_runs: list[dict[str, Any]],
 ) -> None:
-    reference = run_local(2, lambda t: _reference_non_finite(t, "raise"))
+    plan = _non_finite_plan(ddp_runs[0]["raise"])
+    sch = lambda: scheme("allgather", "topk", True)  # noqa: E731
+    reference = run_local(2, lambda t: _reference(t, sch(), plan, poisoned=NAN_STEP))
     for rank in range(2):
         run = ddp_runs[rank]["raise"]
         assert run["error"] is not None, f"rank {rank} did not raise"
@@ -308,13 +401,17 @@ def test_non_finite_gradient_on_one_rank_raises_on_every_rank(
         assert "bucket 0" not in message  # earlier buckets had been reduced, then undone
         assert run["params_unchanged"] and run["scheme_unchanged"]
         assert (run["step"], run["skipped"]) == (1, 0)
-        # the same state, registered on a new DDP wrapper, trains on as GradientSync does
+        # the same state, registered on a new DDP wrapper (initial buckets again), trains on
+        # as the reference does
+        assert run["layouts"][2] == run["layouts"][0]
         assert run["final"] == reference[rank] and run["final_step"] == 2
 
 
 @pytest.mark.distributed
 def test_skip_mode_zeroes_the_step_on_every_rank(ddp_runs: list[dict[str, Any]]) -> None:
-    reference = run_local(2, lambda t: _reference_non_finite(t, "skip"))
+    plan = _non_finite_plan(ddp_runs[0]["skip"])
+    sch = lambda: scheme("allgather", "topk", True)  # noqa: E731
+    reference = run_local(2, lambda t: _reference(t, sch(), plan, poisoned=NAN_STEP))
     for rank in range(2):
         run = ddp_runs[rank]["skip"]
         assert run["error"] is None and run["grads_zero"]
@@ -324,9 +421,14 @@ def test_skip_mode_zeroes_the_step_on_every_rank(ddp_runs: list[dict[str, Any]])
 
 
 @pytest.mark.distributed
-def test_resume_from_a_checkpoint_is_bit_exact(ddp_runs: list[dict[str, Any]]) -> None:
+def test_resume_into_other_buckets_is_bit_exact(ddp_runs: list[dict[str, Any]]) -> None:
     for rank in range(2):
         runs = ddp_runs[rank]["checkpoint"]
+        layouts = runs["straight_layouts"]
+        assert runs["resumed_layouts"] == layouts
+        # after its rebuild the resumed half ran in buckets the saved half never had (each
+        # wrapper's first iteration puts everything in DDP's first, larger bucket)
+        assert len(layouts) == 6 and layouts[4] == layouts[5] and layouts[4] not in layouts[:3]
         assert runs["resumed"] == runs["straight"]
         assert runs["hook_state_lost"] != runs["straight"]  # the hook's state is needed
 
@@ -366,43 +468,124 @@ def _grads(rank: int, step: int, shapes: list[tuple[int, ...]]) -> list[torch.Te
     return [torch.randn(s, generator=gen) for s in shapes]
 
 
-def test_buckets_in_any_grouping_and_dtype_match_gradient_sync() -> None:
-    """Half-precision gradients in two bucketings (as before and after a rebuild), against
-    GradientSync on the same gradients."""
+def _run_step(
+    state: GradzipHookState, params: list[torch.Tensor], grads: list[torch.Tensor], layout: Layout
+) -> list[torch.Tensor]:
+    """One backward pass's buckets through the hook; the averaged gradients in model order."""
+    out: list[torch.Tensor] = [torch.empty(0)] * len(params)
+    buckets = [
+        FakeBucket(k, k == len(layout) - 1, [params[i] for i in g], [grads[i] for i in g])
+        for k, g in enumerate(layout)
+    ]
+    futures = [state.reduce_bucket(b) for b in buckets]  # type: ignore[arg-type]
+    for bucket, group, future in zip(buckets, layout, futures, strict=True):
+        assert future.wait() is bucket.buffer()
+        for i, view in zip(group, bucket.gradients(), strict=True):
+            out[i] = view.clone()
+    return out
+
+
+@pytest.mark.parametrize("name", ["allgather", "ring", "ps"])
+def test_buckets_in_any_grouping_and_dtype_match_the_flat_reference(name: str) -> None:
+    """Half-precision gradients in changing bucketings (as at a rebuild, or a resumed run with
+    another bucket size) against the scheme on the same flattened groups."""
     net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)).half()
     params = list(net.parameters())
     shapes = [tuple(p.shape) for p in params]
-    groupings = [[[0, 1, 2, 3]], [[3, 2], [1], [0]], [[3], [2, 1, 0]]]
+    groupings = [[(0, 1, 2, 3)], [(3, 2), (1,), (0,)], [(3,), (2, 1, 0)], [(3,), (2, 1, 0)]]
 
     def body(transport: Transport) -> tuple[list[list[torch.Tensor]], list[list[torch.Tensor]]]:
-        state = GradzipHookState(scheme("allgather", "topk", True), net, transport)
-        sync = GradientSync(transport, scheme=scheme("allgather", "topk", True))
-        hooked, synced = [], []
+        state = GradzipHookState(scheme(name, "topk", True), net, transport)
+        sch, store = scheme(name, "topk", True), {}
+        hooked, referenced = [], []
         for step, grouping in enumerate(groupings):
             grads = [g.half() for g in _grads(transport.rank, step, shapes)]
-            out: list[torch.Tensor] = [torch.empty(0)] * len(params)
-            for position, members in enumerate(grouping):
-                bucket = FakeBucket(
-                    position,
-                    position == len(grouping) - 1,
-                    [params[i] for i in members],
-                    [grads[i] for i in members],
-                )
-                state.reduce_bucket(bucket).wait()
-                for i, view in zip(members, bucket.gradients(), strict=True):
-                    assert view.dtype == torch.float16
-                    out[i] = view.clone()
-            hooked.append(out)
-            means = sync.synchronize(grads)
-            assert means is not None
-            synced.append(means)
+            hooked.append(_run_step(state, params, grads, grouping))
+            referenced.append(reduce_groups(transport, sch, grads, grouping, step, store))
         assert state.step == len(groupings)
-        return hooked, synced
+        state.close()
+        return hooked, referenced
 
-    for hooked, synced in run_local(2, body):
-        for step_hooked, step_synced in zip(hooked, synced, strict=True):
-            for a, b in zip(step_hooked, step_synced, strict=True):
-                assert a.dtype == b.dtype and torch.equal(a, b)
+    for hooked, referenced in run_local(2, body):
+        for step_hooked, step_referenced in zip(hooked, referenced, strict=True):
+            for a, b in zip(step_hooked, step_referenced, strict=True):
+                assert a.dtype == b.dtype == torch.float16 and torch.equal(a, b)
+
+
+class GatedTransport(Transport):
+    """A transport whose first message waits for ``gate``: shows who waits for the network."""
+
+    def __init__(self, inner: Transport, gate: threading.Event) -> None:
+        super().__init__(inner.rank, inner.world_size)
+        self.inner, self.gate, self.meter = inner, gate, inner.meter
+        self.threads: set[str] = set()
+
+    def _start_send(self, dst: int, data: bytes) -> Any:
+        self.gate.wait()
+        self.threads.add(threading.current_thread().name)
+        return self.inner._start_send(dst, data)
+
+    def _recv(self, src: int) -> bytes:
+        return self.inner._recv(src)
+
+
+def test_the_hook_returns_before_its_bucket_is_communicated() -> None:
+    """The main thread queues a bucket and goes on while a worker thread communicates; the
+    future completes when the step's last bucket is done, the last call waits for it."""
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    params = list(net.parameters())
+    shapes = [tuple(p.shape) for p in params]
+
+    def body(transport: Transport) -> tuple[bool, bool, set[str], str]:
+        gated = GatedTransport(transport, threading.Event())
+        state = GradzipHookState(scheme("ring", "onebit", True), net, gated)
+        grads = _grads(transport.rank, 0, shapes)
+        first = state.reduce_bucket(FakeBucket(0, False, params[2:], grads[2:]))  # type: ignore[arg-type]
+        pending = not first.done()  # the worker is held at the gate: nothing sent yet
+        gated.gate.set()
+        last = state.reduce_bucket(FakeBucket(1, True, params[:2], grads[:2]))  # type: ignore[arg-type]
+        done = first.done() and last.done() and state.step == 1
+        state.close()
+        return pending, done, gated.threads, threading.current_thread().name
+
+    for pending, done, threads, main in run_local(2, body):
+        assert pending and done
+        assert len(threads) == 1 and main not in threads
+        assert next(iter(threads)).startswith("gradzip-ddp-hook")
+
+
+def _hook_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("gradzip-ddp-hook")]
+
+
+def test_the_worker_thread_stops_on_close_and_when_the_state_is_collected() -> None:
+    net = torch.nn.Linear(3, 2)
+    params = list(net.parameters())
+    transport = LocalGroup(1).endpoint(0)
+    before = set(_hook_threads())
+
+    def used_state() -> GradzipHookState:
+        state = GradzipHookState(scheme("allgather", "onebit", True), net, transport)
+        grads = _grads(0, 0, [tuple(p.shape) for p in params])
+        state.reduce_bucket(FakeBucket(0, True, params, grads))  # type: ignore[arg-type]
+        return state
+
+    state = used_state()
+    (thread,) = set(_hook_threads()) - before
+    assert thread.daemon and thread.is_alive()
+    state.close()
+    assert not thread.is_alive() and state.step == 1
+    state.close()  # idempotent
+    with pytest.raises(GradzipError, match="closed"):
+        state.reduce_bucket(FakeBucket(0, True, params, [torch.zeros(2, 3), torch.zeros(2)]))  # type: ignore[arg-type]
+    assert state.state_dict()["step"] == 1
+
+    state = used_state()
+    (thread,) = set(_hook_threads()) - before
+    del state
+    gc.collect()
+    thread.join(timeout=30.0)  # a liveness bound, not a speed check
+    assert not thread.is_alive()
 
 
 def test_a_bucket_failing_half_way_restores_the_whole_step() -> None:
@@ -410,38 +593,46 @@ def test_a_bucket_failing_half_way_restores_the_whole_step() -> None:
     params = list(net.parameters())
     shapes = [tuple(p.shape) for p in params]
 
-    def body(transport: Transport) -> tuple[str, bool, int, bool]:
+    def body(transport: Transport) -> tuple[str, bool, int, bool, bool]:
         state = GradzipHookState(scheme("allgather", "topk", True), net, transport)
+        futures: list[torch.futures.Future[torch.Tensor]] = []
 
         def step(index: int, bad: bool = False, abandon: bool = False) -> None:
             grads = _grads(transport.rank, index, shapes)
             if bad and transport.rank == 1:
                 grads[0] = grads[0].double()  # a dtype the other rank does not expect
-            state.reduce_bucket(FakeBucket(0, False, params[2:], grads[2:]))
+            futures[:] = [state.reduce_bucket(FakeBucket(0, False, params[2:], grads[2:]))]  # type: ignore[arg-type]
             if not abandon:
-                state.reduce_bucket(FakeBucket(1, True, params[:2], grads[:2]))
+                state.reduce_bucket(FakeBucket(1, True, params[:2], grads[:2]))  # type: ignore[arg-type]
 
         step(0)
-        before = residuals(state.state_dict()["scheme"])
+        before = residuals(state.state_dict())
         try:
             step(1, bad=True)
         except GradzipError as err:
             message = f"{err} | {type(err.__cause__).__name__}"
             restored = all(
                 torch.equal(a, b)
-                for a, b in zip(before, residuals(state.state_dict()["scheme"]), strict=True)
+                for a, b in zip(before, residuals(state.state_dict()), strict=True)
             )
             failed_step = state.step
         else:
-            return "no error", False, state.step, False
+            return "no error", False, state.step, False, False
+        # the earlier bucket's future holds the step's error too
+        with pytest.raises(GradzipError, match="step 1, bucket 1"):
+            futures[0].wait()
         # a backward pass abandoned after its first bucket is undone when the next one starts
         step(2, abandon=True)
+        abandoned = futures[0]
         step(3)
-        return message, restored, failed_step, state.step == 2
+        with pytest.raises(GradzipError, match="abandoned"):
+            abandoned.wait()
+        state.close()
+        return message, restored, failed_step, state.step == 2, bool(before)
 
-    for message, restored, failed_step, continued in run_local(2, body, timeout=10.0):
+    for message, restored, failed_step, continued, had in run_local(2, body, timeout=10.0):
         assert "step 1, bucket 1" in message and PayloadMismatchError.__name__ in message
-        assert restored and failed_step == 1 and continued
+        assert restored and had and failed_step == 1 and continued
 
 
 def test_abandoned_step_leaves_no_trace() -> None:
@@ -456,17 +647,19 @@ def test_abandoned_step_leaves_no_trace() -> None:
         for index in range(3):
             grads = _grads(transport.rank, index, shapes)
             if abandon and index == 1:
-                state.reduce_bucket(FakeBucket(0, False, params[1:], grads[1:]))
-            state.reduce_bucket(FakeBucket(0, False, params[1:], grads[1:]))
+                state.reduce_bucket(FakeBucket(0, False, params[1:], grads[1:]))  # type: ignore[arg-type]
+            state.reduce_bucket(FakeBucket(0, False, params[1:], grads[1:]))  # type: ignore[arg-type]
             last = FakeBucket(1, True, params[:1], grads[:1])
-            state.reduce_bucket(last)
+            state.reduce_bucket(last)  # type: ignore[arg-type]
         assert state.step == 3
-        return [last.buffer(), *residuals(state.state_dict()["scheme"])]
+        out = [last.buffer(), *residuals(state.state_dict())]
+        state.close()
+        return out
 
     clean = run_local(2, lambda t: body(t, False))
     interrupted = run_local(2, lambda t: body(t, True))
     for a, b in zip(clean, interrupted, strict=True):
-        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+        assert len(a) == 3 and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 def test_state_checks() -> None:
@@ -494,3 +687,51 @@ def test_state_checks() -> None:
     with pytest.raises(GradzipError, match="not among the model's parameters"):
         state.reduce_bucket(bucket)  # type: ignore[arg-type]
     assert state.step == 0
+    state.close()
+    other.close()
+
+
+def test_a_refused_checkpoint_changes_nothing() -> None:
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    params = list(net.parameters())
+    transport = LocalGroup(1).endpoint(0)
+    state = GradzipHookState(scheme("allgather", "onebit", True), net, transport)
+    _run_step(state, params, _grads(0, 0, [tuple(p.shape) for p in params]), [(3, 2, 1, 0)])
+    good = state.state_dict()
+    assert len(good["residuals"]["roles"]["worker"]["residual"]) == 4
+
+    def broken(edit: Any) -> dict[str, Any]:
+        bad = {
+            **good,
+            "residuals": {
+                **good["residuals"],
+                "roles": {"worker": dict(good["residuals"]["roles"]["worker"])},
+            },
+        }
+        edit(bad["residuals"]["roles"]["worker"], bad)
+        return bad
+
+    def set_key(key: str, value: Any) -> Any:
+        return lambda role, _: role.__setitem__(key, value)
+
+    fresh = GradzipHookState(scheme("allgather", "onebit", True), net, transport)
+    cases = {
+        "twice": set_key("param", [0, 0, 1, 2]),
+        "names parameter 9": set_key("param", [0, 1, 2, 9]),
+        "expected": set_key("residual", [torch.zeros(1)] * 4),
+        "NaN": set_key("residual", [torch.full((n,), float("nan")) for n in (12, 4, 8, 2)]),
+        "sizes": lambda _, top: top.__setitem__("numels", [1, 2]),
+        "version": lambda _, top: top.__setitem__("residuals", {"version": 0}),
+    }
+    for match, edit in cases.items():
+        with pytest.raises(CheckpointError, match=match):
+            fresh.load_state_dict(broken(edit))
+        assert fresh.step == 0 and residuals(fresh.state_dict()) == []
+    fresh.load_state_dict(good)
+    assert fresh.step == 1
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(residuals(good), residuals(fresh.state_dict()), strict=True)
+    )
+    state.close()
+    fresh.close()

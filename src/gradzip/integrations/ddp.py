@@ -9,55 +9,49 @@ Any gradzip scheme (and so any compressor it accepts) replaces DDP's all-reduce:
     ddp_model = DistributedDataParallel(model)
     scheme = AllGatherDecode(gradzip.create("dqsg", M=2), run_seed=7, error_feedback=True)
     state = register_gradzip_hook(ddp_model, scheme)
-    # the same as: state = GradzipHookState(scheme, ddp_model)
-    #              ddp_model.register_comm_hook(state, gradzip_hook)
     for x, y in data:
         opt.zero_grad()
         loss_fn(ddp_model(x), y).backward()  # the hook runs here, once per bucket
         opt.step()
+    state.close()  # optional: stops the worker thread (garbage collection does too)
 
-How it fits PyTorch's hook interface (``DistributedDataParallel.register_comm_hook`` and the
-stock hooks in ``torch.distributed.algorithms.ddp_comm_hooks``: ``allreduce_hook``, the
-fp16/bf16 compression hooks, PowerSGD): DDP packs gradients into flat buckets, and as each
-bucket becomes ready during ``backward()`` it calls ``hook(state, bucket)``, which must return a
-``torch.futures.Future`` whose value is the bucket's *averaged* flat tensor. With a hook
-registered DDP neither communicates nor divides by the world size itself; when every bucket's
-future is done it copies the results into the parameters' ``.grad``.
+DDP packs gradients into flat buckets and, as each becomes ready during ``backward()``, calls
+``hook(state, bucket)``, which returns a ``torch.futures.Future`` of the bucket's *averaged* flat
+tensor; with a hook registered DDP neither communicates nor divides by the world size itself.
 
-What goes over the wire, per rank and backward pass: for each bucket, one flag byte all-gathered
-(``P - 1`` messages of 1 + 8 bytes sent and as many received: the finite-gradient agreement),
-then for each parameter whatever ``scheme.reduce`` sends for that one tensor. Every payload
-carries a gradzip header and CRC (about 25 to 40 bytes) plus the transport's 8-byte length
-prefix, and every parameter travels in payloads of its own (one per rank, or one per slice in
-schemes that split tensors), so a model with many small tensors (biases, norms) pays that
-overhead many times. The bytes are counted on ``state.transport.meter``, tagged with the hook's
-step counter. Under ``ddp_model.no_sync()`` (gradient accumulation) DDP calls no hook; the next
-synchronising backward pass is one step.
+On the wire, per bucket and rank: one flag byte all-gathered (the finite-gradient agreement,
+:func:`gradzip.stepping.agree_all_finite`), then whatever ``scheme.reduce`` sends for the
+bucket's flat buffer as *one* tensor (``tensor_index`` = the smallest model-order index of the
+bucket's parameters): one payload per peer and round, whatever the number of parameters. Bytes
+are counted on ``state.transport.meter``, tagged with the hook's step counter. Under
+``ddp_model.no_sync()`` DDP calls no hook; the next synchronising backward pass is one step.
 
-The hook computes on the CPU (the schemes do), then writes the averages into the bucket's own
-buffer, so the result has the buffer's device and dtype; with NCCL, build the transport as
-:class:`~gradzip.comm.distributed.DistributedTransport` documents (the current CUDA device
-selected first). It runs synchronously inside ``backward()``: communication does not overlap
-with the rest of the backward pass as DDP's asynchronous all-reduce does.
+Overlap: the hook only queues the bucket; a worker thread of the state reduces the buckets in
+the order DDP hands them over (bucket index order, the same on every rank) and writes the means
+into the buckets' buffers (their device and dtype; the schemes compute on the CPU), so
+communication runs while backward computes the earlier layers' gradients. The call for the last
+bucket waits for the step to finish (DDP would wait for every future right after it anyway) and
+raises the step's error there, so it reaches the caller of ``loss.backward()`` with its own type.
+While buckets are in flight the main thread must not use the same process group (DDP does not:
+its own collectives run in the forward pass).
+
+Error-feedback residuals are kept per parameter and re-assembled for each bucket (see
+:mod:`gradzip.integrations._residuals`), so keys and residuals survive DDP's bucket rebuild after
+the first iteration and a resumed run with another ``bucket_cap_mb``.
 
 Checkpoints: ``state.state_dict()`` holds the step counter, the skip count, the run seed, rank
-and group size, and the scheme's error-feedback buffers (``torch.save``-able, one per rank: the
-buffers differ between ranks). To resume, rebuild the DDP wrapper, register a fresh hook state
-with the same scheme settings and run seed, and call ``state.load_state_dict(saved)`` on every
-rank with that rank's own state, beside the model's and the optimizer's ``load_state_dict``,
-before the first backward pass; the run then continues bit-exactly. A state saved by another
-rank, group size or run seed, or a malformed one (negative counters, a residual slot listed
-twice, ...) raises :class:`~gradzip.errors.CheckpointError` and changes nothing.
+and group size, and the per-parameter residuals (one per rank: they differ between ranks). To
+resume, wrap the model again, register a fresh hook state with the same scheme settings and run
+seed, and call ``state.load_state_dict(saved)`` on every rank before the first backward pass; the
+run continues bit-exactly, whatever the new buckets. A state of another rank, group size, run
+seed or model, or a malformed one, raises :class:`~gradzip.errors.CheckpointError` and changes
+nothing.
 
-Buffers are not gradients: the hook reduces gradients only, so BatchNorm's running statistics
-(and every other module buffer) are updated by each rank from its own batch. DDP's default
-``broadcast_buffers=True`` then overwrites every rank's buffers with rank 0's at the start of
-each training forward pass, so the ranks agree on rank 0's statistics (not their average);
-with ``broadcast_buffers=False`` they stay per rank and drift apart. Save the model from rank 0,
-or convert it with ``torch.nn.SyncBatchNorm`` for statistics over the global batch.
+Buffers are not gradients: BatchNorm's running statistics stay per rank (DDP's default
+``broadcast_buffers=True`` overwrites them with rank 0's each forward pass); use
+``torch.nn.SyncBatchNorm`` for statistics over the global batch.
 
-Not supported: DDP's ``join()`` context for uneven inputs and sparse gradients (they were not
-tested and the gradient keys assume dense, identically shaped tensors on every rank).
+Not supported: DDP's ``join()`` for uneven inputs, and sparse gradients.
 """
 
 from collections.abc import Mapping
@@ -72,8 +66,12 @@ from torch.distributed import GradBucket  # type: ignore[attr-defined]  # re-exp
 
 from gradzip.comm.distributed import DistributedTransport
 from gradzip.comm.transport import Transport
-from gradzip.errors import GradzipError, NonFiniteInputError
+from gradzip.errors import CheckpointError, GradzipError, NonFiniteInputError
 from gradzip.feedback import Slot
+from gradzip.integrations._job import BucketJob
+from gradzip.integrations._layout import BucketLayout
+from gradzip.integrations._residuals import Entries, ResidualStore
+from gradzip.integrations._worker import BucketWorker
 from gradzip.schemes.base import Scheme
 from gradzip.stepping import (
     agree_all_finite,
@@ -86,54 +84,39 @@ from gradzip.stepping import (
 if TYPE_CHECKING:
     from torch.nn.parallel import DistributedDataParallel
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2  # 2: per-parameter residuals beside the scheme's (empty) buffers
 
 
 class GradzipHookState:
-    """The state of :func:`gradzip_hook`: the scheme, the transport, the step counter.
+    """The state of :func:`gradzip_hook`: the scheme, the transport, the step counter, the
+    per-parameter residuals and the worker thread.
 
     ``GradzipHookState(scheme, model, transport=None, on_nonfinite="raise")``: ``model`` is the
     DDP wrapper or the module it wraps (both list the same parameters in the same order);
     ``transport`` defaults to a :class:`~gradzip.comm.distributed.DistributedTransport` on the
     default process group.
 
-    [CHOICE] Per-parameter reduction. The hook does not compress DDP's flat bucket: it reduces
-    each parameter's gradient (``bucket.gradients()``, views into the bucket's buffer) with
-    ``scheme.reduce(transport, grad, step, tensor_index=i)``, where ``i`` is that parameter's
-    position among ``model.parameters()`` that require grad (matched by identity). DDP decides
-    the buckets, and rebuilds them after the first iteration in the order gradients became
-    ready; keying by bucket would change every payload key and error-feedback slot at that
-    rebuild (and whenever the bucket size changes). Keyed by parameter, the keys and residuals
-    do not depend on the bucketing at all, and the averages are bit-identical to those of
-    :class:`~gradzip.sync.GradientSync` with the parameters in model order (what
-    :class:`~gradzip.optim.CompressedOptimizer` sends). The price is one message (with its
-    header) per parameter instead of per bucket.
-
     [CHOICE] Steps. One backward pass is one step: the counter keys the payloads and advances
-    after the bucket for which ``bucket.is_last()`` holds (DDP hands the buckets over in index
-    order on every rank). A step is all-or-nothing: at its first bucket the scheme's state is
-    snapshot; if any bucket fails, the snapshot is restored, the step counter stays and the
-    error propagates out of ``loss.backward()``. A gradzip ``NonFiniteInputError`` passes
-    through unchanged; any other exception is re-raised as a
-    :class:`~gradzip.errors.GradzipError` naming the step and bucket (the original as its
-    ``__cause__``). Note that DDP itself refuses the next forward pass of a wrapper whose
-    backward raised ("Expected to have finished reduction in the prior iteration"): wrap the
-    module in a new ``DistributedDataParallel`` and register this state on it again (its state
-    is consistent), or resume from a checkpoint. A backward pass abandoned for a reason outside
-    the hook is rolled back when the next one starts (or at :meth:`state_dict`).
+    after the bucket for which ``bucket.is_last()`` holds. A step is all-or-nothing: if any
+    bucket fails, the scheme's state and the residuals return to where the step began, the
+    counter stays, the step's later buckets are not reduced (no communication: every rank that
+    saw the failure stops at the same bucket), every future of the step holds the error and the
+    last bucket's hook call raises it. A gradzip ``NonFiniteInputError`` passes through
+    unchanged; any other exception becomes a :class:`~gradzip.errors.GradzipError` naming the
+    step and bucket (the original as its ``__cause__``). DDP refuses the next forward pass of a
+    wrapper whose backward raised: wrap the module again and register this state on it (its
+    state is consistent), or resume from a checkpoint. A backward pass abandoned for a reason
+    outside the hook is rolled back when the next one starts (or at :meth:`state_dict`).
 
-    [CHOICE] Non-finite gradients. Before reducing a bucket the ranks agree, one byte each,
-    that its gradients are finite (as ``GradientSync`` does once per step; a hook only sees one
-    bucket at a time). A NaN or Inf on any rank then either raises
-    :class:`~gradzip.errors.NonFiniteInputError` on every rank (``on_nonfinite="raise"``;
-    nothing applied, state restored) or, with ``on_nonfinite="skip"``, skips the whole step on
-    every rank: the scheme's state is restored, the buckets already reduced in this step and
-    every later one are zero-filled, ``skipped_steps`` counts it and the step counter does not
-    advance. Beware what a skip means under DDP: a hook cannot stop the optimizer, so
-    ``opt.step()`` then runs with zero gradients. Plain SGD leaves the parameters unchanged,
-    but momentum, weight decay and Adam-like optimizers still move them and update their own
-    state. To skip the optimizer step too, compare ``state.skipped_steps`` before and after the
-    backward pass.
+    [CHOICE] Non-finite gradients. Before reducing a bucket the ranks agree, one byte each, that
+    its gradients are finite. A NaN or Inf on any rank then raises
+    :class:`~gradzip.errors.NonFiniteInputError` on every rank (``on_nonfinite="raise"``) or,
+    with ``"skip"``, skips the whole step on every rank: state restored, every bucket of the step
+    zero-filled (the futures complete only when the step ends, so DDP copies the zeros),
+    ``skipped_steps`` counts it and the counter does not advance. A hook cannot stop the
+    optimizer: ``opt.step()`` runs with zero gradients (momentum, weight decay and Adam still
+    move the parameters); compare ``state.skipped_steps`` before and after ``backward()`` to skip
+    it too.
     """
 
     def __init__(
@@ -155,79 +138,67 @@ class GradzipHookState:
         # the list keeps the parameters alive, so their ids stay theirs
         self._parameters = [p for p in model.parameters() if p.requires_grad]
         self._index = {id(p): i for i, p in enumerate(self._parameters)}
-        # the step in progress: its restore point (None between steps), whether it is being
-        # skipped, and the buffers of the buckets handed back so far (zero-filled on a skip)
-        self._saved: dict[str, dict[Slot, torch.Tensor]] | None = None
+        self._numels = [p.numel() for p in self._parameters]
+        self._residuals = ResidualStore(
+            tuple(scheme.feedback), self._numels, [p.dtype for p in self._parameters]
+        )
+        self._layouts: dict[tuple[int, ...], BucketLayout] = {}
+        # the step in progress (worker thread only): its restore point (None between steps),
+        # whether it is skipped, its error, and its jobs (their futures complete at its end)
+        self._saved: tuple[dict[str, dict[Slot, torch.Tensor]], Entries] | None = None
         self._skipping = False
-        self._buffers: list[torch.Tensor] = []
+        self._failure: BaseException | None = None
+        self._jobs: list[BucketJob] = []
+        self._worker: BucketWorker | None = None
+        self._closed = False
 
     @property
     def run_seed(self) -> int:
         return self.scheme.run_seed
 
-    # -- one bucket ----------------------------------------------------------------------------
+    # -- main thread: hand a bucket to the worker ---------------------------------------------
     def reduce_bucket(self, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
-        """Average one bucket's gradients in place (what :func:`gradzip_hook` calls)."""
-        position = bucket.index()
-        if position == 0 or self._saved is None:
-            self._begin_step()
-        try:
-            self._reduce(bucket, position)
-        except NonFiniteInputError:
-            self._roll_back()
-            raise
-        except Exception as err:
-            step = self.step
-            self._roll_back()
-            raise GradzipError(
-                f"gradzip DDP hook: step {step}, bucket {position} failed "
-                f"({type(err).__name__}: {err}); this rank's scheme state was restored and its "
-                f"step counter stays at {step}"
-            ) from err
-        except BaseException:
-            self._roll_back()
-            raise
-        if bucket.is_last():
-            if not self._skipping:
-                self.step += 1
-            self._end_step()
+        """Queue one bucket for averaging in place (what :func:`gradzip_hook` calls); for the
+        last bucket, wait for the step and raise its error."""
+        if self._closed:
+            raise GradzipError("this gradzip DDP hook state was closed")
         buffer = bucket.buffer()
         # a future holding device tensors must name their devices (torch.futures.Future)
         devices: list[int | str | torch.device] | None = (
             None if buffer.device.type == "cpu" else [buffer.device]
         )
-        future: torch.futures.Future[torch.Tensor] = torch.futures.Future(devices=devices)
-        future.set_result(buffer)
-        return future
+        job = BucketJob(
+            position=bucket.index(),
+            last=bucket.is_last(),
+            buffer=buffer,
+            layout=None,
+            future=torch.futures.Future(devices=devices),
+            threads=torch.get_num_threads(),
+        )
+        try:
+            job.layout = self._layout_of(bucket, buffer)
+        except GradzipError as err:
+            job.error = err
+        if self._worker is None:
+            self._worker = BucketWorker(self, GradzipHookState._run_job, "gradzip-ddp-hook")
+        self._worker.submit(job)
+        if job.last:
+            job.done.wait()
+            if job.failure is not None:
+                raise job.failure
+        return job.future
 
-    def _reduce(self, bucket: GradBucket, position: int) -> None:
-        grads = bucket.gradients()
-        indices = [self._index_of(p) for p in bucket.parameters()]
-        if len(indices) != len(grads):
+    def _layout_of(self, bucket: GradBucket, buffer: torch.Tensor) -> BucketLayout:
+        params = tuple(self._index_of(p) for p in bucket.parameters())
+        layout = self._layouts.get(params)
+        if layout is None:
+            layout = self._layouts[params] = BucketLayout.of(params, self._numels)
+        if layout.numel != buffer.numel() or buffer.dim() != 1:
             raise GradzipError(
-                f"bucket {position} lists {len(indices)} parameters but {len(grads)} gradients"
+                f"bucket {bucket.index()} has a buffer of shape {tuple(buffer.shape)}, but its "
+                f"parameters hold {layout.numel} values"
             )
-        buffer = bucket.buffer()
-        self._buffers.append(buffer)
-        if self._skipping:  # every rank decided so together at an earlier bucket
-            buffer.zero_()
-            return
-        if not self._agree_all_finite(grads, position):
-            assert self._saved is not None
-            self.scheme.restore(self._saved)
-            self._skipping = True
-            self.skipped_steps += 1
-            # DDP reads the earlier buckets' futures only when the backward pass ends, so
-            # zero-filling their buffers now still reaches the gradients
-            for earlier in self._buffers:
-                earlier.zero_()
-            return
-        means = [
-            self.scheme.reduce(self.transport, grad.detach(), self.step, index)
-            for grad, index in zip(grads, indices, strict=True)
-        ]
-        for grad, mean in zip(grads, means, strict=True):
-            grad.copy_(mean)  # into the bucket's buffer: its device and dtype
+        return layout
 
     def _index_of(self, parameter: torch.Tensor) -> int:
         try:
@@ -239,69 +210,163 @@ class GradzipHookState:
                 "DDP wraps)"
             ) from None
 
-    def _agree_all_finite(self, grads: list[torch.Tensor], position: int) -> bool:
+    # -- worker thread: one bucket --------------------------------------------------------------
+    def _run_job(self, job: BucketJob) -> None:
+        try:
+            if torch.get_num_threads() != job.threads:
+                torch.set_num_threads(job.threads)
+            if job.position == 0 or self._saved is None:
+                self._begin_step()
+            self._jobs.append(job)
+            if self._failure is None and not self._skipping:
+                self._reduce_guarded(job)
+            if job.last:
+                self._finish_step()
+        except BaseException as err:  # bookkeeping itself failed: fail the step, stay alive
+            self._failure = self._failure or err
+            if job.last:
+                self._finish_step()
+        finally:
+            job.done.set()
+
+    def _reduce_guarded(self, job: BucketJob) -> None:
+        try:
+            if job.error is not None:
+                raise job.error
+            self._reduce(job)
+        except NonFiniteInputError as err:
+            self._fail(err)
+        except Exception as err:
+            failure = GradzipError(
+                f"gradzip DDP hook: step {self.step}, bucket {job.position} failed "
+                f"({type(err).__name__}: {err}); this rank's scheme state was restored and its "
+                f"step counter stays at {self.step}"
+            )
+            failure.__cause__ = err
+            self._fail(failure)
+        except BaseException as err:
+            self._fail(err)
+
+    def _reduce(self, job: BucketJob) -> None:
+        assert job.layout is not None
+        if not self._agree_all_finite(job):
+            self._restore()
+            self._skipping = True
+            self.skipped_steps += 1
+            return
+        mean = self._residuals.reduce(
+            self.scheme, self.transport, job.buffer.detach(), self.step, job.layout
+        )
+        job.buffer.copy_(mean)  # into the bucket's buffer: its device and dtype
+
+    def _agree_all_finite(self, job: BucketJob) -> bool:
         return agree_all_finite(
             self.transport,
-            grads,
+            [job.buffer],
             self.step,
             self.on_nonfinite,
-            f", DDP bucket {position}",
+            f", DDP bucket {job.position}",
             ". DDP will refuse the next forward pass of this wrapper: wrap the module again and "
             "register this hook state on it, or resume from a checkpoint",
         )
 
-    # -- step bookkeeping ----------------------------------------------------------------------
+    # -- worker thread: step bookkeeping --------------------------------------------------------
     def _begin_step(self) -> None:
-        self._roll_back()  # a backward pass abandoned half way applies nothing
-        self._saved = self.scheme.snapshot()
+        if self._saved is not None:  # a backward pass abandoned half way applies nothing
+            self._fail(GradzipError(f"step {self.step} was abandoned before its last bucket"))
+            self._finish_step()
+        self._saved = (self.scheme.snapshot(), self._residuals.snapshot())
 
-    def _roll_back(self) -> None:
+    def _restore(self) -> None:
         if self._saved is not None:
-            self.scheme.restore(self._saved)
-        self._end_step()
+            self.scheme.restore(self._saved[0])
+            self._residuals.restore(self._saved[1])
 
-    def _end_step(self) -> None:
-        self._saved = None
-        self._skipping = False
-        self._buffers = []
+    def _fail(self, err: BaseException) -> None:
+        self._restore()
+        self._failure = self._failure or err
 
-    # -- checkpoints ---------------------------------------------------------------------------
+    def _finish_step(self) -> None:
+        """Complete every future of the step: with the step's error, with zeros (skipped), or
+        with the averaged buffers (the counter advances)."""
+        failure, jobs = self._failure, self._jobs
+        if failure is None and self._skipping:
+            for job in jobs:
+                job.buffer.zero_()
+        elif failure is None:
+            self.step += 1
+        for job in jobs:
+            job.failure = failure
+            if failure is None:
+                job.future.set_result(job.buffer)
+            else:
+                error = failure if isinstance(failure, Exception) else GradzipError(repr(failure))
+                job.future.set_exception(error)  # type: ignore[arg-type]  # torch annotates T
+        self._saved, self._skipping, self._failure, self._jobs = None, False, None, []
+
+    # -- main thread: idle-time operations ------------------------------------------------------
+    def _settle(self) -> None:
+        """Wait for the worker, then roll back a step left without its last bucket."""
+        if self._worker is not None:
+            self._worker.drain()
+        if self._saved is not None:
+            self._fail(GradzipError(f"step {self.step} was abandoned before its last bucket"))
+            self._finish_step()
+
+    def close(self) -> None:
+        """Finish the queued buckets, then stop and join the worker thread (idempotent). A
+        closed state refuses further buckets; its checkpoint stays readable."""
+        self._settle()
+        self._closed = True
+        if self._worker is not None:
+            self._worker.close()
+
     def state_dict(self) -> dict[str, Any]:
         """The step counter, the skip count, the run seed, rank and group size, and the
-        scheme's buffers (``torch.save``-able); with the model's and the optimizer's state it
-        resumes a run bit-exactly."""
-        self._roll_back()
-        return step_state(
+        per-parameter residuals (``torch.save``-able); with the model's and the optimizer's
+        state it resumes a run bit-exactly, whatever the resumed run's buckets."""
+        self._settle()
+        state = step_state(
             _STATE_VERSION, self.step, self.skipped_steps, self.transport, self.scheme
         )
+        state["residuals"] = self._residuals.state_dict()
+        state["numels"] = list(self._numels)
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from :meth:`state_dict` (call it on every rank, with that rank's own state,
-        before the first backward pass of the resumed run, beside the model's and the
-        optimizer's ``load_state_dict``); the run seed, rank and group size must match.
+        """Resume from :meth:`state_dict` (on every rank, with that rank's own state, before the
+        first backward pass of the resumed run); the run seed, rank, group size and the
+        parameters' sizes must match.
 
         Everything is validated before anything changes: a refused state raises
-        :class:`~gradzip.errors.CheckpointError` and leaves the counters and error-feedback
-        buffers as they were.
+        :class:`~gradzip.errors.CheckpointError` and leaves the counters and residuals as they
+        were.
         """
+        self._settle()
         parsed = parse_step_state(
             state, _STATE_VERSION, "DDP hook state", self.transport, self.scheme
         )
-        self._roll_back()
+        if any(parsed.buffers.values()):
+            raise CheckpointError(
+                "DDP hook state holds residuals in its scheme part; the hook keeps them per "
+                "parameter under 'residuals' (a GradientSync checkpoint does not fit the hook)"
+            )
+        if state.get("numels") != self._numels:
+            raise CheckpointError(
+                f"DDP hook state was saved for parameters of sizes {state.get('numels')}, this "
+                f"model's parameters that require grad have sizes {self._numels}"
+            )
+        residuals = self._residuals.parse_state(state.get("residuals"))
         self.step, self.skipped_steps = install_step_state(parsed, self.scheme)
+        self._residuals.restore(residuals)
 
 
 def gradzip_hook(state: GradzipHookState, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
     """The communication hook: ``ddp_model.register_comm_hook(state, gradzip_hook)``.
 
-    Replaces the bucket's gradients by their rank-average through ``state.scheme`` (see
-    :class:`GradzipHookState`) and returns an already completed future holding the bucket's
-    buffer.
-
-    [CHOICE] Completed futures. The schemes are synchronous (each ``reduce`` returns the
-    average), so the hook finishes its communication before returning, as PyTorch's own
-    ``noop_hook`` hands back a completed future; nothing is left in flight when the backward
-    pass ends or fails.
+    Queues the bucket on ``state``'s worker thread, which replaces the bucket's buffer by its
+    rank-average through ``state.scheme`` (see :class:`GradzipHookState`), and returns the future
+    of that buffer, completed when the step's last bucket is done.
     """
     return state.reduce_bucket(bucket)
 
