@@ -122,6 +122,9 @@ def test_variant_table() -> None:
     ):
         assert any(n.startswith(prefix) for n in names), prefix
     assert [v.name for v in select(["fp32", "none"])] == ["none", "fp32"]  # table order
+    assert [v.name for v in select(None)] == [v.name for v in VARIANT_TABLE if v.default]
+    assert "gradzip:qsgd:ring" in names
+    assert "gradzip:qsgd:ring" not in [v.name for v in select(None)]
 
 
 def test_chunks_fit_memory() -> None:

@@ -56,6 +56,7 @@ class Variant:
     scheme: str = ""  # a label of gradzip.schemes.VARIANTS
     error_feedback: bool = False
     rank: int = 0  # PowerSGD's matrix approximation rank
+    default: bool = True  # run without --variants (False: alternatives, run when named)
 
     @property
     def name(self) -> str:
@@ -79,16 +80,25 @@ VARIANT_TABLE: tuple[Variant, ...] = (
     Variant("gradzip", "terngrad", {}, "allgather"),
     Variant("gradzip", "onebit", {}, "ring", error_feedback=True),
     Variant("gradzip", "topk", {"ratio": 0.01}, "allgather", error_feedback=True),
+    # the other schemes each compressor fits, to compare when named with --variants
+    Variant("gradzip", "dqsg", {"M": 2}, "ring", default=False),
+    Variant("gradzip", "dqsg", {"M": 2}, "allgather", default=False),
+    Variant("gradzip", "ndqsg", {}, "nested[server]", default=False),
+    Variant("gradzip", "qsgd", {}, "allgather", default=False),
+    Variant("gradzip", "qsgd", {}, "ring", default=False),
+    Variant("gradzip", "terngrad", {}, "allreduce", default=False),
+    Variant("gradzip", "terngrad", {}, "ring", default=False),
+    Variant("gradzip", "onebit", {}, "allgather", error_feedback=True, default=False),
 )
 
 VARIANTS_BY_NAME: dict[str, Variant] = {v.name: v for v in VARIANT_TABLE}
 
 
 def select(names: list[str] | None) -> list[Variant]:
-    """The variants called ``names`` (table order kept; all of them for None). ``ValueError``
-    naming the unknown ones and the choices."""
+    """The variants called ``names`` (table order kept; the default ones for None).
+    ``ValueError`` naming the unknown ones and the choices."""
     if not names:
-        return list(VARIANT_TABLE)
+        return [v for v in VARIANT_TABLE if v.default]
     unknown = [n for n in names if n not in VARIANTS_BY_NAME]
     if unknown:
         raise ValueError(
