@@ -35,7 +35,7 @@ from typing import Any
 
 import gradzip
 from gradzip.bench.cluster_netns import ClusterNetwork, missing_privilege, sweep_stale
-from gradzip.bench.cluster_rank import MODEL_NAMES, RankConfig
+from gradzip.bench.cluster_rank import MODEL_NAMES, PROGRESS, RankConfig
 from gradzip.bench.cluster_report import fill_references, format_table, make_row, write_json
 from gradzip.bench.cluster_variants import Variant, select
 from gradzip.errors import GradzipError
@@ -129,7 +129,9 @@ def launch(
                     )
                 )  # fmt: skip
         deadline = time.monotonic() + timeout
+        shown = 0  # bytes of rank 0's log already scanned for progress lines
         while any(p.poll() is None for p in procs):
+            shown = _show_progress(logs[0], shown)
             failed = [i for i, p in enumerate(procs) if p.returncode not in (None, 0)]
             if failed:
                 time.sleep(5.0)  # let the peers report their side of it before they go
@@ -147,6 +149,21 @@ def launch(
             if p.poll() is None:
                 p.kill()
                 p.wait(timeout=10)
+
+
+def _show_progress(log: Path, offset: int) -> int:
+    """Print rank 0's complete progress lines after ``offset``; returns the new offset."""
+    try:
+        with log.open("rb") as source:
+            source.seek(offset)
+            text = source.read().decode(errors="replace")
+    except OSError:
+        return offset
+    complete = text[: text.rfind("\n") + 1]
+    for line in complete.splitlines():
+        if line.startswith(PROGRESS):
+            print(f"    {line[len(PROGRESS) :]}", flush=True)
+    return offset + len(complete.encode())
 
 
 def _failure(ranks: list[int], procs: list[Any], logs: list[Path], what: str) -> str:

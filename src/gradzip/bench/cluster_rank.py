@@ -42,6 +42,7 @@ from gradzip.bench.cluster_variants import VARIANTS_BY_NAME, attach
 MODEL_NAMES = {"mlp-4096": "dryden-mlp", "fc-300-100": "fc-300-100"}
 MODEL_SEED = 13
 DATA_SEED = 17
+PROGRESS = "[progress] "  # rank 0's output lines the launcher shows
 
 
 @dataclass
@@ -146,6 +147,7 @@ class Trainee:
 
 def run_rank(config: RankConfig) -> dict[str, Any]:
     """Everything one rank does (see the module docstring); its figures per variant."""
+    launcher = os.getppid()  # `ip netns exec` execs this process: its parent is the launcher
     torch.set_num_threads(config.threads)
     os.environ["GLOO_SOCKET_IFNAME"] = config.device
     dist.init_process_group(
@@ -158,12 +160,21 @@ def run_rank(config: RankConfig) -> dict[str, Any]:
     try:
         data = batches(config)
         figures: dict[str, Any] = {}
-        for chunk in config.variants:
+        start = time.perf_counter()
+        for number, chunk in enumerate(config.variants, 1):
             trainees = [Trainee(name, config) for name in chunk]
             for step, (x, y) in enumerate(data):
+                if os.getppid() != launcher:
+                    raise SystemExit("the launcher died: stopping")  # no orphan runs on
                 for trainee in trainees:
                     dist.barrier()
                     trainee.step(x, y, config.device, timed=step >= config.warmup)
+                if config.rank == 0:  # the launcher forwards these lines
+                    print(
+                        f"{PROGRESS}chunk {number}/{len(config.variants)}, step {step + 1}/"
+                        f"{len(data)} done after {time.perf_counter() - start:.0f} s",
+                        flush=True,
+                    )
             for trainee in trainees:
                 figures[trainee.name] = asdict(trainee.figures)
             del trainees
