@@ -185,6 +185,8 @@ def test_rows_median_of_slowest_rank() -> None:
     assert none["speedup_vs_fp32"] == pytest.approx(15.0)
     assert fp32_free["compute_ms"] is None  # no `none` row at that rate
     assert fp32_free["speedup_vs_fp32"] == pytest.approx(1.0)
+    assert fp32["step_ms_no_limit"] == fp32_free["step_ms_no_limit"] == pytest.approx(500.0)
+    assert none["step_ms_no_limit"] is None
 
 
 def test_table_json_and_png(tmp_path: Path) -> None:

@@ -12,6 +12,8 @@ A row is one (model, world size, rate, variant). From the ranks' per-step figure
   plus length prefixes), mean over steps and ranks; None for the torch variants;
 * ``loss_first`` / ``loss_last``: the training loss at the first and last timed step, mean over
   the ranks (each rank's own batch);
+* ``step_ms_no_limit``: the same variant's ``step_ms`` at rate ``none`` (None where not run):
+  the issue's other reading of "compute";
 * ``speedup_vs_fp32``: the ``fp32`` row's ``step_ms`` over this row's, at the same model, world
   size and rate (None where fp32 was not run).
 """
@@ -70,6 +72,13 @@ def fill_references(rows: list[dict[str, Any]]) -> None:
             row["compute_ms"] = by_variant["none"]["step_ms"]
         if "fp32" in by_variant and row["step_ms"] > 0:
             row["speedup_vs_fp32"] = by_variant["fp32"]["step_ms"] / row["step_ms"]
+        unlimited = [
+            r
+            for r in rows
+            if (r["model"], r["world_size"], r["variant"], r["rate"])
+            == (row["model"], row["world_size"], row["variant"], "none")
+        ]
+        row["step_ms_no_limit"] = unlimited[0]["step_ms"] if unlimited else None
 
 
 def _ordered(values: list[Any]) -> list[Any]:
