@@ -4,6 +4,7 @@ end-to-end run on a real emulated cluster (slow, root only)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -230,7 +231,6 @@ def test_end_to_end_fc_300_100(tmp_path: Path) -> None:
     reason = _cannot_build()
     if reason:
         pytest.skip(reason)
-    before = set(cluster_netns.list_namespaces())
     out = tmp_path / "cluster.json"
     variants = ["none", "fp32", "powersgd_r1", "gradzip:onebit+ef:ring"]
     code = main(
@@ -256,7 +256,9 @@ def test_end_to_end_fc_300_100(tmp_path: Path) -> None:
         ]
     )
     assert code == 0
-    assert set(cluster_netns.list_namespaces()) == before  # all of ours are gone
+    # all of ours are gone (other processes' namespaces may come and go meanwhile)
+    mine = f"{cluster_netns.PREFIX}{os.getpid()}"
+    assert not [n for n in cluster_netns.list_namespaces() if n.startswith(mine)]
     assert shutil.which("ip") is not None
     runs = json.loads(out.read_text())["runs"]
     assert {(r["rate"], r["variant"]) for r in runs} == {
@@ -271,8 +273,8 @@ def test_end_to_end_fc_300_100(tmp_path: Path) -> None:
         fp32 = by[rate, "fp32"]["bytes_sent_per_rank"]
         onebit = by[rate, "gradzip:onebit+ef:ring"]["bytes_sent_per_rank"]
         # fp32 sends 4 bytes per coordinate (266,610 of them), onebit about 1 bit
-        assert fp32 > 266_610 * 4 > 4 * onebit
+        assert fp32 > 266_610 * 4 > 4 * onebit, (fp32, onebit)
         assert by[rate, "gradzip:onebit+ef:ring"]["payload_bytes_per_rank"] > 0
-        assert by[rate, "none"]["bytes_sent_per_rank"] < 1000
+        assert by[rate, "none"]["bytes_sent_per_rank"] < 1000, by[rate, "none"]
     # 1.07 MB at 100 Mbit/s take at least 85 ms on the wire; unlimited veth moves it far faster
     assert by["100mbit", "fp32"]["step_ms"] > by["none", "fp32"]["step_ms"]
