@@ -1,6 +1,6 @@
 """The ``gradzip`` command line: ``gradzip list [compressors|experiments|models|schemes]``,
 ``gradzip bench codecs``, ``gradzip bench
-collectives``, ``gradzip bits table1``, ``gradzip bits --model M --compressor C``."""
+collectives``, ``gradzip bench cluster``, ``gradzip bits table1``, ``gradzip bits --model M --compressor C``."""
 
 from __future__ import annotations
 
@@ -107,6 +107,41 @@ def _cmd_bench_collectives(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rates(text: str) -> list[str]:
+    from gradzip.bench.cluster_netns import parse_rate
+
+    rates = [part.strip().lower() for part in text.split(",") if part.strip()]
+    if not rates:
+        raise argparse.ArgumentTypeError("give at least one rate (e.g. 100mbit,1gbit,none)")
+    for rate in rates:
+        try:
+            parse_rate(rate)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+    return rates
+
+
+def _cmd_bench_cluster(args: argparse.Namespace) -> int:
+    from gradzip.bench.cluster import main
+
+    if args.steps < 1 or args.warmup < 2 or args.timeout <= 0:
+        print("gradzip: --steps must be >= 1, --warmup >= 2, --timeout > 0", file=sys.stderr)
+        return 2
+    return main(
+        world_sizes=args.world_sizes,
+        rates=args.rates,
+        model=args.model,
+        steps=args.steps,
+        warmup=args.warmup,
+        variant_names=args.variants,
+        timeout=args.timeout,
+        json_path=args.json,
+        png_path=args.png,
+        data=args.data,
+        threads=args.threads,
+    )
+
+
 def _cmd_bits_table1(args: argparse.Namespace) -> int:
     from gradzip.tables import format_table1, table1
 
@@ -136,6 +171,52 @@ def _cmd_bits(args: argparse.Namespace) -> int:
     if args.json:
         write_json(report, args.json)
     return 0
+
+
+def _add_cluster_parser(bench_sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p_cluster = bench_sub.add_parser(
+        "cluster",
+        help="DDP training steps on an emulated bandwidth-limited cluster (needs root)",
+        description=(
+            "Builds a cluster of network namespaces (one per rank, veth pairs through a bridge "
+            "namespace, tc tbf at the rate on both ends of every link), runs P gloo ranks with "
+            "DDP and compares no communication, fp32 all-reduce, fp16_compress_hook, PowerSGD "
+            "rank 1 and 4 and gradzip configurations, their steps interleaved. Prints step ms, "
+            "MB sent per rank per step (measured on the veth) and the speedup over fp32; "
+            "writes a PNG. Needs root and iproute2 (exit 2 otherwise); always removes its "
+            "namespaces."
+        ),
+    )
+    p_cluster.add_argument(
+        "--world-sizes", type=_world_sizes, default="2,4", metavar="P,P,..",
+        help="numbers of ranks, comma-separated",
+    )  # fmt: skip
+    p_cluster.add_argument(
+        "--rates", type=_rates, default="100mbit,1gbit,none", metavar="R,R,..",
+        help="link rates (tc units: kbit, mbit, gbit; none = no limit), comma-separated",
+    )  # fmt: skip
+    p_cluster.add_argument("--model", choices=("mlp-4096", "fc-300-100"), default="mlp-4096")
+    p_cluster.add_argument("--steps", type=int, default=5, help="timed steps per variant")
+    p_cluster.add_argument(
+        "--warmup", type=int, default=2, help="untimed steps first (>= 2: PowerSGD's start)"
+    )
+    p_cluster.add_argument(
+        "--variants", nargs="+", metavar="NAME",
+        help="only these variants (none fp32 fp16_hook powersgd_r1 ... gradzip:C[+ef]:SCHEME)",
+    )  # fmt: skip
+    p_cluster.add_argument("--data", choices=("mnist", "synthetic"), default="mnist")
+    p_cluster.add_argument(
+        "--threads", type=int, help="torch threads per rank (default: cores / P, at least 1)"
+    )
+    p_cluster.add_argument(
+        "--timeout", type=float, default=1800.0,
+        help="seconds allowed to the ranks of one world size and rate (and each collective)",
+    )  # fmt: skip
+    p_cluster.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    p_cluster.add_argument(
+        "--png", metavar="PATH", default="gradzip-cluster.png", help="the plot's path"
+    )
+    p_cluster.set_defaults(func=_cmd_bench_cluster)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -209,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_coll.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p_coll.set_defaults(func=_cmd_bench_collectives)
+    _add_cluster_parser(bench_sub)
 
     from gradzip.experiments.models import MODELS
 

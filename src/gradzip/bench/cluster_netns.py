@@ -1,0 +1,217 @@
+"""The emulated cluster of ``gradzip bench cluster``: network namespaces, veth pairs, a bridge, tbf.
+
+Topology for ``P`` ranks, built by :class:`ClusterNetwork` (names carry the launcher's pid, so
+concurrent runs never collide)::
+
+    netns gzc<pid>r0: lo, veth0 10.213.<run>.1/24  --veth--  r0 ┐
+    netns gzc<pid>r1: lo, veth0 10.213.<run>.2/24  --veth--  r1 ├ br0 in netns gzc<pid>b
+    ...                                                         ┘
+
+Every device is created directly inside the cluster's own namespaces (``ip -n NS link add
+veth0 type veth peer name rK netns BRIDGE``): the host's network namespace, its devices, addresses
+and routes are never touched, and the namespaces have no route anywhere else.
+
+A rate limit puts ``tc qdisc ... root tbf rate R burst B latency L`` on BOTH ends of every
+link: the rank's ``veth0`` (what the rank sends) and the bridge's ``rK`` (what it receives), so
+each rank's uplink and downlink both run at ``R``, as on a switched cluster with a NIC of rate
+``R`` per node. ``none`` removes the qdiscs (veth then runs at memory speed). [CHOICE] tbf only
+(the kernel these benchmarks ran on has no netem, so no added delay): burst is 2 ms of the rate
+but at least 64 KiB (veth hands over GSO packets of up to 64 KiB, and a burst smaller than a
+packet makes tbf segment or drop it), latency (the most a packet may wait in the queue) 50 ms.
+
+Teardown deletes the namespaces (deleting a namespace deletes its veth ends and the bridge);
+:func:`sweep_stale` deletes namespaces left by launchers that died (names with the prefix whose
+pid no longer exists), never those of a live process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+from gradzip.errors import GradzipError
+
+PREFIX = "gzc"
+RANK_DEVICE = "veth0"  # the rank's end of its link, inside its own namespace
+BRIDGE_DEVICE = "br0"
+_OWN_NAME = re.compile(rf"^{PREFIX}(\d+)(?:r\d+|b)$")
+_RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
+_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}  # tc's units: powers of 10
+MIN_BURST_BYTES = 64 * 1024
+BURST_SECONDS = 0.002
+LATENCY = "50ms"
+
+
+class ClusterSetupError(GradzipError):
+    """A command that builds or changes the emulated cluster failed."""
+
+
+def parse_rate(text: str) -> int | None:
+    """Bits per second of a tc rate (``100mbit``, ``1gbit``, ``500kbit``), None for ``none``.
+
+    Raises ``ValueError`` naming the accepted forms otherwise."""
+    key = text.strip().lower()
+    if key == "none":
+        return None
+    match = _RATE.match(key)
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(
+            f"bad rate {text!r}: give a number with a unit bit, kbit, mbit or gbit (e.g. 100mbit, "
+            "1gbit), or none"
+        )
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def tbf_arguments(rate: str) -> list[str]:
+    """``tc qdisc`` arguments of the tbf for ``rate`` (see the module docstring for the burst)."""
+    bits = parse_rate(rate)
+    if bits is None:
+        raise ValueError("rate none has no tbf")
+    burst = max(MIN_BURST_BYTES, int(bits / 8 * BURST_SECONDS))
+    return ["tbf", "rate", rate.strip().lower(), "burst", str(burst), "latency", LATENCY]
+
+
+def missing_privilege() -> str | None:
+    """Why the cluster cannot be built here (not root, ``ip`` or ``tc`` missing), or None."""
+    if os.geteuid() != 0:
+        return "gradzip bench cluster needs root (network namespaces, veth, tc); run it as root"
+    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    if missing:
+        return f"gradzip bench cluster needs the {' and '.join(missing)} command (iproute2)"
+    return None
+
+
+def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if check and done.returncode != 0:
+        raise ClusterSetupError(
+            f"`{' '.join(argv)}` failed (exit {done.returncode}): {done.stderr.strip()}"
+        )
+    return done
+
+
+def list_namespaces() -> list[str]:
+    """The names in ``ip netns list`` (each line's first word)."""
+    out = _run("ip", "netns", "list").stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale() -> list[str]:
+    """Delete the namespaces named by :class:`ClusterNetwork` for a pid that no longer exists;
+    returns their names. Namespaces of live launchers (this one included) stay."""
+    removed = []
+    for name in list_namespaces():
+        match = _OWN_NAME.match(name)
+        if match and not _pid_alive(int(match.group(1))):
+            _run("ip", "netns", "del", name, check=False)
+            removed.append(name)
+    return removed
+
+
+@dataclass
+class ClusterNetwork:
+    """``world_size`` rank namespaces joined through a bridge namespace (see the module doc).
+
+    ``run`` is the third octet of the addresses (they exist inside these namespaces only)."""
+
+    world_size: int
+    run: int = 0
+    pid: int = field(default_factory=os.getpid)
+    built: list[str] = field(default_factory=list)  # namespaces created so far, for teardown
+
+    @property
+    def bridge(self) -> str:
+        return f"{PREFIX}{self.pid}b"
+
+    def rank_namespace(self, rank: int) -> str:
+        return f"{PREFIX}{self.pid}r{rank}"
+
+    def address(self, rank: int) -> str:
+        return f"10.213.{self.run % 256}.{rank + 1}"
+
+    def setup(self) -> None:
+        """Create the namespaces, links, bridge and addresses (no rate limit yet). On failure
+        whatever was built is torn down before the error propagates."""
+        try:
+            self._add_namespace(self.bridge)
+            br = self.bridge
+            _run("ip", "-n", br, "link", "add", BRIDGE_DEVICE, "type", "bridge")
+            _run("ip", "-n", br, "link", "set", BRIDGE_DEVICE, "up")
+            for rank in range(self.world_size):
+                ns = self.rank_namespace(rank)
+                self._add_namespace(ns)
+                port = f"r{rank}"
+                _run(
+                    "ip", "-n", ns, "link", "add", RANK_DEVICE, "type", "veth",
+                    "peer", "name", port, "netns", br,
+                )  # fmt: skip
+                _run("ip", "-n", br, "link", "set", port, "master", BRIDGE_DEVICE)
+                _run("ip", "-n", br, "link", "set", port, "up")
+                _run("ip", "-n", ns, "addr", "add", f"{self.address(rank)}/24", "dev", RANK_DEVICE)
+                _run("ip", "-n", ns, "link", "set", RANK_DEVICE, "up")
+        except BaseException:
+            self.teardown()
+            raise
+
+    def _add_namespace(self, name: str) -> None:
+        _run("ip", "netns", "add", name)
+        self.built.append(name)
+        _run("ip", "-n", name, "link", "set", "lo", "up")
+        # no IPv6 (router solicitations, DAD) in the cluster: only the ranks' traffic moves
+        # the veth counters; set before the veth exists, so it inherits the default
+        for conf in ("all", "default"):
+            _run(
+                "ip", "netns", "exec", name, "sh", "-c",
+                f"echo 1 > /proc/sys/net/ipv6/conf/{conf}/disable_ipv6",
+                check=False,
+            )  # fmt: skip
+
+    def links(self) -> list[tuple[str, str]]:
+        """Every ``(namespace, device)`` that carries a qdisc: both ends of each link."""
+        ends = []
+        for rank in range(self.world_size):
+            ends.append((self.rank_namespace(rank), RANK_DEVICE))
+            ends.append((self.bridge, f"r{rank}"))
+        return ends
+
+    def set_rate(self, rate: str) -> None:
+        """Limit both ends of every link to ``rate`` (tbf), or lift the limit (``none``)."""
+        for ns, dev in self.links():
+            if parse_rate(rate) is None:
+                # no qdisc of ours yet is fine: deleting then fails, and the link is unlimited
+                _run("tc", "-n", ns, "qdisc", "del", "dev", dev, "root", check=False)
+            else:
+                _run("tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", *tbf_arguments(rate))
+
+    def qdiscs(self) -> dict[str, str]:
+        """``tc qdisc show`` of every link end, for the record."""
+        return {
+            f"{ns}:{dev}": _run("tc", "-n", ns, "qdisc", "show", "dev", dev).stdout.strip()
+            for ns, dev in self.links()
+        }
+
+    def teardown(self) -> list[str]:
+        """Delete every namespace this cluster created; returns the names still listed after
+        (empty when all went)."""
+        for name in reversed(self.built):
+            _run("ip", "netns", "del", name, check=False)
+        mine = set(self.built)
+        self.built = []
+        return [name for name in list_namespaces() if name in mine]
+
+    def exec_prefix(self, rank: int) -> list[str]:
+        """The argv prefix that runs a command inside rank ``rank``'s namespace."""
+        return ["ip", "netns", "exec", self.rank_namespace(rank)]
