@@ -24,9 +24,10 @@ from gradzip.comm.transport import Transport
 from gradzip.errors import GradzipError
 from gradzip.sync import GradientSync
 
-# Each synchronize() of two tensors is three all-gathers: the finite-gradient agreement, then
-# one per tensor. Call 5 is tensor 1 of step 1, after tensor 0 has updated its residual.
-FAILING_CALL = 5
+# Each synchronize() of two tensors is two all-gathers, one per tensor (the finite-gradient
+# agreement rides on the first). Call 3 is tensor 1 of step 1, after tensor 0 has updated its
+# residual.
+FAILING_CALL = 3
 
 
 def same_state(a: Any, b: Any) -> bool:
@@ -47,16 +48,19 @@ def same_state(a: Any, b: Any) -> bool:
 
 
 def count_all_gathers(transport: Transport, before: Callable[[int], None]) -> list[int]:
-    """Call ``before(call_index)`` ahead of each all-gather; returns the live call counter."""
-    original = transport.all_gather_bytes
+    """Call ``before(call_index)`` ahead of each all-gather (every all-gather, flagged or not,
+    goes through ``all_gather_flagged``); returns the live call counter."""
+    original = transport.all_gather_flagged
     calls = [0]
 
-    def counted(payload: bytes, collective: str = "all_gather") -> list[bytes]:
+    def counted(
+        payload: bytes, ok: bool, collective: str = "all_gather"
+    ) -> tuple[list[bytes], list[int]]:
         before(calls[0])
         calls[0] += 1
-        return original(payload, collective)
+        return original(payload, ok, collective)
 
-    transport.all_gather_bytes = counted  # type: ignore[method-assign]
+    transport.all_gather_flagged = counted  # type: ignore[method-assign]
     return calls
 
 

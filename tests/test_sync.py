@@ -252,3 +252,40 @@ def test_skipped_steps_counts_each_skipped_step_and_resumes() -> None:
         return sync.step, sync.skipped_steps, resumed.step, resumed.skipped_steps
 
     assert run_local(2, body) == [(1, 2, 1, 2)] * 2
+
+
+def flag_rounds(transport: Transport, variant: str) -> dict[str, object]:
+    """Two steps of three tensors: all finite, then a NaN in rank 1's last tensor (skip)."""
+    scheme = make_variant(variant, gradzip.create("topk", k=2), run_seed=1, error_feedback=True)
+    sync = GradientSync(transport, scheme=scheme, on_nonfinite="skip")
+    gen = torch.Generator().manual_seed(transport.rank)
+    grads = [torch.randn(n, generator=gen) for n in (5, 4, 3)]
+    sync.synchronize(grads)
+    saved = sync.state_dict()
+    if transport.rank == 1:
+        grads[2][1] = float("nan")
+    skipped = sync.synchronize(grads) is None
+    meter = transport.meter.entries()
+    after = sync.state_dict()
+    return {
+        "skipped": skipped and after["skipped_steps"] == 1 and after["step"] == 1,
+        "unchanged": str(saved["scheme"]) == str(after["scheme"]),
+        "traffic": {
+            (step, name): t.messages for (step, name), t in meter.items() if step is not None
+        },
+    }
+
+
+def test_the_finite_flags_ride_on_the_first_all_gather_and_skip_on_every_rank() -> None:
+    for res in run_local(3, lambda t: flag_rounds(t, "allgather")):
+        assert res["skipped"] and res["unchanged"]
+        # step 0: one all-gather round per tensor (P - 1 = 2 messages each), no flag message;
+        # the skipped step stops after the first tensor's all-gather
+        assert res["traffic"] == {(0, "all_gather"): 3 * 2, (1, "all_gather"): 2}
+
+
+def test_schemes_without_an_all_gather_first_still_agree_on_every_rank() -> None:
+    for res in run_local(3, lambda t: flag_rounds(t, "ring")):
+        assert res["skipped"] and res["unchanged"]
+        traffic = res["traffic"]
+        assert traffic[1, "finite_check"] == 2 and (1, "reduce_scatter") not in traffic  # type: ignore[index,operator]

@@ -99,3 +99,47 @@ def test_processes_match_simulation_bitwise(world_size: int) -> None:
     simulated_values = run_local(world_size, lambda t: exchange_tensors(t, 7))
     for a, b in zip(real_values, simulated_values, strict=True):
         assert a.tobytes() == b.tobytes()
+
+
+BIG = 70_000  # longer than a gloo message's first part (64 KiB): the tail path travels too
+
+
+def every_pattern(transport: Transport) -> dict[str, object]:
+    """Each collective with payloads short and long (and empty), the flag bit, and the meter's
+    entries; module level, so spawned processes can import it."""
+    rank, size = transport.rank, transport.world_size
+    big = bytes((rank + i) % 251 for i in range(BIG + 13 * rank))
+    nxt, prv = (rank + 1) % size, (rank - 1) % size
+    out: dict[str, object] = {
+        "gathered": transport.all_gather_bytes(big),
+        "flagged": transport.all_gather_flagged(payload_of(rank), rank != 1, "flags"),
+        "ring": transport.exchange_bytes(nxt, big, prv, "ring"),
+        "broadcast": transport.broadcast_bytes(big if rank == 0 else None, 0),
+        "gather": transport.gather_bytes(big[: 100 * rank], size - 1),
+    }
+    out["meter"] = {
+        k[1]: (t.sent, t.received, t.messages) for k, t in transport.meter.entries().items()
+    }
+    return out
+
+
+def plain_flags_traffic(transport: Transport) -> tuple[int, int, int]:
+    transport.all_gather_bytes(payload_of(transport.rank), "flags")
+    total = transport.meter.total(collective="flags")
+    return total.sent, total.received, total.messages
+
+
+def test_the_flag_bit_reaches_every_rank_at_no_cost() -> None:
+    plain = run_local(3, plain_flags_traffic)
+    for rank, res in enumerate(run_local(3, every_pattern)):
+        assert res["flagged"] == ([payload_of(r) for r in range(3)], [1])
+        assert res["meter"]["flags"] == plain[rank]  # type: ignore[index]
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_every_pattern_counts_the_same_bytes_on_processes_and_threads(world_size: int) -> None:
+    real = run_processes(world_size, every_pattern)
+    simulated = run_local(world_size, every_pattern)
+    assert real == simulated
+    assert real[0]["meter"]["ring"][0] == BIG + LENGTH_PREFIX_BYTES  # type: ignore[index]

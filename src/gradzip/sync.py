@@ -13,10 +13,10 @@ from gradzip.schemes import AllGatherDecode
 from gradzip.schemes.base import Scheme
 from gradzip.stepping import (
     StepState,
-    agree_all_finite,
     check_on_nonfinite,
     install_step_state,
     parse_step_state,
+    reduce_all_finite,
     step_state,
 )
 
@@ -33,8 +33,10 @@ class GradientSync:
     scheme's buffers (error-feedback residuals) are the whole state (:meth:`state_dict`), so a
     run resumes bit-exactly.
 
-    A step is all-or-nothing on every rank: the ranks first agree that every gradient is finite
-    (one byte per rank). A NaN or Inf on any rank raises
+    A step is all-or-nothing on every rank: the ranks agree that every gradient is finite, on
+    the first tensor's first message (:func:`~gradzip.stepping.reduce_all_finite`: a flag bit in
+    its header for the allgather scheme, one byte per rank on a message of its own for the
+    others). A NaN or Inf on any rank raises
     :class:`~gradzip.errors.NonFiniteInputError` on all of them (``on_nonfinite="raise"``, the
     default), or, with ``on_nonfinite="skip"``, every rank returns ``None`` for that step and
     counts it in ``skipped_steps`` (the step counter does not advance: nothing was sent). Any
@@ -77,23 +79,26 @@ class GradientSync:
     def synchronize(self, gradients: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
         """The rank-average of each gradient (same order, shapes and dtypes; on the CPU), or
         ``None`` when ``on_nonfinite="skip"`` and some rank's gradients are not finite."""
-        if not self._agree_all_finite(gradients):
-            self.skipped_steps += 1
-            return None
         saved = self.scheme.snapshot()
         try:
-            means = [
-                self.scheme.reduce(self.transport, g, self.step, index).to(g.dtype)
-                for index, g in enumerate(gradients)
-            ]
+            means = reduce_all_finite(
+                self.transport,
+                self.scheme,
+                gradients,
+                range(len(gradients)),
+                self.step,
+                self.on_nonfinite,
+                "",
+            )
         except BaseException:
             self.scheme.restore(saved)
             raise
+        if means is None:
+            self.scheme.restore(saved)
+            self.skipped_steps += 1
+            return None
         self.step += 1
-        return means
-
-    def _agree_all_finite(self, gradients: Sequence[torch.Tensor]) -> bool:
-        return agree_all_finite(self.transport, gradients, self.step, self.on_nonfinite, "")
+        return [m.to(g.dtype) for m, g in zip(means, gradients, strict=True)]
 
     def state_dict(self) -> dict[str, Any]:
         """The step counter, the run seed and the scheme's buffers (``torch.save``-able)."""

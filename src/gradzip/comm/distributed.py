@@ -1,8 +1,10 @@
 """Ranks as processes: a transport over a ``torch.distributed`` process group.
 
 This is the only module of gradzip that imports ``torch.distributed`` (besides the test and
-benchmark harness :mod:`gradzip.comm.spawn`). A message is an int64 length followed by the
-payload bytes as a uint8 tensor, so ranks may send payloads of different sizes. The tensors
+benchmark harness :mod:`gradzip.comm.spawn`). A message is an 8-byte header (the length and
+the sender's flag bit) followed by the payload bytes, as uint8 tensors, so ranks may send
+payloads of different sizes; see :meth:`DistributedTransport._transfer` for how it travels
+at the line rate in one round trip when short. The tensors
 live on the CPU for gloo (and any CPU-capable backend) and on this process's current CUDA
 device for NCCL, which only moves GPU memory; received bytes always come back to the CPU.
 
@@ -18,14 +20,20 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from gradzip.comm.transport import Transport
+from gradzip.comm.transport import FLAG_DOWN_BIT, LENGTH_PREFIX_BYTES, Send, Transport
 from gradzip.errors import GradzipError
+
+#: payload bytes that travel in a message's first part with gloo [CHOICE]: a scale vector, a
+#: flag or a small tensor's payload is one message (one round trip); a longer payload's tail
+#: follows once the receiver can post its receive
+INLINE_BYTES = 64 * 1024 - LENGTH_PREFIX_BYTES
 
 _LOCATION = re.compile(r"^\s*\[[^\]]*\]\s*")  # the C++ source location some errors start with
 
@@ -35,26 +43,6 @@ def _cuda_only(backend: str) -> bool:
     also has a CPU backend ("cpu:gloo,cuda:nccl", what ``init_process_group()`` picks by
     default)."""
     return all(part.split(":")[-1].strip() == "nccl" for part in backend.lower().split(","))
-
-
-class _PairedSend:
-    """The two sends of one message (length, then bytes); ``wait`` completes both."""
-
-    def __init__(
-        self,
-        transport: DistributedTransport,
-        dst: int,
-        works: list[dist.Work],
-        keep: list[torch.Tensor],
-    ) -> None:
-        self._transport = transport
-        self._dst = dst
-        self._works = works
-        self._keep = keep  # the buffers must outlive the asynchronous sends
-
-    def wait(self) -> None:
-        for work in self._works:
-            self._transport._wait(work, self._dst, "send")
 
 
 class DistributedTransport(Transport):
@@ -89,46 +77,106 @@ class DistributedTransport(Transport):
             else torch.device("cpu")
         )
         self._broken: str | None = None  # the first failure: later operations refuse to run
+        self._stranded: list[torch.Tensor] = []  # buffers of operations a failure abandoned
+        #: payload bytes a message's first part carries (NCCL matches sizes exactly: none)
+        self.inline_bytes = 0 if _cuda_only(self.backend) else INLINE_BYTES
         super().__init__(dist.get_rank(group), dist.get_world_size(group))
 
     def _global(self, rank: int) -> int:
         return rank if self._group is None else dist.get_global_rank(self._group, rank)
 
-    # -- the two primitives ---------------------------------------------------------------------
-    def _start_send(self, dst: int, data: bytes) -> _PairedSend:
-        self._check_usable()
-        length = torch.tensor([len(data)], dtype=torch.int64).to(self.device)
-        body = torch.from_numpy(np.frombuffer(data, dtype=np.uint8).copy()).to(self.device)
-        peer = self._global(dst)
-        try:
-            works = [dist.isend(length, peer, group=self._group)]
-            if len(data):
-                works.append(dist.isend(body, peer, group=self._group))
-        except RuntimeError as err:
-            raise self._failed(dst, "send", err) from err
-        return _PairedSend(self, dst, [w for w in works if w is not None], [length, body])
+    # -- the primitive --------------------------------------------------------------------------
+    def _transfer(self, sends: Sequence[Send], sources: Sequence[int]) -> list[tuple[bytes, bool]]:
+        """One message is a head (the 8-byte header word, then up to ``inline_bytes`` of the
+        payload) and, for a longer payload, a tail with the rest:
 
-    def _recv(self, src: int) -> bytes:
+        1. post a receive of a full-size head from every source (gloo accepts a shorter
+           message into a larger buffer; the header says how much arrived);
+        2. send every head;
+        3. wait for the heads; post a receive for each tail announced;
+        4. only then send the tails: in an exchange the peer posts its tail receive as soon as
+           our head arrives, so a large tail meets a posted receive, which is what keeps gloo
+           at the line rate;
+        5. wait for the tails, then for every send.
+
+        A payload of at most ``inline_bytes`` is one message and one round trip."""
         self._check_usable()
-        length = torch.empty(1, dtype=torch.int64, device=self.device)
-        self._receive_into(length, src)
-        size = int(length.cpu()[0])
-        if size < 0:
-            self._broken = f"rank {src} announced a message of {size} bytes"
+        keep: list[torch.Tensor] = []  # buffers must outlive their asynchronous operations
+        try:
+            heads = []
+            for src in sources:
+                buf = torch.empty(LENGTH_PREFIX_BYTES + self.inline_bytes, dtype=torch.uint8)
+                buf = buf.to(self.device)
+                keep.append(buf)
+                heads.append((src, buf, self._post(dist.irecv, buf, src, "receive")))
+            outgoing, tails = [], []
+            for dst, data, ok in sends:
+                head, tail = self._frame(data, ok)
+                keep += [head, tail]
+                outgoing.append((dst, self._post(dist.isend, head, dst, "send")))
+                if tail.numel():
+                    tails.append((dst, tail))
+            arrived = [self._tail_of(buf, work, src, keep) for src, buf, work in heads]
+            for dst, tail in tails:
+                outgoing.append((dst, self._post(dist.isend, tail, dst, "send")))
+            out = []
+            for src, (head_part, tail_in, work, ok) in zip(sources, arrived, strict=True):
+                if work is None:
+                    out.append((head_part.tobytes(), ok))
+                    continue
+                self._wait(work, src, "receive")
+                parts = (head_part.data, tail_in.cpu().numpy().data)
+                out.append((b"".join(parts), ok))  # one copy
+            for dst, work in outgoing:
+                self._wait(work, dst, "send")
+        except BaseException as err:
+            self._stranded.extend(keep)  # operations may still be posted on these buffers
+            if self._broken is None:
+                self._broken = f"a transfer was abandoned ({type(err).__name__}: {err})"
+            raise
+        return out
+
+    def _tail_of(
+        self, head: torch.Tensor, work: dist.Work, src: int, keep: list[torch.Tensor]
+    ) -> tuple[np.ndarray, torch.Tensor, dist.Work | None, bool]:
+        """Wait for a head; the payload bytes it holds, the buffer of the tail it announces
+        with that tail's posted receive (None without a tail), and the sender's flag."""
+        self._wait(work, src, "receive")
+        head_bytes = head.cpu().numpy()
+        size, ok = self._parse_header(head_bytes[:LENGTH_PREFIX_BYTES], src)
+        inline = min(size, self.inline_bytes)
+        tail = torch.empty(size - inline, dtype=torch.uint8, device=self.device)
+        keep.append(tail)
+        tail_work = self._post(dist.irecv, tail, src, "receive") if size > inline else None
+        return head_bytes[LENGTH_PREFIX_BYTES : LENGTH_PREFIX_BYTES + inline], tail, tail_work, ok
+
+    def _frame(self, data: bytes, ok: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The head and the tail (possibly empty) of one message, from one copy of ``data``."""
+        size = len(data)
+        frame = np.empty(LENGTH_PREFIX_BYTES + size, dtype=np.uint8)
+        word = size if ok else size | FLAG_DOWN_BIT
+        frame[:LENGTH_PREFIX_BYTES] = np.frombuffer(word.to_bytes(8, "little"), dtype=np.uint8)
+        frame[LENGTH_PREFIX_BYTES:] = np.frombuffer(data, dtype=np.uint8)
+        whole = torch.from_numpy(frame).to(self.device)
+        split = LENGTH_PREFIX_BYTES + min(size, self.inline_bytes)
+        return whole[:split], whole[split:]
+
+    def _parse_header(self, header: np.ndarray, src: int) -> tuple[int, bool]:
+        word = int.from_bytes(header.tobytes(), "little")
+        if word >= 2 * FLAG_DOWN_BIT:  # a length beyond 2**62 bytes: not our header
+            self._broken = f"rank {src} sent a malformed message header {word:#x}"
             raise GradzipError(f"rank {self.rank}: {self._broken}")
-        body = torch.empty(size, dtype=torch.uint8, device=self.device)
-        if size:
-            self._receive_into(body, src)
-        return body.cpu().numpy().tobytes()
+        return word & ~FLAG_DOWN_BIT, not word & FLAG_DOWN_BIT
 
-    # -- waiting with a deadline ----------------------------------------------------------------
-    def _receive_into(self, tensor: torch.Tensor, src: int) -> None:
+    def _post(
+        self, op: Callable[..., dist.Work | None], tensor: torch.Tensor, peer: int, operation: str
+    ) -> dist.Work:
         try:
-            work = dist.irecv(tensor, self._global(src), group=self._group)
+            work = op(tensor, self._global(peer), group=self._group)
         except RuntimeError as err:
-            raise self._failed(src, "receive", err) from err
-        if work is not None:
-            self._wait(work, src, "receive")
+            raise self._failed(peer, operation, err) from err
+        assert work is not None  # isend and irecv return their work outside coalescing
+        return work
 
     def _wait(self, work: dist.Work, peer: int, operation: str) -> None:
         """Wait for ``work`` at most ``timeout`` seconds; any failure becomes a GradzipError."""

@@ -1,7 +1,8 @@
 """P ranks simulated in one process: one thread per rank, queues as the wire.
 
-The ranks run the same SPMD code as real processes (every collective is built on the same two
-primitives), so a simulated run is bit-identical to a ``torch.distributed`` one. Threads give
+The ranks run the same SPMD code as real processes (every collective is built on the same
+primitive), so a simulated run is bit-identical to a ``torch.distributed`` one and counts the
+same bytes. Threads give
 real parallelism here because torch and NumPy release the GIL in their kernels.
 """
 
@@ -9,10 +10,10 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar, cast
 
-from gradzip.comm.transport import Transport
+from gradzip.comm.transport import Send, Transport
 from gradzip.errors import GradzipError
 
 T = TypeVar("T")
@@ -23,6 +24,10 @@ class _Done:
 
     def wait(self) -> None:
         return None
+
+
+class _FlagDown(bytes):
+    """A payload whose sender's flag is down (the header bit of a real message)."""
 
 
 class _Wake:
@@ -73,9 +78,20 @@ class LocalTransport(Transport):
         super().__init__(rank, group.world_size)
         self._group = group
 
+    def _transfer(self, sends: Sequence[Send], sources: Sequence[int]) -> list[tuple[bytes, bool]]:
+        # a send into an unbounded queue completes at once, so sending first cannot deadlock
+        for dst, data, ok in sends:
+            self._start_send(dst, data if ok else _FlagDown(data)).wait()
+        received = [self._recv(src) for src in sources]
+        return [
+            (bytes(item), False) if isinstance(item, _FlagDown) else (item, True)
+            for item in received
+        ]
+
     def _start_send(self, dst: int, data: bytes) -> _Done:
+        """Queue one message for ``dst`` (the point a recording subclass may watch)."""
         self._check_usable(dst)
-        self._group._queues[self.rank, dst].put(bytes(data))
+        self._group._queues[self.rank, dst].put(data if type(data) is _FlagDown else bytes(data))
         return _Done()
 
     def _check_usable(self, peer: int) -> None:

@@ -1,30 +1,36 @@
-"""The transport interface: collectives on variable-size byte payloads, built on send/recv.
+"""The transport interface: collectives on variable-size byte payloads, built on one primitive.
 
-Every collective here is written on two point-to-point primitives, ``_start_send(dst, data)``
-(returns a handle whose ``wait()`` completes the send) and ``_recv(src) -> data``, which the
-concrete transports supply. Writing the collectives once keeps
-a simulated run and a real one on the same code path (bit-identical results), lets payloads of
-different sizes travel without padding, and makes the byte counts exact: a message of ``b``
-payload bytes costs ``b + 8`` bytes (an 8-byte length prefix) to its sender and its receiver.
+Every collective here is written on one primitive, ``_transfer(sends, sources)``: send each
+``(dst, data, ok)`` and receive one message from each rank of ``sources``, all at once, with
+every receive posted before any send (a receive that is not yet posted when the data arrives
+halves the rate of a rate-limited link with gloo). The concrete transports supply it. Writing
+the collectives once keeps a simulated run and a real one on the same code path
+(bit-identical results), lets payloads of different sizes travel without padding, and makes
+the byte counts exact: a message of ``b`` payload bytes costs ``b + 8`` bytes (an 8-byte
+header: the length, and one flag bit) to its sender and its receiver.
 
-Deadlock freedom: in every round of a ring, each rank starts its send, receives, and only then
-waits for its send to complete, so no cycle of ranks can block on each other.
+The flag bit lets a rank say "my gradients are not finite" on a message it sends anyway
+(:meth:`Transport.all_gather_flagged`), so agreeing on it costs no round of its own.
+
+Deadlock freedom: a transfer posts its receives, starts its sends and only then waits, and in
+every round of a ring each rank sends to its successor and receives from its predecessor, so no
+cycle of ranks can block on each other.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Protocol
+from collections.abc import Sequence
 
 from gradzip.comm.meter import ByteMeter
 
+#: bytes of the header every message carries: its length (and the sender's flag bit)
 LENGTH_PREFIX_BYTES = 8
+#: the bit of the header word that says the sender's flag is down (lengths stay below it)
+FLAG_DOWN_BIT = 1 << 62
 
-
-class SendHandle(Protocol):
-    """A started send; ``wait()`` returns once the data has left this rank's hands."""
-
-    def wait(self) -> object: ...
+#: one message to send: ``(destination rank, payload, the sender's flag)``
+Send = tuple[int, bytes, bool]
 
 
 class Transport(ABC):
@@ -37,37 +43,41 @@ class Transport(ABC):
         self.world_size = world_size
         self.meter = ByteMeter()
 
-    # -- point to point (supplied by the concrete transports) -----------------------------------
+    # -- the primitive (supplied by the concrete transports) ------------------------------------
     @abstractmethod
-    def _start_send(self, dst: int, data: bytes) -> SendHandle: ...
+    def _transfer(self, sends: Sequence[Send], sources: Sequence[int]) -> list[tuple[bytes, bool]]:
+        """Send every message of ``sends`` and receive the next message from each rank of
+        ``sources`` (in that order): ``(payload, flag)`` per source. Receives are posted
+        before the sends start; returns once every send has completed."""
 
-    @abstractmethod
-    def _recv(self, src: int) -> bytes: ...
-
+    # -- point to point -------------------------------------------------------------------------
     def send_bytes(self, dst: int, data: bytes, collective: str = "send") -> None:
         """Send ``data`` to rank ``dst`` (counted under ``collective``)."""
         self._check_peer(dst)
-        self._start_send(dst, data).wait()
+        self._transfer([(dst, data, True)], ())
         self.meter.record(collective, len(data) + LENGTH_PREFIX_BYTES, 0)
 
     def recv_bytes(self, src: int, collective: str = "recv") -> bytes:
         """Receive the next message from rank ``src`` (counted under ``collective``)."""
         self._check_peer(src)
-        data = self._recv(src)
+        [(data, _)] = self._transfer((), [src])
         self.meter.record(collective, 0, len(data) + LENGTH_PREFIX_BYTES)
         return data
 
     def exchange_bytes(self, dst: int, data: bytes, src: int, collective: str) -> bytes:
         """Send ``data`` to ``dst`` while receiving one message from ``src`` (one ring round)."""
+        return self._exchange(dst, data, True, src, collective)[0]
+
+    def _exchange(
+        self, dst: int, data: bytes, ok: bool, src: int, collective: str
+    ) -> tuple[bytes, bool]:
         self._check_peer(dst)
         self._check_peer(src)
-        handle = self._start_send(dst, data)
-        received = self._recv(src)
-        handle.wait()
+        [(received, flag)] = self._transfer([(dst, data, ok)], [src])
         self.meter.record(
             collective, len(data) + LENGTH_PREFIX_BYTES, len(received) + LENGTH_PREFIX_BYTES
         )
-        return received
+        return received, flag
 
     # -- collectives --------------------------------------------------------------------------
     def all_gather_bytes(self, payload: bytes, collective: str = "all_gather") -> list[bytes]:
@@ -75,37 +85,58 @@ class Transport(ABC):
         forwarding what it received last). Per rank: receives every payload but its own once,
         and sends every payload but its successor's once (plus 8 bytes per message); counted
         under ``collective``."""
-        out: list[bytes | None] = [None] * self.world_size
-        out[self.rank] = payload
-        nxt, prv = (self.rank + 1) % self.world_size, (self.rank - 1) % self.world_size
-        current = payload
-        for step in range(self.world_size - 1):
-            current = self.exchange_bytes(nxt, current, prv, collective)
-            out[(self.rank - step - 1) % self.world_size] = current
-        return [p for p in out if p is not None]
+        return self.all_gather_flagged(payload, True, collective)[0]
+
+    def all_gather_flagged(
+        self, payload: bytes, ok: bool, collective: str = "all_gather"
+    ) -> tuple[list[bytes], list[int]]:
+        """:meth:`all_gather_bytes` that also tells every rank which ranks' ``ok`` was False
+        (ascending): the flag rides in each payload's header, forwarded with it, so it costs
+        no byte and no round of its own."""
+        size = self.world_size
+        out: list[bytes | None] = [None] * size
+        down = [False] * size
+        out[self.rank], down[self.rank] = payload, not ok
+        nxt, prv = (self.rank + 1) % size, (self.rank - 1) % size
+        current, flag = payload, ok
+        for step in range(size - 1):
+            current, flag = self._exchange(nxt, current, flag, prv, collective)
+            owner = (self.rank - step - 1) % size
+            out[owner], down[owner] = current, not flag
+        return [p for p in out if p is not None], [r for r in range(size) if down[r]]
 
     def broadcast_bytes(self, payload: bytes | None, root: int) -> bytes:
-        """``root``'s payload on every rank (the root sends it to each other rank)."""
+        """``root``'s payload on every rank (the root sends it to each other rank, all at
+        once)."""
         self._check_peer(root)
         if self.rank == root:
             if payload is None:
                 raise ValueError("the broadcast root must supply a payload")
-            for dst in range(self.world_size):
-                if dst != root:
-                    self.send_bytes(dst, payload, "broadcast")
+            others = [dst for dst in range(self.world_size) if dst != root]
+            self._transfer([(dst, payload, True) for dst in others], ())
+            for _ in others:
+                self.meter.record("broadcast", len(payload) + LENGTH_PREFIX_BYTES, 0)
             return payload
         return self.recv_bytes(root, "broadcast")
 
     def gather_bytes(self, payload: bytes, root: int) -> list[bytes] | None:
-        """Every rank's payload, in rank order, on ``root`` (None elsewhere)."""
+        """Every rank's payload, in rank order, on ``root`` (None elsewhere); the root posts
+        every receive at once."""
         self._check_peer(root)
         if self.rank != root:
             self.send_bytes(root, payload, "gather")
             return None
-        return [
-            payload if src == root else self.recv_bytes(src, "gather")
-            for src in range(self.world_size)
-        ]
+        others = [src for src in range(self.world_size) if src != root]
+        received = iter(self._transfer((), others))
+        out = []
+        for src in range(self.world_size):
+            if src == root:
+                out.append(payload)
+                continue
+            data = next(received)[0]
+            self.meter.record("gather", 0, len(data) + LENGTH_PREFIX_BYTES)
+            out.append(data)
+        return out
 
     def _check_peer(self, peer: int) -> None:
         if not 0 <= peer < self.world_size:

@@ -38,6 +38,27 @@ class AllGatherDecode(Scheme):
         )
         return self.exchange(transport, payload, step, tensor_index, tensor.shape, dtype)
 
+    def reduce_if_all_finite(
+        self,
+        transport: Transport,
+        tensor: torch.Tensor,
+        step: int,
+        tensor_index: int,
+        finite: bool,
+    ) -> torch.Tensor | list[int]:
+        """The flag rides in the header of the payload's all-gather: no byte or round of its
+        own. A rank whose flag is down sends an empty payload instead of encoding."""
+        dtype = tensor.dtype
+        payload = b""
+        if finite:
+            key = self.key(transport.rank, step, tensor_index)
+            payload, dtype = self.encode_own("worker", tensor, key)
+        transport.meter.step = step
+        payloads, down = transport.all_gather_flagged(payload, finite)
+        if down:
+            return down
+        return self._average(payloads, step, tensor_index, tensor.shape, dtype)
+
     def exchange(
         self,
         transport: Transport,
@@ -50,7 +71,18 @@ class AllGatherDecode(Scheme):
         """All-gather this rank's already encoded ``payload`` and average the decoded payloads."""
         transport.meter.step = step
         payloads = transport.all_gather_bytes(payload)
+        return self._average(payloads, step, tensor_index, shape, dtype)
+
+    def _average(
+        self,
+        payloads: list[bytes],
+        step: int,
+        tensor_index: int,
+        shape: torch.Size,
+        dtype: torch.dtype,
+    ) -> torch.Tensor:
+        """Decode every rank's payload and average them in ascending rank order."""
         total = torch.zeros(shape, dtype=working_dtype(dtype))
         for rank, received in enumerate(payloads):
             total += self.decode(received, self.key(rank, step, tensor_index), shape, dtype)
-        return total.div_(transport.world_size)
+        return total.div_(len(payloads))

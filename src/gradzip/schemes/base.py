@@ -24,6 +24,8 @@ from gradzip.feedback import ErrorFeedback, Slot
 from gradzip.keys import StreamKey
 
 _STATE_VERSION = 1
+#: the collective under which a finite-gradient agreement of its own is counted
+FINITE_CHECK = "finite_check"
 
 
 def working_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -91,6 +93,29 @@ class Scheme(ABC):
     ) -> torch.Tensor:
         """The average over ranks (float32, float64 for float64 input; on the CPU; the shape of
         ``tensor``), bit-identical on every rank."""
+
+    def reduce_if_all_finite(
+        self,
+        transport: Transport,
+        tensor: torch.Tensor,
+        step: int,
+        tensor_index: int,
+        finite: bool,
+    ) -> torch.Tensor | list[int]:
+        """:meth:`reduce`, with every rank's ``finite`` flag agreed on the way: the mean when
+        every rank's flag is up, else, on every rank, the ranks whose flag is down (ascending;
+        nothing decoded, and this rank's ``tensor`` is not encoded when its flag is down).
+
+        The buffers may have changed when it returns ranks: the caller restores its
+        :meth:`snapshot`. This default all-gathers a one-byte flag first (counted under
+        ``"finite_check"``); a scheme whose first message is an all-gather overrides it to let
+        the flag ride in that message's header, at no extra byte or round [CHOICE]."""
+        transport.meter.step = step
+        flag = b"\x01" if finite else b"\x00"
+        _, down = transport.all_gather_flagged(flag, finite, FINITE_CHECK)
+        if down:
+            return down
+        return self.reduce(transport, tensor, step, tensor_index)
 
     # -- helpers for subclasses ---------------------------------------------------------------
     def encode_own(
