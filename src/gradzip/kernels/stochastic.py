@@ -70,16 +70,48 @@ def tile_elements(bucket_size: int) -> int:
 
 @njit(inline="always", nogil=True, cache=True)
 def _pack_tile(symbols, start, count, bits, out):  # type: ignore[no-untyped-def]
-    """Pack ``symbols[start:start+count]`` into ``out`` from byte ``start*bits//8``."""
+    """Pack ``symbols[start:start+count]`` into ``out`` from byte ``start*bits//8``.
+
+    Widths 1, 2, 4 and 8 (several whole symbols per byte) have straight loops over the bytes
+    that LLVM vectorizes; other widths go through a bit accumulator."""
     pos = start * bits // 8
+    src = symbols[start : start + count]
     if bits == 8:
+        dst = out[pos : pos + count]
         for j in range(count):
-            out[pos + j] = np.uint8(symbols[start + j])
+            dst[j] = np.uint8(src[j])
+        return
+    if bits == 2 or bits == 4 or bits == 1:
+        per = 8 // bits
+        whole = count // per
+        dst = out[pos : pos + whole]
+        if bits == 2:
+            for j in range(whole):
+                dst[j] = np.uint8(
+                    src[4 * j]
+                    | (src[4 * j + 1] << 2)
+                    | (src[4 * j + 2] << 4)
+                    | (src[4 * j + 3] << 6)
+                )
+        elif bits == 4:
+            for j in range(whole):
+                dst[j] = np.uint8(src[2 * j] | (src[2 * j + 1] << 4))
+        else:
+            for j in range(whole):
+                acc = 0
+                for k in range(8):
+                    acc |= np.int64(src[8 * j + k]) << k
+                dst[j] = np.uint8(acc)
+        if whole * per < count:  # the stream's last, partial byte
+            acc = 0
+            for k in range(count - whole * per):
+                acc |= np.int64(src[whole * per + k]) << (k * bits)
+            out[pos + whole] = np.uint8(acc)
         return
     acc = np.uint64(0)
     have = 0
     for j in range(count):
-        acc |= np.uint64(symbols[start + j]) << np.uint64(have)
+        acc |= np.uint64(src[j]) << np.uint64(have)
         have += bits
         if have >= 32:
             for _ in range(4):
@@ -98,8 +130,40 @@ def _pack_tile(symbols, start, count, bits, out):  # type: ignore[no-untyped-def
 def _unpack_tile(packed, start, count, bits, sym):  # type: ignore[no-untyped-def]
     """``count`` symbols from byte ``start*bits//8`` into ``sym[0:count]``; returns their max."""
     pos = start * bits // 8
-    mask = np.uint64((1 << bits) - 1)
-    top = np.uint64(0)
+    if bits == 8 or bits == 4 or bits == 2 or bits == 1:
+        per = 8 // bits
+        mask = (1 << bits) - 1
+        nbytes = (count + per - 1) // per
+        src = packed[pos : pos + nbytes]
+        whole = count // per
+        if bits == 2:
+            for j in range(whole):
+                byte = np.uint32(src[j])
+                sym[4 * j] = byte & np.uint32(3)
+                sym[4 * j + 1] = (byte >> np.uint32(2)) & np.uint32(3)
+                sym[4 * j + 2] = (byte >> np.uint32(4)) & np.uint32(3)
+                sym[4 * j + 3] = byte >> np.uint32(6)
+        elif bits == 4:
+            for j in range(whole):
+                byte = np.uint32(src[j])
+                sym[2 * j] = byte & np.uint32(15)
+                sym[2 * j + 1] = byte >> np.uint32(4)
+        elif bits == 8:
+            for j in range(whole):
+                sym[j] = np.uint32(src[j])
+        else:
+            for j in range(whole):
+                byte = np.uint32(src[j])
+                for k in range(8):
+                    sym[8 * j + k] = (byte >> np.uint32(k)) & np.uint32(1)
+        for k in range(count - whole * per):
+            sym[whole * per + k] = (np.uint32(src[whole]) >> np.uint32(k * bits)) & np.uint32(mask)
+        top = np.uint32(0)
+        for j in range(count):
+            top = max(top, sym[j])
+        return np.uint64(top)
+    mask64 = np.uint64((1 << bits) - 1)
+    top64 = np.uint64(0)
     acc = np.uint64(0)
     have = 0
     for j in range(count):
@@ -107,31 +171,32 @@ def _unpack_tile(packed, start, count, bits, sym):  # type: ignore[no-untyped-de
             acc |= np.uint64(packed[pos]) << np.uint64(have)
             pos += 1
             have += 8
-        v = acc & mask
+        v = acc & mask64
         sym[j] = np.uint32(v)
-        if v > top:
-            top = v
+        if v > top64:
+            top64 = v
         acc >>= np.uint64(bits)
         have -= bits
-    return top
+    return top64
 
 
 @njit(inline="always", nogil=True, cache=True)
-def _absmax(x, lo, hi):  # type: ignore[no-untyped-def]
-    m = np.float32(0.0)
-    for i in range(lo, hi):
-        a = abs(x[i])
-        if a > m:
-            m = a
+def _absmax_bits(xbits, lo, hi):  # type: ignore[no-untyped-def]
+    """Bit pattern of ``max|x_i|`` over ``lo <= i < hi`` from the float32 bit patterns: finite
+    non-negative floats order as their bit patterns, and an integer maximum vectorizes."""
+    m = np.uint32(0)
+    src = xbits[lo:hi]
+    for j in range(hi - lo):
+        m = max(m, src[j] & np.uint32(0x7FFFFFFF))
     return m
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def bucket_absmax(x, bucket_size, scales):  # type: ignore[no-untyped-def]
-    """``max|x_B|`` per bucket into ``scales`` (float32), buckets in parallel."""
-    n = x.size
-    for b in prange(scales.size):
-        scales[b] = _absmax(x, b * bucket_size, min(n, (b + 1) * bucket_size))
+def bucket_absmax(xbits, bucket_size, scale_bits):  # type: ignore[no-untyped-def]
+    """``max|x_B|`` per bucket (bit patterns of finite float32 in, of the scales out)."""
+    n = xbits.size
+    for b in prange(scale_bits.size):
+        scale_bits[b] = _absmax_bits(xbits, b * bucket_size, min(n, (b + 1) * bucket_size))
 
 
 # -- symmetric grid ----------------------------------------------------------------------------
@@ -144,8 +209,10 @@ def encode_symmetric(  # type: ignore[no-untyped-def]
     """Symbols (and, when ``bits > 0``, packed bytes) of the symmetric grid; see the module
     docstring. ``compute_scales``: fill ``scales`` with each bucket's ``max|x_B|`` here."""
     n = x.size
+    xbits = x.view(np.uint32)
     tiles = (n + unit - 1) // unit
-    top = 2 * s
+    top = np.int32(2 * s)
+    zero = np.int32(0)
     lo32 = np.float32(1 - s)
     hi32 = np.float32(1 + s)
     sm1_32 = np.float32(s - 1)
@@ -156,7 +223,8 @@ def encode_symmetric(  # type: ignore[no-untyped-def]
         m = hi - lo
         words = np.empty(m, dtype=np.uint32)
         fill_stream(k0, k1, LOCAL_UNIFORM, lo, words, _FLOAT_SHIFT, _ONE_BITS)
-        ones = words.view(np.float32)  # 1 + u, exactly
+        ones_tile = words.view(np.float32)  # 1 + u, exactly
+        cell = np.empty(1, dtype=np.uint32)
         a = lo
         while a < hi:
             if bucket_size == 0:
@@ -166,7 +234,8 @@ def encode_symmetric(  # type: ignore[no-untyped-def]
                 b = a // bucket_size
                 e = min(hi, (b + 1) * bucket_size)
                 if compute_scales:
-                    scales[b] = _absmax(x, a, e)
+                    cell[0] = _absmax_bits(xbits, a, e)
+                    scales[b] = cell.view(np.float32)[0]
             c = scales[b]
             step = np.float32(np.float64(c) / per)
             if step > 0:
@@ -176,20 +245,30 @@ def encode_symmetric(  # type: ignore[no-untyped-def]
             else:
                 d = np.float32(1.0)
             f = 1.0 / np.float64(d)
+            xs = x[a:e]
+            os = ones_tile[a - lo : e - lo]
+            ss = symbols[a:e]
             if s <= 127 and f <= _F32_MAX:
                 f32 = np.float32(f)
-                for i in range(a, e):
-                    v = ones[i - lo] + x[i] * f32
-                    if clip:
-                        v = min(max(v, lo32), hi32)
-                    if s != 1:
+                if clip:
+                    for j in range(e - a):
+                        v = os[j] + xs[j] * f32
+                        v = min(max(v, lo32), hi32) + sm1_32
+                        ss[j] = min(max(np.int32(v), zero), top)
+                elif s == 1:
+                    for j in range(e - a):
+                        v = os[j] + xs[j] * f32
+                        ss[j] = min(max(np.int32(v), zero), top)
+                else:
+                    for j in range(e - a):
+                        v = os[j] + xs[j] * f32
                         v = v + sm1_32
-                    symbols[i] = min(max(int(v), 0), top)
+                        ss[j] = min(max(np.int32(v), zero), top)
             else:
-                for i in range(a, e):
-                    w = np.float64(ones[i - lo]) + sm1
-                    w = w + np.float64(x[i]) * f
-                    symbols[i] = np.int64(min(max(np.floor(w), 0.0), np.float64(top)))
+                for j in range(e - a):
+                    w = np.float64(os[j]) + sm1
+                    w = w + np.float64(xs[j]) * f
+                    ss[j] = np.int32(min(max(np.floor(w), 0.0), np.float64(top)))
             a = e
         if bits > 0:
             _pack_tile(symbols, lo, m, bits, packed)
@@ -201,6 +280,7 @@ def decode_symmetric(packed, bits, mults, bucket_size, unit, s, out, tops):  # t
     the largest symbol of tile ``t`` (the caller checks the alphabet)."""
     n = out.size
     tiles = (n + unit - 1) // unit
+    s32 = np.float32(s)  # symbol and s are exact in float32 (below 2**24), so is their difference
     for t in prange(tiles):
         lo = t * unit
         hi = min(n, lo + unit)
@@ -212,8 +292,10 @@ def decode_symmetric(packed, bits, mults, bucket_size, unit, s, out, tops):  # t
             b = 0 if bucket_size == 0 else a // bucket_size
             e = hi if bucket_size == 0 else min(hi, (b + 1) * bucket_size)
             mult = mults[b]
-            for i in range(a, e):
-                out[i] = np.float32(np.int64(sym[i - lo]) - s) * mult
+            src = sym[a - lo : e - lo]
+            dst = out[a:e]
+            for j in range(e - a):
+                dst[j] = (np.float32(src[j]) - s32) * mult
             a = e
 
 
@@ -245,19 +327,22 @@ def encode_twos(x, steps, bucket_size, unit, bits, wide, k0, k1, symbols, packed
             d = steps[b]
             if not d > 0:
                 d = one32
+            xs = x[a:e]
+            us = ones[a - lo : e - lo]
+            ss = symbols[a:e]
             if wide:
                 d64 = np.float64(d)
-                for i in range(a, e):
-                    k = np.float64(x[i]) / d64
-                    k = k + np.float64(ones[i - lo] - one32)
+                for j in range(e - a):
+                    k = np.float64(xs[j]) / d64
+                    k = k + np.float64(us[j] - one32)
                     k = min(max(np.floor(k), np.float64(kmin)), np.float64(kmax))
-                    symbols[i] = np.int64(k) & mask
+                    ss[j] = np.int32(k) & mask
             else:
-                for i in range(a, e):
-                    k = x[i] / d
-                    k = k + (ones[i - lo] - one32)
+                for j in range(e - a):
+                    k = xs[j] / d
+                    k = k + (us[j] - one32)
                     k = min(max(np.floor(k), kmin32), kmax32)
-                    symbols[i] = np.int64(k) & mask
+                    ss[j] = np.int32(k) & mask
             a = e
         if pack:
             _pack_tile(symbols, lo, m, bits, packed)
@@ -281,11 +366,12 @@ def decode_twos(packed, bits, steps, bucket_size, unit, out):  # type: ignore[no
             b = 0 if bucket_size == 0 else a // bucket_size
             e = hi if bucket_size == 0 else min(hi, (b + 1) * bucket_size)
             d = steps[b]
-            for i in range(a, e):
-                k = np.int64(sym[i - lo])
-                if k >= half:
-                    k -= full
-                out[i] = np.float32(k) * d
+            src = sym[a - lo : e - lo]
+            dst = out[a:e]
+            for j in range(e - a):
+                k = np.int32(src[j])
+                k = k - full if k >= half else k
+                dst[j] = np.float32(k) * d
             a = e
 
 
@@ -329,9 +415,9 @@ def fused_symmetric_encode(
         sc = scales.to(torch.float32).contiguous().numpy().copy()
     unit = tile_elements(bs) if compute else TILE
     if compute and bs > _LARGE_BUCKET:
-        call_parallel(bucket_absmax, xs, bs, sc)
+        call_parallel(bucket_absmax, xs.view(np.uint32), bs, sc.view(np.uint32))
         compute, unit = False, TILE
-    symbols = np.empty(n, dtype=symbol_dtype_for(2 * s))
+    symbols: np.ndarray = np.empty(n, dtype=symbol_dtype_for(2 * s))
     packed = np.empty(packed_bytes(n, bits) if bits else 0, dtype=np.uint8)
     call_parallel(
         encode_symmetric,

@@ -96,7 +96,7 @@ def twos_symbols_torch(
     k = x.to(work) / d.to(work)
     k = k + u.to(work)
     k = k.floor().clamp(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
-    codes = k.to(torch.int64) & (2**bits - 1)
+    codes: torch.Tensor = k.to(torch.int64) & (2**bits - 1)
     return codes.to(torch.uint8 if bits <= 8 else torch.int32)
 
 
