@@ -23,22 +23,15 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
 
 from gradzip.accounting import Encoded
-from gradzip.codecs.symbols import (
-    check_packing,
-    unpack_symbols,
-)
-from gradzip.compressors._bucket_math import (
-    add_scaled_,
-    per_row,
-    safe_factors,
-    segments,
-    truncate_to_uint8,
-)
+from gradzip.codecs.symbols import check_packing, pack_symbols, symbol_bits, unpack_symbols
+from gradzip.compressors._bucket_math import per_row, segments
 from gradzip.compressors._grid import CommonGrid
 from gradzip.compressors.base import Body, Compressor, body_tensor
 from gradzip.compressors.common import (
@@ -50,16 +43,54 @@ from gradzip.compressors.common import (
     num_buckets,
     read_scales,
     scaled_symbols_bits,
-    scaled_symbols_body,
     scaled_symbols_floor_bits,
+)
+from gradzip.kernels.stochastic import (
+    check_packed,
+    fused_symmetric_decode,
+    fused_symmetric_encode,
+    fused_twos_decode,
+    fused_twos_encode,
+)
+from gradzip.kernels.stochastic_torch import (
+    bucket_absmax_torch,
+    pack_bits_torch,
+    symmetric_symbols_torch,
+    symmetric_values_torch,
+    twos_symbols_torch,
+    twos_values_torch,
+    unpack_bits_torch,
 )
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
-from gradzip.rng import local_uniform_plus_one
+from gradzip.rng import derive_seed
 
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
-#: the largest s whose symbols [0, 2s] fit in a byte (the float32 fast path)
-_BYTE_LEVELS = 127
+#: set by :func:`torch_ops_only` (tests): CPU tensors take the torch-operations path too
+_FORCE_TORCH = False
+
+
+def use_kernels(x: torch.Tensor) -> bool:
+    """Whether ``x`` goes through the numba kernels (CPU tensors) or torch operations."""
+    return x.device.type == "cpu" and not _FORCE_TORCH
+
+
+@contextmanager
+def torch_ops_only() -> Iterator[None]:
+    """Within the block, CPU tensors take the device path (torch operations) of the stochastic
+    quantizers, as CUDA tensors do: for checking that both paths give the same bytes."""
+    global _FORCE_TORCH
+    before = _FORCE_TORCH
+    _FORCE_TORCH = True
+    try:
+        yield
+    finally:
+        _FORCE_TORCH = before
+
+
+def check_packed_tensor(data: torch.Tensor, n: int, bits: int) -> torch.Tensor:
+    """``data`` after the length and padding checks of a fixed-width stream."""
+    return torch.from_numpy(check_packed(data, n, bits))
 
 
 def symbol_dtype(s: int) -> torch.dtype:
@@ -69,46 +100,116 @@ def symbol_dtype(s: int) -> torch.dtype:
 
 def stochastic_symbols(
     x: torch.Tensor,
-    steps: torch.Tensor,
+    scales: torch.Tensor,
+    per: int,
     s: int,
     key: StreamKey,
     bucket_size: int,
     may_overload: bool = False,
 ) -> torch.Tensor:
-    """Symbols ``clamp(floor(x/step + u), -s, s) + s`` (one positive step per bucket).
+    """Symbols ``clamp(floor(x/step + u), -s, s) + s`` with ``step = scale/per`` per bucket.
 
     ``floor(v + u)`` with ``u ~ U[0, 1)`` rounds ``v`` up with probability ``frac(v)``, for either
     sign of ``v``: the same two-point law as rounding ``|v|`` and restoring the sign (the form
     the papers write), so it is the QSGD/TernGrad quantizer, computed without the sign split.
-    ``u`` comes from ``local_uniform(key, n)``.
-
-    Fast path: ``v = (1 + u) + x*(1/step) + (s - 1)`` is built in the uniform buffer by one fused
-    multiply-add (plus one add for ``s > 1``); it is non-negative, so a truncating cast is its
-    floor, and the clamp keeps float32 rounding inside the alphabet (spec 0.3). Alphabets beyond a
-    byte, or steps so small that ``1/step`` overflows float32, use float64. ``may_overload``
-    says ``|x/step|`` can exceed ``s`` (LPC with ``theta < 1``): ``v`` is then clamped to the
-    grid before the cast, which projects those values onto ``+-s`` (the "gradient clipping").
+    ``u`` is ``local_uniform(key, n)``. The exact float arithmetic (float32, or float64 for
+    alphabets beyond a byte and steps whose reciprocal overflows float32, decided per bucket) is
+    the contract of :mod:`gradzip.kernels.stochastic`: numba kernels for CPU tensors, torch
+    operations (:mod:`gradzip.kernels.stochastic_torch`) elsewhere, with the same bits.
+    ``may_overload`` says ``|x/step|`` can exceed ``s`` (LPC with ``theta < 1``): the value is
+    clamped to the grid, which projects it onto ``+-s`` (the "gradient clipping").
     """
-    n = x.numel()
-    factors = safe_factors(1.0, steps)
-    v = local_uniform_plus_one(key, n)
-    if s > _BYTE_LEVELS or float(factors.max()) > FLOAT32_MAX:
-        w = v.to(torch.float64).add_(s - 1)
-        x64 = x.to(torch.float64)
-        for elems, rows, buckets in segments(n, bucket_size):
-            add_scaled_(
-                w[elems].view(rows, -1), x64[elems].view(rows, -1), per_row(factors, rows, buckets)
-            )
-        w.floor_().clamp_(0, 2 * s)
-        return w.to(symbol_dtype(s))
-    f32 = factors.to(torch.float32)
-    for elems, rows, buckets in segments(n, bucket_size):
-        add_scaled_(v[elems].view(rows, -1), x[elems].view(rows, -1), per_row(f32, rows, buckets))
-    if may_overload:
-        v.clamp_(1 - s, s + 1)
-    if s != 1:
-        v.add_(s - 1)
-    return truncate_to_uint8(v).clamp_(max=2 * s)
+    seed = derive_seed(key, domain="local")
+    if use_kernels(x):
+        return fused_symmetric_encode(x, scales, bucket_size, per, s, may_overload, seed, 0)[1]
+    return symmetric_symbols_torch(x, scales, bucket_size, per, s, may_overload, seed)
+
+
+def symmetric_body(
+    x: torch.Tensor,
+    scales: torch.Tensor | None,
+    per: int,
+    s: int,
+    key: StreamKey,
+    bucket_size: int,
+    packing: str,
+    may_overload: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(scales, symbols, packed)``: the body of a symmetric-grid quantizer.
+
+    ``scales`` None: the per-bucket ``max|x_B|`` (computed inside the fused kernel on the CPU).
+    The default fixed packing of a CPU tensor is one fused pass (scale, uniforms, rounding,
+    packing); other packings and devices compute the same symbols and pack them afterwards.
+    """
+    seed = derive_seed(key, domain="local")
+    alphabet = 2 * s + 1
+    if use_kernels(x) and packing == "fixed":
+        bits = symbol_bits(alphabet)
+        return fused_symmetric_encode(x, scales, bucket_size, per, s, may_overload, seed, bits)
+    if scales is None:
+        scales = bucket_absmax_torch(x, bucket_size)
+    symbols = stochastic_symbols(x, scales, per, s, key, bucket_size, may_overload)
+    if packing == "fixed" and not use_kernels(x):
+        packed = pack_bits_torch(symbols, symbol_bits(alphabet))
+    else:
+        packed = pack_symbols(symbols.cpu(), alphabet, packing)
+    return scales, symbols, packed
+
+
+def symmetric_values(
+    data: torch.Tensor,
+    n: int,
+    mults: torch.Tensor,
+    s: int,
+    bucket_size: int,
+    packing: str,
+    what: str,
+) -> torch.Tensor:
+    """Decode packed symbols into ``f32(symbol - s) * mult`` per bucket (float32): one fused
+    pass for the fixed packing, else unpacking then :func:`symbols_to_values`."""
+    alphabet = 2 * s + 1
+    if packing == "fixed":
+        bits = symbol_bits(alphabet)
+        if not _FORCE_TORCH:
+            return fused_symmetric_decode(data, n, bits, mults, bucket_size, s, what)
+        symbols = unpack_bits_torch(check_packed_tensor(data, n, bits), n, bits)
+        check_symbols(symbols, alphabet, what)
+        return symmetric_values_torch(symbols, mults, bucket_size, s)
+    symbols = unpack_symbols(data, n, alphabet, packing)
+    check_symbols(symbols, alphabet, what)
+    return symbols_to_values(symbols, mults, s, bucket_size)
+
+
+def twos_body(
+    x: torch.Tensor, steps: torch.Tensor, bits: int, key: StreamKey, bucket_size: int, packing: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(symbols, packed)`` of the two's complement grid ``k = clamp(floor(x/step + u),
+    -2^(bits-1), 2^(bits-1) - 1)`` (QESGD, QSGD-l2; a zero step divides by 1), symbols ``k mod
+    2^bits``; float32 for ``bits <= 8``, else float64. One fused pass for a CPU tensor with the
+    fixed packing (:mod:`gradzip.kernels.stochastic`), torch operations elsewhere."""
+    seed = derive_seed(key, domain="local")
+    if use_kernels(x):
+        symbols, packed = fused_twos_encode(x, steps, bucket_size, bits, seed, packing == "fixed")
+        if packing != "fixed":
+            packed = pack_symbols(symbols, 2**bits, packing)
+        return symbols, packed
+    symbols = twos_symbols_torch(x, steps, bucket_size, bits, seed)
+    if packing == "fixed":
+        return symbols, pack_bits_torch(symbols, bits)
+    return symbols, pack_symbols(symbols.cpu(), 2**bits, packing)
+
+
+def twos_values(
+    data: torch.Tensor, n: int, steps: torch.Tensor, bits: int, bucket_size: int, packing: str
+) -> torch.Tensor:
+    """Decode two's complement codes into ``f32(k) * step`` per bucket (float32)."""
+    if packing == "fixed":
+        if not _FORCE_TORCH:
+            return fused_twos_decode(data, n, bits, steps, bucket_size)
+        symbols = unpack_bits_torch(check_packed_tensor(data, n, bits), n, bits)
+    else:
+        symbols = unpack_symbols(data, n, 2**bits, packing)
+    return twos_values_torch(symbols, steps, bucket_size, bits)
 
 
 def symbols_to_values(
@@ -197,13 +298,29 @@ class ScaledStochastic(Compressor, CommonGrid):
             return torch.full((nb,), self._forced_scale, dtype=torch.float32)
         return self._scales(x, absmax)
 
+    def _scales_in_kernel(self, n: int) -> bool:
+        """Whether the fused kernel computes the scales itself: max-abs scales of several
+        buckets (one bucket's scale is ``absmax``, known already)."""
+        return (
+            self._forced_scale is None
+            and type(self)._scales is ScaledStochastic._scales
+            and num_buckets(n, self._bucket) > 1
+        )
+
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
     ) -> Body:
-        scales = self._all_scales(x, absmax)
-        divisors, _ = safe_steps(scales, self.s)
-        symbols = stochastic_symbols(x, divisors, self.s, key, self._bucket)
-        return scaled_symbols_body(scales, symbols, self.alphabet, self.packing)
+        scales = None if self._scales_in_kernel(x.numel()) else self._all_scales(x, absmax)
+        scales, symbols, packed = symmetric_body(
+            x, scales, self.s, self.s, key, self._bucket, self.packing
+        )
+        side = 32 * scales.numel()
+        return Body(
+            pieces=[scales, packed],
+            paper_bits=x.numel() * math.log2(self.alphabet) + side,
+            streams=(symbols,),
+            side_bits=side,
+        )
 
     def _decode_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None
@@ -211,13 +328,14 @@ class ScaledStochastic(Compressor, CommonGrid):
         n = header.numel
         scales, rest = read_scales(body, num_buckets(n, self._bucket))
         check_scales(scales, self.name)
-        symbols = unpack_symbols(body_tensor(rest), n, self.alphabet, self.packing)
-        check_symbols(symbols, 2 * self.s + 1, self.name)
         _, mults = safe_steps(scales, self.s)
         factor = self._decode_factor(n)
         if factor != 1.0:
             mults = (mults.to(torch.float64) * factor).to(torch.float32)
-        return fit_dtype_(symbols_to_values(symbols, mults, self.s, self._bucket), header.dtype)
+        values = symmetric_values(
+            body_tensor(rest), n, mults, self.s, self._bucket, self.packing, self.name
+        )
+        return fit_dtype_(values, header.dtype)
 
     def expected_body_bits(self, x: torch.Tensor) -> int | None:
         return scaled_symbols_bits(x.numel(), self._bucket, self.alphabet, self.packing)
@@ -239,8 +357,7 @@ class ScaledStochastic(Compressor, CommonGrid):
         return self._scales(x, float(x.abs().max()) if x.numel() else 0.0)
 
     def grid_symbols(self, x: torch.Tensor, scales: torch.Tensor, key: StreamKey) -> torch.Tensor:
-        divisors, _ = safe_steps(scales, self.s)
-        return stochastic_symbols(x, divisors, self.s, key, self._bucket)
+        return stochastic_symbols(x, scales, self.s, self.s, key, self._bucket)
 
     def grid_steps(self, scales: torch.Tensor) -> torch.Tensor:
         return safe_steps(scales, self.s)[1].to(torch.float64)

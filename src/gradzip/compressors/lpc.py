@@ -7,20 +7,16 @@ from typing import Any, ClassVar
 
 import torch
 
-from gradzip.codecs.symbols import check_packing, pack_symbols, packed_symbol_bits, unpack_symbols
+from gradzip.codecs.symbols import check_packing, packed_symbol_bits
 from gradzip.compressors._grid import CommonGrid
 from gradzip.compressors._stochastic import (
     fit_dtype_,
     stochastic_symbols,
-    symbols_to_values,
+    symmetric_body,
+    symmetric_values,
 )
 from gradzip.compressors.base import Body, Compressor, body_tensor
-from gradzip.compressors.common import (
-    check_scales,
-    check_symbols,
-    read_scales,
-    symbols_floor_bits,
-)
+from gradzip.compressors.common import check_scales, read_scales, symbols_floor_bits
 from gradzip.compressors.registry import register
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
@@ -99,15 +95,16 @@ class LPC(Compressor, CommonGrid):
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
     ) -> Body:
-        delta = self.delta(absmax)
-        step = torch.tensor([delta if delta > 0 else 1.0], dtype=torch.float32)
-        # clamping the level to s after stochastic rounding is exactly the projection outside
-        # the hull: |u|/delta >= s gives floor(|u|/delta + u01) >= s
-        symbols = stochastic_symbols(x, step, self.s, key, 0, may_overload=self.theta < 1)
-        packed = pack_symbols(symbols, 2 * self.s + 1, self.packing)
+        delta = torch.tensor([self.delta(absmax)], dtype=torch.float32)
+        # the step is delta itself (per = 1); clamping the level to s after stochastic rounding
+        # is exactly the projection outside the hull: |u|/delta >= s gives
+        # floor(|u|/delta + u01) >= s
+        _, symbols, packed = symmetric_body(
+            x, delta, 1, self.s, key, 0, self.packing, may_overload=self.theta < 1
+        )
         paper = x.numel() * math.log2(2 * self.s + 1) + 32
         return Body(
-            pieces=[torch.tensor([delta], dtype=torch.float32), packed],
+            pieces=[delta, packed],
             paper_bits=paper,
             streams=(symbols,),
             side_bits=32,
@@ -118,9 +115,10 @@ class LPC(Compressor, CommonGrid):
     ) -> torch.Tensor:
         delta, rest = read_scales(body, 1)
         check_scales(delta, f"{self.name} delta")
-        symbols = unpack_symbols(body_tensor(rest), header.numel, 2 * self.s + 1, self.packing)
-        check_symbols(symbols, 2 * self.s + 1, self.name)
-        return fit_dtype_(symbols_to_values(symbols, delta, self.s, 0), header.dtype)
+        values = symmetric_values(
+            body_tensor(rest), header.numel, delta, self.s, 0, self.packing, self.name
+        )
+        return fit_dtype_(values, header.dtype)
 
     # -- common grid (integer-sum schemes: LPC schemes (b) and (c), spec 3.3) -----------------
     def grid_levels(self) -> int:
@@ -134,9 +132,8 @@ class LPC(Compressor, CommonGrid):
         return torch.tensor([float(x.abs().max()) if x.numel() else 0.0], dtype=torch.float32)
 
     def grid_symbols(self, x: torch.Tensor, scales: torch.Tensor, key: StreamKey) -> torch.Tensor:
-        delta = self.delta(float(scales[0]))
-        step = torch.tensor([delta if delta > 0 else 1.0], dtype=torch.float32)
-        return stochastic_symbols(x, step, self.s, key, 0, may_overload=self.theta < 1)
+        delta = torch.tensor([self.delta(float(scales[0]))], dtype=torch.float32)
+        return stochastic_symbols(x, delta, 1, self.s, key, 0, may_overload=self.theta < 1)
 
     def grid_steps(self, scales: torch.Tensor) -> torch.Tensor:
         return torch.tensor([self.delta(float(scales[0]))], dtype=torch.float64)

@@ -7,23 +7,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from gradzip.codecs.symbols import (
-    check_packing,
-    pack_symbols,
-    packed_symbol_bits,
-    twos_complement_values,
-    unpack_symbols,
-)
-from gradzip.compressors._stochastic import fit_dtype_
+from gradzip.codecs.symbols import check_packing, pack_symbols, packed_symbol_bits
+from gradzip.compressors._stochastic import fit_dtype_, twos_body, twos_values
 from gradzip.compressors.base import Body, Compressor, body_tensor
 from gradzip.compressors.common import symbols_floor_bits
 from gradzip.compressors.registry import register
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
-from gradzip.rng import local_uniform
-
-#: elements per block: the work buffer (256-512 KiB) stays in the L2 cache
-_BLOCK = 1 << 16
 
 
 @register
@@ -84,40 +74,20 @@ class QESGD(Compressor):
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
     ) -> Body:
         n = x.numel()
-        symbols = torch.zeros(n, dtype=self._symbol_dtype())
         if self.delta32 != 0:
-            self._quantize_into(x, local_uniform(key, n), symbols)
-        packed = pack_symbols(symbols, 2**self.bits, self.packing)
+            step = torch.tensor([self.delta32], dtype=torch.float32)
+            symbols, packed = twos_body(x, step, self.bits, key, 0, self.packing)
+        else:
+            symbols = torch.zeros(n, dtype=torch.uint8 if self.bits <= 8 else torch.int32)
+            packed = pack_symbols(symbols, 2**self.bits, self.packing)
         return Body(pieces=[packed], paper_bits=float(self.bits * n), streams=(symbols,))
-
-    def _quantize_into(self, x: torch.Tensor, u: torch.Tensor, out: torch.Tensor) -> None:
-        """``out = clamp(floor(x/delta + u)) mod 2^b``, block by block through a small buffer."""
-        mask = 2**self.bits - 1
-        block = _BLOCK
-        work = torch.float32 if self.bits <= 8 else torch.float64
-        buf = torch.empty(min(block, x.numel()), dtype=work)
-        for start in range(0, x.numel(), block):
-            xs = x[start : start + block]
-            k = buf[: xs.numel()]
-            # x/delta may overflow to +-inf for a tiny delta; the clamp maps it to the ends
-            k.copy_(xs)  # in the work dtype before dividing (float64 for b > 8)
-            k.div_(self.delta32)
-            k.add_(u[start : start + block]).floor_().clamp_(self.k_min, self.k_max)
-            if self.bits <= 8:  # two's complement in b bits: the int8 pattern, masked
-                codes = k.to(torch.int8).view(torch.uint8)
-                out[start : start + block] = codes if self.bits == 8 else codes & mask
-            else:
-                out[start : start + block] = k.to(torch.int32) & mask
-
-    def _symbol_dtype(self) -> torch.dtype:
-        return torch.uint8 if self.bits <= 8 else torch.int32
 
     def _decode_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None
     ) -> torch.Tensor:
-        symbols = unpack_symbols(body_tensor(body), header.numel, 2**self.bits, self.packing)
-        k = twos_complement_values(symbols, self.bits)
-        return fit_dtype_(k.to(torch.float32).mul_(self.delta32), header.dtype)
+        step = torch.tensor([self.delta32], dtype=torch.float32)
+        values = twos_values(body_tensor(body), header.numel, step, self.bits, 0, self.packing)
+        return fit_dtype_(values, header.dtype)
 
     def expected_body_bits(self, x: torch.Tensor) -> int | None:
         return packed_symbol_bits(x.numel(), 2**self.bits, self.packing)

@@ -109,8 +109,7 @@ class QSGD(ScaledStochastic):
         if self.coding == "symbols":
             return super()._encode_flat(x, key, absmax, shape)
         scales = self._all_scales(x, absmax)
-        divisors, _ = safe_steps(scales, self.s)
-        symbols = stochastic_symbols(x, divisors, self.s, key, self._bucket)
+        symbols = stochastic_symbols(x, scales, self.s, self.s, key, self._bucket).cpu()
         stream, bits = self._elias_stream(symbols)
         count = int(stream[0])
         side = 32 * scales.numel()

@@ -7,8 +7,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from gradzip.codecs.symbols import check_packing, twos_complement_values, unpack_symbols
-from gradzip.compressors._stochastic import fit_dtype_
+from gradzip.codecs.symbols import check_packing
+from gradzip.compressors._stochastic import fit_dtype_, twos_body, twos_values
 from gradzip.compressors.base import Body, Compressor, body_tensor
 from gradzip.compressors.common import (
     DEFAULT_BUCKET_SIZE,
@@ -18,13 +18,11 @@ from gradzip.compressors.common import (
     per_element,
     read_scales,
     scaled_symbols_bits,
-    scaled_symbols_body,
     scaled_symbols_floor_bits,
 )
 from gradzip.compressors.registry import register
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
-from gradzip.rng import local_uniform
 
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 FLOAT32_TINY = 2.0**-149  # the smallest positive (subnormal) float32
@@ -104,21 +102,17 @@ class QSGDL2(Compressor):
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
     ) -> Body:
-        n = x.numel()
         steps = self.steps(x)
-        step = per_element(steps, n, self._bucket_size)
-        work = torch.float32 if self.bits <= 8 else torch.float64
-        # a zero bucket is all zeros: divide by 1 there (its levels are 0); uniforms are still
-        # drawn for every coordinate, so the stream stays aligned (spec 0.3)
-        safe = torch.where(step > 0, step, torch.ones_like(step)).to(work)
-        k = x.to(work, copy=True).div_(safe).add_(local_uniform(key, n).to(work)).floor_()
-        k.clamp_(self.k_min, self.k_max)
-        mask = 2**self.bits - 1
-        if self.bits <= 8:
-            symbols = k.to(torch.int8).view(torch.uint8) & mask
-        else:
-            symbols = k.to(torch.int32) & mask
-        return scaled_symbols_body(steps, symbols, 2**self.bits, self.packing)
+        # a zero bucket is all zeros: the kernel divides by 1 there (its levels are 0);
+        # uniforms are still drawn for every coordinate, so the stream stays aligned (spec 0.3)
+        symbols, packed = twos_body(x, steps, self.bits, key, self._bucket_size, self.packing)
+        side = 32 * steps.numel()
+        return Body(
+            pieces=[steps, packed],
+            paper_bits=symbols.numel() * self.bits + side,
+            streams=(symbols,),
+            side_bits=side,
+        )
 
     def _decode_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None
@@ -126,9 +120,9 @@ class QSGDL2(Compressor):
         nb = num_buckets(header.numel, self._bucket_size)
         steps, rest = read_scales(body, nb)
         check_scales(steps, self.name)
-        symbols = unpack_symbols(body_tensor(rest), header.numel, 2**self.bits, self.packing)
-        k = twos_complement_values(symbols, self.bits)
-        values = k.to(torch.float32).mul_(per_element(steps, header.numel, self._bucket_size))
+        values = twos_values(
+            body_tensor(rest), header.numel, steps, self.bits, self._bucket_size, self.packing
+        )
         return fit_dtype_(values, header.dtype)
 
     def expected_body_bits(self, x: torch.Tensor) -> int | None:

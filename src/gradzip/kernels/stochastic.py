@@ -1,0 +1,525 @@
+"""Fused numba kernels of the stochastic-rounding quantizers (QSGD, TernGrad, Hou, LPC, QESGD,
+QSGD-l2): scale, local Philox uniforms, rounding and fixed-width packing in one pass per side.
+
+The tensor is cut into tiles of whole buckets (a multiple of 8 elements, so every tile starts on
+a byte of the packed stream); tiles run in parallel (``prange``). Per tile the encoder computes
+its buckets' max-abs scales (or reads given ones), draws its local uniforms into an L1-sized
+scratch buffer, rounds and packs; the decoder unpacks and rescales. Every element depends only on
+its own value, index, bucket scale and Philox word, so the bytes depend neither on the thread
+count nor on the tiling. No ``fastmath``: numba never contracts a multiply and an add into an
+FMA, so the results do not depend on the CPU's instruction set.
+
+Arithmetic contract, shared with :mod:`gradzip.kernels.stochastic_torch` (the device path, which
+the compressors also use for the dense and entropy packings) [CHOICE]:
+
+*Symmetric grid* (:func:`encode_symmetric`, QSGD/TernGrad/Hou/LPC), per bucket with float32 scale
+``c`` and divisor count ``per`` (``s`` for the scale-based codecs, 1 for LPC whose scale is its
+step): ``step = f32(f64(c) / per)``; divisor ``d = step`` if ``step > 0``, else the smallest
+subnormal if ``c > 0``, else 1; ``f = 1 / f64(d)``. With ``o = 1 + u`` (float32, exact):
+
+* float32, when ``s <= 127`` and ``f`` fits float32 (decided per bucket): ``v = o + x*f32(f)``
+  (two roundings), ``v = clamp(v, 1 - s, 1 + s)`` when ``clip``, ``v = v + f32(s - 1)``,
+  symbol ``min(max(trunc(v), 0), 2s)``;
+* float64 otherwise: ``w = f64(o) + (s - 1)``, ``w = w + f64(x)*f``, symbol
+  ``clamp(floor(w), 0, 2s)``.
+
+Decoding: ``f32(symbol - s) * m`` with the per-bucket float32 multiplier ``m``.
+
+*Two's complement grid* (:func:`encode_twos`, QESGD/QSGD-l2), per bucket with float32 step ``d``
+(1 where the step is 0): in float32 (``bits <= 8``) or float64, ``k = x / d``, ``k = k + u``
+(``u = o - 1``, exact), ``k = clamp(floor(k), -2^(b-1), 2^(b-1) - 1)``, symbol ``k mod 2^b``.
+
+Packing is :mod:`gradzip.codecs.bitpack`'s LSB-first layout; the pack and unpack helpers here
+are the fused kernels' own [CHOICE: written for these kernels; the same layout as the shared
+building blocks].
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numba import njit, prange
+
+from gradzip.codecs.bitpack import packed_bytes
+from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
+from gradzip.kernels._threads import call_parallel
+from gradzip.kernels.philox import LOCAL_UNIFORM, fill_stream
+
+_F32_MAX = float(np.finfo(np.float32).max)
+_TINY32 = np.float32(2.0**-149)
+_FLOAT_SHIFT = np.uint32(9)
+_ONE_BITS = np.uint32(0x3F800000)
+#: target elements per tile (rounded to whole buckets and a multiple of 8)
+TILE = 4096
+#: buckets larger than this get their scales from a separate pass and tiles of TILE elements
+_LARGE_BUCKET = 1 << 13
+
+
+def tile_elements(bucket_size: int) -> int:
+    """Elements per tile: whole buckets of ``bucket_size`` (0: one bucket), a multiple of 8."""
+    if bucket_size == 0:
+        return TILE
+    per = 8 // int(np.gcd(bucket_size, 8))  # buckets per tile making a multiple of 8 elements
+    buckets = max(per, -(-TILE // bucket_size))
+    buckets = -(-buckets // per) * per
+    return int(buckets * bucket_size)
+
+
+# -- packing of one tile (LSB-first, tile start a multiple of 8) ------------------------------
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _pack_tile(symbols, start, count, bits, out):  # type: ignore[no-untyped-def]
+    """Pack ``symbols[start:start+count]`` into ``out`` from byte ``start*bits//8``.
+
+    Widths 1, 2, 4 and 8 (several whole symbols per byte) have straight loops over the bytes
+    that LLVM vectorizes; other widths go through a bit accumulator."""
+    pos = start * bits // 8
+    src = symbols[start : start + count]
+    if bits == 8:
+        dst = out[pos : pos + count]
+        for j in range(count):
+            dst[j] = np.uint8(src[j])
+        return
+    if bits == 2 or bits == 4 or bits == 1:
+        per = 8 // bits
+        whole = count // per
+        dst = out[pos : pos + whole]
+        if bits == 2:
+            for j in range(whole):
+                dst[j] = np.uint8(
+                    src[4 * j]
+                    | (src[4 * j + 1] << 2)
+                    | (src[4 * j + 2] << 4)
+                    | (src[4 * j + 3] << 6)
+                )
+        elif bits == 4:
+            for j in range(whole):
+                dst[j] = np.uint8(src[2 * j] | (src[2 * j + 1] << 4))
+        else:
+            for j in range(whole):
+                acc = 0
+                for k in range(8):
+                    acc |= np.int64(src[8 * j + k]) << k
+                dst[j] = np.uint8(acc)
+        if whole * per < count:  # the stream's last, partial byte
+            acc = 0
+            for k in range(count - whole * per):
+                acc |= np.int64(src[whole * per + k]) << (k * bits)
+            out[pos + whole] = np.uint8(acc)
+        return
+    acc = np.uint64(0)
+    have = 0
+    for j in range(count):
+        acc |= np.uint64(src[j]) << np.uint64(have)
+        have += bits
+        if have >= 32:
+            for _ in range(4):
+                out[pos] = np.uint8(acc & np.uint64(255))
+                acc >>= np.uint64(8)
+                pos += 1
+            have -= 32
+    while have > 0:
+        out[pos] = np.uint8(acc & np.uint64(255))
+        acc >>= np.uint64(8)
+        pos += 1
+        have -= 8
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _unpack_tile(packed, start, count, bits, sym):  # type: ignore[no-untyped-def]
+    """``count`` symbols from byte ``start*bits//8`` into ``sym[0:count]``; returns their max."""
+    pos = start * bits // 8
+    if bits == 8 or bits == 4 or bits == 2 or bits == 1:
+        per = 8 // bits
+        mask = (1 << bits) - 1
+        nbytes = (count + per - 1) // per
+        src = packed[pos : pos + nbytes]
+        whole = count // per
+        if bits == 2:
+            for j in range(whole):
+                byte = np.uint32(src[j])
+                sym[4 * j] = byte & np.uint32(3)
+                sym[4 * j + 1] = (byte >> np.uint32(2)) & np.uint32(3)
+                sym[4 * j + 2] = (byte >> np.uint32(4)) & np.uint32(3)
+                sym[4 * j + 3] = byte >> np.uint32(6)
+        elif bits == 4:
+            for j in range(whole):
+                byte = np.uint32(src[j])
+                sym[2 * j] = byte & np.uint32(15)
+                sym[2 * j + 1] = byte >> np.uint32(4)
+        elif bits == 8:
+            for j in range(whole):
+                sym[j] = np.uint32(src[j])
+        else:
+            for j in range(whole):
+                byte = np.uint32(src[j])
+                for k in range(8):
+                    sym[8 * j + k] = (byte >> np.uint32(k)) & np.uint32(1)
+        for k in range(count - whole * per):
+            sym[whole * per + k] = (np.uint32(src[whole]) >> np.uint32(k * bits)) & np.uint32(mask)
+        top = np.uint32(0)
+        for j in range(count):
+            top = max(top, sym[j])
+        return np.uint64(top)
+    mask64 = np.uint64((1 << bits) - 1)
+    top64 = np.uint64(0)
+    acc = np.uint64(0)
+    have = 0
+    for j in range(count):
+        while have < bits:
+            acc |= np.uint64(packed[pos]) << np.uint64(have)
+            pos += 1
+            have += 8
+        v = acc & mask64
+        sym[j] = np.uint32(v)
+        if v > top64:
+            top64 = v
+        acc >>= np.uint64(bits)
+        have -= bits
+    return top64
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _absmax_bits(xbits, lo, hi):  # type: ignore[no-untyped-def]
+    """Bit pattern of ``max|x_i|`` over ``lo <= i < hi`` from the float32 bit patterns: finite
+    non-negative floats order as their bit patterns, and an integer maximum vectorizes."""
+    m = np.uint32(0)
+    src = xbits[lo:hi]
+    for j in range(hi - lo):
+        m = max(m, src[j] & np.uint32(0x7FFFFFFF))
+    return m
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def bucket_absmax(xbits, bucket_size, scale_bits):  # type: ignore[no-untyped-def]
+    """``max|x_B|`` per bucket (bit patterns of finite float32 in, of the scales out)."""
+    n = xbits.size
+    for b in prange(scale_bits.size):
+        scale_bits[b] = _absmax_bits(xbits, b * bucket_size, min(n, (b + 1) * bucket_size))
+
+
+# -- symmetric grid ----------------------------------------------------------------------------
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def encode_symmetric(  # type: ignore[no-untyped-def]
+    x, scales, compute_scales, bucket_size, unit, per, s, clip, k0, k1, symbols, packed, bits
+):
+    """Symbols (and, when ``bits > 0``, packed bytes) of the symmetric grid; see the module
+    docstring. ``compute_scales``: fill ``scales`` with each bucket's ``max|x_B|`` here."""
+    n = x.size
+    xbits = x.view(np.uint32)
+    tiles = (n + unit - 1) // unit
+    top = np.int32(2 * s)
+    zero = np.int32(0)
+    lo32 = np.float32(1 - s)
+    hi32 = np.float32(1 + s)
+    sm1_32 = np.float32(s - 1)
+    sm1 = np.float64(s - 1)
+    for t in prange(tiles):
+        lo = t * unit
+        hi = min(n, lo + unit)
+        m = hi - lo
+        words = np.empty(m, dtype=np.uint32)
+        fill_stream(k0, k1, LOCAL_UNIFORM, lo, words, _FLOAT_SHIFT, _ONE_BITS)
+        ones_tile = words.view(np.float32)  # 1 + u, exactly
+        cell = np.empty(1, dtype=np.uint32)
+        a = lo
+        while a < hi:
+            if bucket_size == 0:
+                b = 0
+                e = hi
+            else:
+                b = a // bucket_size
+                e = min(hi, (b + 1) * bucket_size)
+                if compute_scales:
+                    cell[0] = _absmax_bits(xbits, a, e)
+                    scales[b] = cell.view(np.float32)[0]
+            c = scales[b]
+            step = np.float32(np.float64(c) / per)
+            if step > 0:
+                d = step
+            elif c > 0:
+                d = _TINY32
+            else:
+                d = np.float32(1.0)
+            f = 1.0 / np.float64(d)
+            xs = x[a:e]
+            os = ones_tile[a - lo : e - lo]
+            ss = symbols[a:e]
+            if s <= 127 and f <= _F32_MAX:
+                f32 = np.float32(f)
+                if clip:
+                    for j in range(e - a):
+                        v = os[j] + xs[j] * f32
+                        v = min(max(v, lo32), hi32) + sm1_32
+                        ss[j] = min(max(np.int32(v), zero), top)
+                elif s == 1:
+                    for j in range(e - a):
+                        v = os[j] + xs[j] * f32
+                        ss[j] = min(max(np.int32(v), zero), top)
+                else:
+                    for j in range(e - a):
+                        v = os[j] + xs[j] * f32
+                        v = v + sm1_32
+                        ss[j] = min(max(np.int32(v), zero), top)
+            else:
+                for j in range(e - a):
+                    w = np.float64(os[j]) + sm1
+                    w = w + np.float64(xs[j]) * f
+                    ss[j] = np.int32(min(max(np.floor(w), 0.0), np.float64(top)))
+            a = e
+        if bits > 0:
+            _pack_tile(symbols, lo, m, bits, packed)
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def decode_symmetric(packed, bits, mults, bucket_size, unit, s, out, tops):  # type: ignore[no-untyped-def]
+    """``f32(symbol - s) * mults[bucket]`` of the unpacked symbols into ``out``; ``tops[t]`` is
+    the largest symbol of tile ``t`` (the caller checks the alphabet)."""
+    n = out.size
+    tiles = (n + unit - 1) // unit
+    s32 = np.float32(s)  # symbol and s are exact in float32 (below 2**24), so is their difference
+    for t in prange(tiles):
+        lo = t * unit
+        hi = min(n, lo + unit)
+        m = hi - lo
+        sym = np.empty(m, dtype=np.uint32)
+        tops[t] = _unpack_tile(packed, lo, m, bits, sym)
+        a = lo
+        while a < hi:
+            b = 0 if bucket_size == 0 else a // bucket_size
+            e = hi if bucket_size == 0 else min(hi, (b + 1) * bucket_size)
+            mult = mults[b]
+            src = sym[a - lo : e - lo]
+            dst = out[a:e]
+            for j in range(e - a):
+                dst[j] = (np.float32(src[j]) - s32) * mult
+            a = e
+
+
+# -- two's complement grid ---------------------------------------------------------------------
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def encode_twos(x, steps, bucket_size, unit, bits, wide, k0, k1, symbols, packed, pack):  # type: ignore[no-untyped-def]
+    """Symbols ``clamp(floor(x/d + u)) mod 2^bits`` (and packed bytes when ``pack``)."""
+    n = x.size
+    tiles = (n + unit - 1) // unit
+    kmin = -(1 << (bits - 1))
+    kmax = (1 << (bits - 1)) - 1
+    mask = (1 << bits) - 1
+    kmin32 = np.float32(kmin)
+    kmax32 = np.float32(kmax)
+    one32 = np.float32(1.0)
+    for t in prange(tiles):
+        lo = t * unit
+        hi = min(n, lo + unit)
+        m = hi - lo
+        words = np.empty(m, dtype=np.uint32)
+        fill_stream(k0, k1, LOCAL_UNIFORM, lo, words, _FLOAT_SHIFT, _ONE_BITS)
+        ones = words.view(np.float32)
+        a = lo
+        while a < hi:
+            b = 0 if bucket_size == 0 else a // bucket_size
+            e = hi if bucket_size == 0 else min(hi, (b + 1) * bucket_size)
+            d = steps[b]
+            if not d > 0:
+                d = one32
+            xs = x[a:e]
+            us = ones[a - lo : e - lo]
+            ss = symbols[a:e]
+            if wide:
+                d64 = np.float64(d)
+                for j in range(e - a):
+                    k = np.float64(xs[j]) / d64
+                    k = k + np.float64(us[j] - one32)
+                    k = min(max(np.floor(k), np.float64(kmin)), np.float64(kmax))
+                    ss[j] = np.int32(k) & mask
+            else:
+                for j in range(e - a):
+                    k = xs[j] / d
+                    k = k + (us[j] - one32)
+                    k = min(max(np.floor(k), kmin32), kmax32)
+                    ss[j] = np.int32(k) & mask
+            a = e
+        if pack:
+            _pack_tile(symbols, lo, m, bits, packed)
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def decode_twos(packed, bits, steps, bucket_size, unit, out):  # type: ignore[no-untyped-def]
+    """``f32(k) * steps[bucket]`` with ``k`` the sign-extended ``bits``-bit code."""
+    n = out.size
+    tiles = (n + unit - 1) // unit
+    half = 1 << (bits - 1)
+    full = 1 << bits
+    for t in prange(tiles):
+        lo = t * unit
+        hi = min(n, lo + unit)
+        m = hi - lo
+        sym = np.empty(m, dtype=np.uint32)
+        _unpack_tile(packed, lo, m, bits, sym)
+        a = lo
+        while a < hi:
+            b = 0 if bucket_size == 0 else a // bucket_size
+            e = hi if bucket_size == 0 else min(hi, (b + 1) * bucket_size)
+            d = steps[b]
+            src = sym[a - lo : e - lo]
+            dst = out[a:e]
+            for j in range(e - a):
+                k = np.int32(src[j])
+                k = k - full if k >= half else k
+                dst[j] = np.float32(k) * d
+            a = e
+
+
+# -- Python entry points -----------------------------------------------------------------------
+
+
+def _normal_bucket(n: int, bucket_size: int) -> int:
+    return 0 if bucket_size == 0 or bucket_size >= n else bucket_size
+
+
+def symbol_dtype_for(top: int) -> type:
+    """NumPy dtype of symbols in ``[0, top]``."""
+    return np.uint8 if top <= 255 else np.int32
+
+
+def fused_symmetric_encode(
+    x: torch.Tensor,
+    scales: torch.Tensor | None,
+    bucket_size: int,
+    per: int,
+    s: int,
+    clip: bool,
+    seed: int,
+    bits: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(scales, symbols, packed)`` of a CPU float32 ``x`` on the symmetric grid.
+
+    ``scales`` None: each bucket's ``max|x_B|`` is computed here (``bucket_size`` 0 needs the
+    single scale given). ``bits`` 0: symbols only (the packed tensor is empty).
+    """
+    n = x.numel()
+    bs = _normal_bucket(n, bucket_size)
+    nb = 1 if bs == 0 else -(-n // bs)
+    xs = x.contiguous().numpy()
+    compute = scales is None
+    if scales is None:
+        if bs == 0:
+            raise ValueError("a single bucket's scale must be given")
+        sc = np.empty(nb, dtype=np.float32)
+    else:
+        sc = scales.to(torch.float32).contiguous().numpy().copy()
+    unit = tile_elements(bs) if compute else TILE
+    if compute and bs > _LARGE_BUCKET:
+        call_parallel(bucket_absmax, xs.view(np.uint32), bs, sc.view(np.uint32))
+        compute, unit = False, TILE
+    symbols: np.ndarray = np.empty(n, dtype=symbol_dtype_for(2 * s))
+    packed = np.empty(packed_bytes(n, bits) if bits else 0, dtype=np.uint8)
+    call_parallel(
+        encode_symmetric,
+        xs,
+        sc,
+        compute,
+        bs,
+        unit,
+        per,
+        s,
+        clip,
+        seed & 0xFFFFFFFF,
+        seed >> 32,
+        symbols,
+        packed,
+        bits,
+    )
+    return torch.from_numpy(sc), torch.from_numpy(symbols), torch.from_numpy(packed)
+
+
+def check_packed(data: torch.Tensor, n: int, bits: int) -> np.ndarray:
+    """The bytes of ``n`` packed ``bits``-bit symbols as a NumPy array, after the checks of
+    :func:`gradzip.codecs.bitpack.unpack_bits` (exact length, zero padding bits)."""
+    expected = packed_bytes(n, bits)
+    if data.numel() < expected:
+        raise TruncatedPayloadError(
+            f"packed symbol stream has {data.numel()} bytes; {n} symbols of {bits} bits need {expected}"
+        )
+    if data.numel() > expected:
+        raise CorruptPayloadError(
+            f"packed symbol stream has {data.numel()} bytes; {n} symbols of {bits} bits take {expected}"
+        )
+    raw: np.ndarray = data.contiguous().numpy()
+    tail_bits = (n * bits) % 8
+    if tail_bits and int(raw[-1]) >> tail_bits:
+        raise CorruptPayloadError("packed symbol stream has non-zero padding bits")
+    return raw
+
+
+def _check_tops(tops: np.ndarray, alphabet: int, what: str) -> None:
+    if tops.size and int(tops.max()) >= alphabet:
+        raise CorruptPayloadError(
+            f"{what} payload holds a symbol outside the alphabet [0, {alphabet})"
+        )
+
+
+def fused_symmetric_decode(
+    data: torch.Tensor,
+    n: int,
+    bits: int,
+    mults: torch.Tensor,
+    bucket_size: int,
+    s: int,
+    what: str,
+) -> torch.Tensor:
+    """Unpack and rescale ``f32(symbol - s) * mult`` in one parallel pass (float32, CPU)."""
+    raw = check_packed(data, n, bits)
+    bs = _normal_bucket(n, bucket_size)
+    unit = TILE  # decoding needs no whole buckets per tile
+    out = np.empty(n, dtype=np.float32)
+    tops = np.zeros(-(-n // unit), dtype=np.uint64)
+    mult = mults.to(torch.float32).contiguous().numpy()
+    call_parallel(decode_symmetric, raw, bits, mult, bs, unit, s, out, tops)
+    _check_tops(tops, 2 * s + 1, what)
+    return torch.from_numpy(out)
+
+
+def fused_twos_encode(
+    x: torch.Tensor, steps: torch.Tensor, bucket_size: int, bits: int, seed: int, pack: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(symbols, packed)`` of the two's complement grid (``steps`` float32 per bucket)."""
+    n = x.numel()
+    bs = _normal_bucket(n, bucket_size)
+    unit = TILE  # steps are given: no whole buckets per tile needed
+    symbols = np.empty(n, dtype=np.uint8 if bits <= 8 else np.int32)
+    packed = np.empty(packed_bytes(n, bits) if pack else 0, dtype=np.uint8)
+    call_parallel(
+        encode_twos,
+        x.contiguous().numpy(),
+        steps.to(torch.float32).contiguous().numpy(),
+        bs,
+        unit,
+        bits,
+        bits > 8,
+        seed & 0xFFFFFFFF,
+        seed >> 32,
+        symbols,
+        packed,
+        pack,
+    )
+    return torch.from_numpy(symbols), torch.from_numpy(packed)
+
+
+def fused_twos_decode(
+    data: torch.Tensor, n: int, bits: int, steps: torch.Tensor, bucket_size: int
+) -> torch.Tensor:
+    """Unpack, sign-extend and scale by the bucket's float32 step in one parallel pass."""
+    raw = check_packed(data, n, bits)
+    bs = _normal_bucket(n, bucket_size)
+    unit = TILE
+    out = np.empty(n, dtype=np.float32)
+    call_parallel(
+        decode_twos, raw, bits, steps.to(torch.float32).contiguous().numpy(), bs, unit, out
+    )
+    return torch.from_numpy(out)
