@@ -269,16 +269,7 @@ class Compressor(ABC):
                     f"side information has {side.numel()} elements; the payload has {header.numel}"
                 )
             side = side.detach().reshape(-1).to(torch.float32).cpu()
-        if header.numel == 0:
-            raise PayloadMismatchError("a non-empty payload cannot hold an empty tensor")
-        check_declared_size(
-            self.name,
-            header.numel,
-            len(body),
-            len(payload),
-            self.min_body_bits(header),
-            vouched=shape is not None,
-        )
+        self._check_body_size(header, body, len(payload), vouched=shape is not None)
         with allocation_guard(self.name, header.shape):
             flat = self._decode_flat(body, header, side)
             out = flat.reshape(header.shape).to(header.dtype)
@@ -287,6 +278,33 @@ class Compressor(ABC):
         if not self.checks_finite_output or out.element_size() < 4:
             check_finite_output(self.name, out)
         return out if device is None else out.to(device)
+
+    def decode_add_(
+        self,
+        payload: bytes | bytearray | memoryview,
+        out: torch.Tensor,
+        *,
+        expected_key: StreamKey | None = None,
+        dtype: torch.dtype | None = None,
+        side: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``out += decode(payload, shape=out.shape, ...)``, in place; returns ``out``.
+
+        The sum is bitwise that of adding the dense decoded tensor (of the payload's dtype)
+        to ``out``. This default does exactly that; sparse codecs override it to add only their
+        kept values (a decoded zero added to ``out`` changes no bit of it: ``out + 0.0`` is
+        ``out`` unless ``out`` is ``-0.0``, and a sum started from ``+0.0`` never is). A corrupt
+        payload raises before ``out`` is touched.
+        """
+        decoded = self.decode(
+            payload,
+            expected_key=expected_key,
+            shape=out.shape,
+            dtype=dtype,
+            side=side,
+            device=out.device,
+        )
+        return out.add_(decoded)
 
     def round_trip(
         self,
@@ -322,6 +340,34 @@ class Compressor(ABC):
         if flat.device.type != "cpu":
             flat = flat.cpu()
         return flat
+
+    def _checked_payload(
+        self,
+        payload: bytes | bytearray | memoryview,
+        expected_key: StreamKey | None,
+        shape: Sequence[int] | None,
+        dtype: torch.dtype | None,
+    ) -> tuple[Header, memoryview]:
+        """Parse a non-empty payload and run :meth:`decode`'s checks made before anything is
+        allocated (for codecs without side information)."""
+        header, body = parse_payload(payload)
+        self._check_header(header, expected_key, shape, dtype)
+        self._check_body_size(header, body, len(payload), vouched=shape is not None)
+        return header, body
+
+    def _check_body_size(
+        self, header: Header, body: memoryview, payload_bytes: int, *, vouched: bool
+    ) -> None:
+        if header.numel == 0:
+            raise PayloadMismatchError("a non-empty payload cannot hold an empty tensor")
+        check_declared_size(
+            self.name,
+            header.numel,
+            len(body),
+            payload_bytes,
+            self.min_body_bits(header),
+            vouched=vouched,
+        )
 
     def _check_header(
         self,

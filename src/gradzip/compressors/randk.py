@@ -3,24 +3,32 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
+from gradzip.compressors._decode_guards import check_finite_output
+from gradzip.compressors._sparse_kernels import gather_values, mark_draws, mask_indices
+from gradzip.compressors.base import Body, Compressor, ParamValue, body_view
 from gradzip.compressors.registry import register
-from gradzip.compressors.topk import check_k_ratio, kept_count
+from gradzip.compressors.topk import add_kept_, check_k_ratio, kept_count
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.keys import StreamKey
-from gradzip.payload import Header
-from gradzip.rng import PhiloxWords, shared_words
+from gradzip.payload import Deferred, Header
+from gradzip.rng import shared_words
 
 _F32_MAX = float(torch.finfo(torch.float32).max)
 
 
-def _uniform_indices(words: PhiloxWords, d: int, count: int) -> NDArray[np.int64]:
+class WordStream(Protocol):
+    """A raw 64-bit word stream (what :func:`gradzip.rng.shared_words` returns)."""
+
+    def random_raw(self, size: int) -> np.ndarray: ...
+
+
+def _uniform_indices(words: WordStream, d: int, count: int) -> NDArray[np.int64]:
     """``count`` indices uniform on ``range(d)`` from raw words (Lemire's multiply-shift on the
     high 32 bits: exact integer arithmetic, bias below ``d / 2**32``)."""
     raw = words.random_raw(count)
@@ -34,15 +42,17 @@ def _uniform_indices(words: PhiloxWords, d: int, count: int) -> NDArray[np.int64
     return indices
 
 
-def _random_subset(words: PhiloxWords, d: int, m: int) -> NDArray[np.int64]:
-    """A uniformly random ``m``-subset of ``range(d)`` (``m <= d/2``), sorted, in O(d + m log m).
+def _subset_mask(words: WordStream, d: int, m: int) -> NDArray[np.bool_]:
+    """A bool mask of a uniformly random ``m``-subset of ``range(d)`` (``m <= d/2``), in
+    O(d + m log m).
 
     Draw indices with replacement until at least ``m`` distinct ones are marked, then drop the
-    surplus: the marked indices whose fresh random keys are smallest (found by a partition). Every step treats the
-    labels symmetrically, so the result is a uniform m-subset; it avoids
+    surplus: the marked indices whose fresh random keys are smallest (found by a partition).
+    Every step treats the labels symmetrically, so the result is a uniform m-subset; it avoids
     ``Generator.choice(replace=False)``, which shuffles all of ``range(d)`` for large ``m``
     (0.6 s for d = 2**24, m = d/10). Only raw words and integer arithmetic are used, so every
-    NumPy version regenerates the same subset.
+    NumPy version regenerates the same subset. The marking and the compaction are numba kernels
+    (:mod:`gradzip.compressors._sparse_kernels`); the words come from ``words`` as before.
     """
     mask = np.zeros(d, dtype=np.bool_)
     marked = 0
@@ -50,11 +60,15 @@ def _random_subset(words: PhiloxWords, d: int, m: int) -> NDArray[np.int64]:
         # draws that reach m distinct ones on average, plus ~4 standard deviations; finite
         # because m <= d/2
         need = -d * math.log1p(-(m - marked) / (d - marked))
-        mask[_uniform_indices(words, d, int(need + 4 * math.sqrt(need) + 16))] = True
-        marked = int(np.count_nonzero(mask))
-    chosen = np.flatnonzero(mask)
+        count = int(need + 4 * math.sqrt(need) + 16)
+        if d < 2**32:
+            marked += mark_draws(mask, words.random_raw(count), d)
+        else:
+            mask[_uniform_indices(words, d, count)] = True
+            marked = int(np.count_nonzero(mask))
     if marked == m:
-        return chosen
+        return mask
+    chosen = mask_indices(mask)
     # distinct keys (random high bits, the position in the low 31) make "the smallest
     # marked - m" one well-defined set, so a linear-time partition finds it on any NumPy version
     keys = words.random_raw(marked)
@@ -62,7 +76,13 @@ def _random_subset(words: PhiloxWords, d: int, m: int) -> NDArray[np.int64]:
     np.left_shift(keys, np.uint64(31), out=keys)
     np.bitwise_or(keys, np.arange(marked, dtype=np.uint64), out=keys)
     surplus = np.argpartition(keys, marked - m - 1)[: marked - m]
-    return np.delete(chosen, surplus)
+    mask[chosen[surplus]] = False
+    return mask
+
+
+def _random_subset(words: WordStream, d: int, m: int) -> NDArray[np.int64]:
+    """The sorted indices of :func:`_subset_mask`."""
+    return mask_indices(_subset_mask(words, d, m))
 
 
 def randk_indices(key: StreamKey, d: int, k: int) -> NDArray[np.int64]:
@@ -73,9 +93,7 @@ def randk_indices(key: StreamKey, d: int, k: int) -> NDArray[np.int64]:
     if 2 * k <= d:
         return _random_subset(words, d, k)
     # keep most coordinates: draw the smaller set of dropped ones instead
-    keep = np.ones(d, dtype=np.bool_)
-    keep[_random_subset(words, d, d - k)] = False
-    return np.flatnonzero(keep)
+    return mask_indices(_subset_mask(words, d, d - k), want=False)
 
 
 @register
@@ -112,6 +130,7 @@ class RandK(Compressor):
     name = "randk"
     codec_id = 31
     uses_shared_randomness = True
+    checks_finite_output = True  # the kept values are checked, not the whole output
     example_params: ClassVar[dict[str, Any]] = {"ratio": 0.1}
 
     def __init__(
@@ -130,12 +149,18 @@ class RandK(Compressor):
     ) -> Body:
         d = x.numel()
         k = kept_count(self.k, self.ratio, d)
-        values = x[torch.from_numpy(randk_indices(key, d, k))]
-        return Body(pieces=[values], paper_bits=32.0 * k, side_bits=32 * k)
+        idx = randk_indices(key, d, k)
+        piece: torch.Tensor | Deferred
+        if x.device.type == "cpu":
+            src = x.numpy()
+            piece = Deferred(4 * k, lambda out: gather_values(src, idx, out))
+        else:
+            piece = x[torch.from_numpy(idx).to(x.device)]
+        return Body(pieces=[piece], paper_bits=32.0 * k, side_bits=32 * k)
 
-    def _decode_flat(
-        self, body: memoryview, header: Header, side: torch.Tensor | None
-    ) -> torch.Tensor:
+    def _kept(self, body: memoryview, header: Header) -> tuple[torch.Tensor, torch.Tensor]:
+        """The kept ``(indices, float32 values)`` of a body (exact size checked; scaled and
+        saturated when ``scaled``) and checked finite, as :meth:`decode` checks its output."""
         d = header.numel
         k = kept_count(self.k, self.ratio, d)
         if len(body) < 4 * k:
@@ -144,15 +169,39 @@ class RandK(Compressor):
             )
         if len(body) > 4 * k:
             raise CorruptPayloadError(f"randk body has {len(body)} bytes, expected {4 * k}")
-        values = body_tensor(body, torch.float32)
+        values = body_view(body, torch.float32)
         if self.scaled and k < d:
             # saturate: a kept value above k/d times float32's maximum is sent legitimately,
             # and a decoded Inf would be refused as corrupt
             values = values.to(torch.float64).mul_(d / k).clamp_(-_F32_MAX, _F32_MAX)
             values = values.to(torch.float32)
-        out = torch.zeros(d, dtype=torch.float32)
-        out[torch.from_numpy(randk_indices(header.key, d, k))] = values
+        check_finite_output(self.name, values)
+        return torch.from_numpy(randk_indices(header.key, d, k)), values
+
+    def _decode_flat(
+        self, body: memoryview, header: Header, side: torch.Tensor | None
+    ) -> torch.Tensor:
+        idx, values = self._kept(body, header)
+        out = torch.from_numpy(np.zeros(header.numel, dtype=np.float32))
+        out.index_copy_(0, idx, values)  # a copy keeps a kept -0.0 (0.0 + -0.0 would not)
         return out
+
+    def decode_add_(
+        self,
+        payload: bytes | bytearray | memoryview,
+        out: torch.Tensor,
+        *,
+        expected_key: StreamKey | None = None,
+        dtype: torch.dtype | None = None,
+        side: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Add the kept values straight into ``out`` (see :meth:`Compressor.decode_add_`): no
+        dense buffer; every check of :meth:`decode` is made before ``out`` is touched."""
+        if len(payload) == 0:
+            return super().decode_add_(payload, out, expected_key=expected_key, dtype=dtype)
+        header, body = self._checked_payload(payload, expected_key, out.shape, dtype)
+        idx, values = self._kept(body, header)
+        return add_kept_(self.name, out, header, idx, values)
 
     def expected_body_bits(self, x: torch.Tensor) -> int:
         return 32 * kept_count(self.k, self.ratio, x.numel())

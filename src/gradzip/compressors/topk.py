@@ -8,12 +8,21 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from gradzip.codecs.bitpack import pack_bits, packed_bytes, unpack_bits
-from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
+from gradzip.codecs.bitpack import pack_bits, packed_bytes
+from gradzip.compressors._decode_guards import check_finite_output
+from gradzip.compressors._sparse_kernels import (
+    gather_values,
+    pack_indices,
+    scatter_add,
+    topk_select,
+    topk_select_torch,
+    unpack_indices,
+)
+from gradzip.compressors.base import Body, Compressor, ParamValue, body_view
 from gradzip.compressors.registry import register
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.keys import StreamKey
-from gradzip.payload import Header
+from gradzip.payload import Deferred, Header
 
 
 def check_k_ratio(k: int | None, ratio: float | None) -> tuple[int, float]:
@@ -63,6 +72,20 @@ def topk_indices(x: np.ndarray, k: int) -> np.ndarray:
     return np.flatnonzero(keep)
 
 
+def add_kept_(
+    codec: str, out: torch.Tensor, header: Header, idx: torch.Tensor, values: torch.Tensor
+) -> torch.Tensor:
+    """``out.view(-1)[idx] += values`` as adding the dense decoded tensor would do it: the kept
+    float32 ``values`` are rounded to the payload's dtype and checked finite (the check
+    :meth:`Compressor.decode` makes of its output, raising the same error) before ``out`` is
+    touched, then widened to ``out``'s dtype and added, one rounding per kept element."""
+    kept = values.to(header.dtype)
+    check_finite_output(codec, kept)
+    flat = out.view(-1)
+    scatter_add(flat, idx, kept.to(flat.dtype))
+    return out
+
+
 @register
 class TopK(Compressor):
     """top-k sparsification: keep the ``k`` largest ``|x_i|``, zero the rest (spec 4.2).
@@ -91,6 +114,7 @@ class TopK(Compressor):
 
     name = "topk"
     codec_id = 30
+    checks_finite_output = True  # the kept values are checked, not the whole output
     example_params: ClassVar[dict[str, Any]] = {"ratio": 0.1}
 
     def __init__(self, k: int | None = None, ratio: float | None = None) -> None:
@@ -105,19 +129,29 @@ class TopK(Compressor):
         d = x.numel()
         k = kept_count(self.k, self.ratio, d)
         bits = index_bits(d)
-        idx = torch.from_numpy(topk_indices(x.numpy(), k))
-        values = x[idx]
-        pieces: list[torch.Tensor] = [values]
-        if bits:
-            pieces.append(pack_bits(idx, bits))
+        pieces: list[torch.Tensor | memoryview | Deferred]
+        if x.device.type == "cpu":
+            src = x.numpy()
+            idx_np = topk_select(src, k)
+            idx = torch.from_numpy(idx_np)
+            pieces = [Deferred(4 * k, lambda out: gather_values(src, idx_np, out))]
+            if bits:
+                pieces.append(
+                    Deferred(packed_bytes(k, bits), lambda out: pack_indices(idx_np, bits, out))
+                )
+        else:
+            idx = topk_select_torch(x, k)
+            pieces = [x[idx]]
+            if bits:
+                pieces.append(pack_bits(idx, bits))
         gaps = torch.diff(idx, prepend=idx.new_full((1,), -1)).sub_(1)
         return Body(
             pieces=pieces, paper_bits=float(k * (32 + bits)), streams=(gaps,), side_bits=32 * k
         )
 
-    def _decode_flat(
-        self, body: memoryview, header: Header, side: torch.Tensor | None
-    ) -> torch.Tensor:
+    def _kept(self, body: memoryview, header: Header) -> tuple[torch.Tensor, torch.Tensor]:
+        """The kept ``(indices, float32 values)`` of a body, validated: exact size, zero padding
+        bits, strictly increasing indices below ``d`` (values are read through a view)."""
         d = header.numel
         k = kept_count(self.k, self.ratio, d)
         bits = index_bits(d)
@@ -128,18 +162,45 @@ class TopK(Compressor):
             )
         if len(body) > expected:
             raise CorruptPayloadError(f"topk body has {len(body)} bytes, expected {expected}")
-        values = body_tensor(body[: 4 * k], torch.float32)
-        if bits:
-            idx = unpack_bits(body_tensor(body[4 * k :]), k, bits).to(torch.int64)
+        values = body_view(body[: 4 * k], torch.float32)
+        if not bits:
+            return torch.zeros(1, dtype=torch.int64), values
+        packed = np.frombuffer(body[4 * k :], dtype=np.uint8)
+        tail_bits = (k * bits) % 8
+        if tail_bits and int(packed[-1]) >> tail_bits:
+            raise CorruptPayloadError("packed symbol stream has non-zero padding bits")
+        idx, ok = unpack_indices(packed, k, bits, d)
+        if not ok:
             if k > 1 and not bool((idx[1:] > idx[:-1]).all()):
                 raise CorruptPayloadError("topk indices are not strictly increasing")
-            if int(idx[-1]) >= d:
-                raise CorruptPayloadError(f"topk index {int(idx[-1])} is out of range for d = {d}")
-        else:
-            idx = torch.zeros(1, dtype=torch.int64)
-        out = torch.zeros(d, dtype=torch.float32)
-        out[idx] = values
+            raise CorruptPayloadError(f"topk index {int(idx[-1])} is out of range for d = {d}")
+        return torch.from_numpy(idx), values
+
+    def _decode_flat(
+        self, body: memoryview, header: Header, side: torch.Tensor | None
+    ) -> torch.Tensor:
+        idx, values = self._kept(body, header)
+        check_finite_output(self.name, values)
+        out = torch.from_numpy(np.zeros(header.numel, dtype=np.float32))
+        out.index_copy_(0, idx, values)  # a copy keeps a kept -0.0 (0.0 + -0.0 would not)
         return out
+
+    def decode_add_(
+        self,
+        payload: bytes | bytearray | memoryview,
+        out: torch.Tensor,
+        *,
+        expected_key: StreamKey | None = None,
+        dtype: torch.dtype | None = None,
+        side: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Add the kept values straight into ``out`` (see :meth:`Compressor.decode_add_`): no
+        dense buffer; every check of :meth:`decode` is made before ``out`` is touched."""
+        if len(payload) == 0:
+            return super().decode_add_(payload, out, expected_key=expected_key, dtype=dtype)
+        header, body = self._checked_payload(payload, expected_key, out.shape, dtype)
+        idx, values = self._kept(body, header)
+        return add_kept_(self.name, out, header, idx, values)
 
     def expected_body_bits(self, x: torch.Tensor) -> int:
         d = x.numel()

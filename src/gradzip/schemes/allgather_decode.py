@@ -84,5 +84,7 @@ class AllGatherDecode(Scheme):
         """Decode every rank's payload and average them in ascending rank order."""
         total = torch.zeros(shape, dtype=working_dtype(dtype))
         for rank, received in enumerate(payloads):
-            total += self.decode(received, self.key(rank, step, tensor_index), shape, dtype)
+            # in rank order, as adding each dense decoded tensor; sparse codecs add in place
+            key = self.key(rank, step, tensor_index)
+            self.compressor.decode_add_(received, total, expected_key=key, dtype=dtype)
         return total.div_(len(payloads))
