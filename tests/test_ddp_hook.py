@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import io
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 import gradzip
 from gradzip.comm.local import LocalGroup, run_local
 from gradzip.comm.spawn import run_processes
-from gradzip.comm.transport import Transport
+from gradzip.comm.transport import Send, Transport
 from gradzip.errors import CheckpointError, GradzipError, PayloadMismatchError
 from gradzip.integrations.ddp import GradzipHookState, gradzip_hook, register_gradzip_hook
 from gradzip.schemes import SCHEMES, RingRequantize, make_scheme
@@ -520,13 +521,10 @@ class GatedTransport(Transport):
         self.inner, self.gate, self.meter = inner, gate, inner.meter
         self.threads: set[str] = set()
 
-    def _start_send(self, dst: int, data: bytes) -> Any:
+    def _transfer(self, sends: Sequence[Send], sources: Sequence[int]) -> list[tuple[bytes, bool]]:
         self.gate.wait()
         self.threads.add(threading.current_thread().name)
-        return self.inner._start_send(dst, data)
-
-    def _recv(self, src: int) -> bytes:
-        return self.inner._recv(src)
+        return self.inner._transfer(sends, sources)
 
 
 def test_the_hook_returns_before_its_bucket_is_communicated() -> None:
