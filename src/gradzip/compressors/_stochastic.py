@@ -303,9 +303,13 @@ class ScaledStochastic(Compressor, CommonGrid):
         buckets (one bucket's scale is ``absmax``, known already)."""
         return (
             self._forced_scale is None
-            and type(self)._scales is ScaledStochastic._scales
+            and self._max_abs_scales()
             and num_buckets(n, self._bucket) > 1
         )
+
+    def _max_abs_scales(self) -> bool:
+        """Whether :meth:`_scales` is the per-bucket ``max|x_B|`` (QSGD's l2 norm is not)."""
+        return type(self)._scales is ScaledStochastic._scales
 
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]

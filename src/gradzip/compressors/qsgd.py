@@ -103,6 +103,9 @@ class QSGD(ScaledStochastic):
         scales: torch.Tensor = norms.clamp_(max=FLOAT32_MAX).to(torch.float32)
         return scales
 
+    def _max_abs_scales(self) -> bool:
+        return self.norm == "max"
+
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
     ) -> Body:
