@@ -252,37 +252,3 @@ def mark_draws(mask: np.ndarray, raw: np.ndarray, d: int) -> int:
     2**32``) in the bool ``mask``; returns how many were not marked before. Serial: the
     marks are few random writes, and a second mark of an index is a no-op in any order."""
     return int(_mark(mask, raw, np.uint64(d)))
-
-
-@numba.njit(parallel=True, cache=True)
-def _mask_counts(mask: np.ndarray, counts: np.ndarray) -> None:
-    for c in numba.prange(counts.size):
-        s = 0
-        for i in range(c * _CHUNK, min(mask.size, (c + 1) * _CHUNK)):
-            s += mask[i]
-        counts[c] = s
-
-
-@numba.njit(parallel=True, cache=True)
-def _mask_compact(mask: np.ndarray, start: np.ndarray, want: np.bool_, idx: np.ndarray) -> None:
-    for c in numba.prange(start.size):
-        pos = start[c]
-        for i in range(c * _CHUNK, min(mask.size, (c + 1) * _CHUNK)):
-            if mask[i] == want:
-                idx[pos] = i
-                pos += 1
-
-
-def mask_indices(mask: np.ndarray, want: bool = True) -> np.ndarray:
-    """``np.flatnonzero(mask == want)`` for a bool ``mask``, by chunks in parallel."""
-    chunks = max(1, (mask.size + _CHUNK - 1) // _CHUNK)
-    counts = np.empty(chunks, dtype=np.int64)
-    _mask_counts(mask, counts)
-    if not want:
-        sizes = np.minimum(_CHUNK, mask.size - _CHUNK * np.arange(chunks, dtype=np.int64))
-        counts = sizes - counts
-    start = np.zeros(chunks, dtype=np.int64)
-    np.cumsum(counts[:-1], out=start[1:])
-    idx = np.empty(int(counts.sum()), dtype=np.int64)
-    _mask_compact(mask, start, np.bool_(want), idx)
-    return idx
