@@ -10,8 +10,8 @@ import torch
 
 from gradzip.codecs.bitpack import pack_bits
 from gradzip.compressors import get
-from gradzip.compressors._stochastic import torch_ops_only
 from gradzip.errors import CorruptPayloadError
+from gradzip.kernels.backend import forced_torch_ops as torch_ops_only
 from gradzip.kernels.stochastic_torch import pack_bits_torch, unpack_bits_torch
 from gradzip.keys import StreamKey
 from gradzip.payload import build_payload, parse_payload

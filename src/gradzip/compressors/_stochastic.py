@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -45,6 +43,7 @@ from gradzip.compressors.common import (
     scaled_symbols_bits,
     scaled_symbols_floor_bits,
 )
+from gradzip.kernels.backend import use_torch_ops
 from gradzip.kernels.stochastic import (
     check_packed,
     fused_symmetric_decode,
@@ -66,26 +65,12 @@ from gradzip.payload import Header
 from gradzip.rng import derive_seed
 
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
-#: set by :func:`torch_ops_only` (tests): CPU tensors take the torch-operations path too
-_FORCE_TORCH = False
 
 
 def use_kernels(x: torch.Tensor) -> bool:
-    """Whether ``x`` goes through the numba kernels (CPU tensors) or torch operations."""
-    return x.device.type == "cpu" and not _FORCE_TORCH
-
-
-@contextmanager
-def torch_ops_only() -> Iterator[None]:
-    """Within the block, CPU tensors take the device path (torch operations) of the stochastic
-    quantizers, as CUDA tensors do: for checking that both paths give the same bytes."""
-    global _FORCE_TORCH
-    before = _FORCE_TORCH
-    _FORCE_TORCH = True
-    try:
-        yield
-    finally:
-        _FORCE_TORCH = before
+    """Whether ``x`` goes through the numba kernels (CPU tensors) or torch operations (other
+    devices, or inside :func:`gradzip.kernels.backend.forced_torch_ops`)."""
+    return not use_torch_ops(x)
 
 
 def check_packed_tensor(data: torch.Tensor, n: int, bits: int) -> torch.Tensor:
@@ -170,7 +155,7 @@ def symmetric_values(
     alphabet = 2 * s + 1
     if packing == "fixed":
         bits = symbol_bits(alphabet)
-        if not _FORCE_TORCH:
+        if not use_torch_ops():
             return fused_symmetric_decode(data, n, bits, mults, bucket_size, s, what)
         symbols = unpack_bits_torch(check_packed_tensor(data, n, bits), n, bits)
         check_symbols(symbols, alphabet, what)
@@ -204,7 +189,7 @@ def twos_values(
 ) -> torch.Tensor:
     """Decode two's complement codes into ``f32(k) * step`` per bucket (float32)."""
     if packing == "fixed":
-        if not _FORCE_TORCH:
+        if not use_torch_ops():
             return fused_twos_decode(data, n, bits, steps, bucket_size)
         symbols = unpack_bits_torch(check_packed_tensor(data, n, bits), n, bits)
     else:
@@ -260,6 +245,8 @@ class ScaledStochastic(Compressor, CommonGrid):
     Subclasses set ``s`` (positive levels), ``_bucket``, ``packing`` and optionally override
     :meth:`_scales` (default: ``max|x_B|``) and :meth:`_decode_factor` (Hou's ``1/(1+omega)``).
     """
+
+    computes_on_device = True
 
     s: int
     packing: str

@@ -167,6 +167,12 @@ class Compressor(ABC):
     #: is made of, or checks each block while it is in cache, and raises CorruptPayloadError),
     #: so :meth:`decode` skips its own separate pass over the output
     checks_finite_output: ClassVar[bool] = False
+    #: ``_encode_flat`` runs on the tensor's own device (torch operations for non-CPU tensors,
+    #: byte-identical to the CPU kernels, see :mod:`gradzip.kernels.backend`), so a CUDA
+    #: gradient is compressed where it lives and only the packed body is copied to the host;
+    #: other codecs move their input to the CPU first. [CHOICE] Untested on a real GPU: the
+    #: device path is checked on CPU tensors through ``forced_torch_ops``.
+    computes_on_device: ClassVar[bool] = False
 
     # -- hooks -------------------------------------------------------------------------------
     @abstractmethod
@@ -337,7 +343,7 @@ class Compressor(ABC):
         flat = tensor.detach().reshape(-1)
         if not self.keeps_input_dtype and flat.dtype != torch.float32:
             flat = flat.to(torch.float32)
-        if flat.device.type != "cpu":
+        if flat.device.type != "cpu" and not self.computes_on_device:
             flat = flat.cpu()
         return flat
 

@@ -81,6 +81,8 @@ class DQSG(Compressor, CommonGrid):
     Distributed Training" (ICLR 2019 submission), eq. (2), (4), Alg. 1, Lemma 3, Thm 1.
     """
 
+    computes_on_device = True
+
     name = "dqsg"
     codec_id = 10
     uses_shared_randomness = True

@@ -72,6 +72,8 @@ class HalfDither(Compressor):
     "Dithered quantizers" (IEEE Trans. Inf. Theory 1993) for the moments of half dithering.
     """
 
+    computes_on_device = True
+
     name = "half_dither"
     codec_id = 11
     example_params: ClassVar[dict[str, Any]] = {"M": 1, "dither_sum": 2}

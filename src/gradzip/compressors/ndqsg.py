@@ -91,6 +91,8 @@ class NDQSG(Compressor):
     Distributed Training" (ICLR 2019 submission), eqs. (6)-(7), Alg. 2, Thm 6, Appendix E.
     """
 
+    computes_on_device = True
+
     name = "ndqsg"
     codec_id = 12
     uses_shared_randomness = True
