@@ -33,7 +33,7 @@ from gradzip.codecs.bitpack import check_packed, packed_bytes
 from gradzip.codecs.symbols import symbol_bits
 from gradzip.errors import CorruptPayloadError
 from gradzip.kernels._threads import call_parallel
-from gradzip.kernels.bitpack import pack_tile, unpack_tile
+from gradzip.kernels.bitpack import pack_tile, unpack_tile, unpack_tile_narrow
 from gradzip.kernels.philox import fill_stream
 
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -148,51 +148,127 @@ def encode_tiles(  # type: ignore[no-untyped-def]
         pack_tile(symbols, lo, m, bits, packed)
 
 
+@njit(inline="always", nogil=True, cache=True)
+def _affine_slices(sym, ones, lo, hi, scales, bucket_size, divisor, c, dithered, wide, out):  # type: ignore[no-untyped-def]
+    """Reconstruct ``out[lo:hi]`` from the tile's symbols ``sym`` and dither ``ones``, one
+    branch-free loop per bucket slice (the branches are taken once per slice)."""
+    c32 = np.float32(c)
+    s = lo
+    while s < hi:
+        b = 0 if bucket_size == 0 else s // bucket_size
+        e = hi if bucket_size == 0 else min(hi, (b + 1) * bucket_size)
+        sigma = scales[b]
+        dst = out[s:e]
+        q = sym[s - lo : e - lo]
+        if sigma == 0:
+            for r in range(e - s):
+                dst[r] = np.float32(0.0)
+        elif wide:
+            step = np.float64(sigma) / divisor
+            if dithered:
+                d = ones[s - lo : e - lo]
+                for r in range(e - s):
+                    v = np.float64(q[r]) - np.float64(d[r])
+                    v = v + c
+                    dst[r] = np.float32(v * step)
+            else:
+                for r in range(e - s):
+                    v = np.float64(q[r]) + c
+                    dst[r] = np.float32(v * step)
+        else:
+            step32 = np.float32(np.float64(sigma) / divisor)
+            if dithered:
+                d = ones[s - lo : e - lo]
+                for r in range(e - s):
+                    v = np.float32(q[r]) - d[r]
+                    v = v + c32
+                    dst[r] = v * step32
+            else:
+                for r in range(e - s):
+                    v = np.float32(q[r]) + c32
+                    dst[r] = v * step32
+        s = e
+
+
 @njit(nogil=True, cache=True, parallel=True)
 def decode_affine_tiles(  # type: ignore[no-untyped-def]
     packed, bits, scales, bucket_size, unit, divisor, c, dithered, k0, k1, stream, wide, out, tops
 ):
     """DQSG and half-dither decoding: ``v = ((s - base) + c) * (sigma / divisor)`` per element,
     ``base`` the regenerated ``1 + u`` (``dithered``) or none; float32, or float64 when
-    ``wide``; zero buckets give +0.0. ``tops[t]``: the largest symbol of tile ``t``."""
+    ``wide``; zero buckets give +0.0. ``tops[t]``: the largest symbol of tile ``t``.
+
+    Per tile: unpack into a ``uint8`` scratch buffer (a ``uint32`` one beyond 8 bits), draw the
+    dither into an L1-sized scratch buffer with :func:`fill_stream`, then one vectorizable loop
+    per bucket slice."""
     n = out.size
     tiles = (n + unit - 1) // unit
-    c32 = np.float32(c)
     for t in prange(tiles):
         lo = t * unit
         hi = min(n, lo + unit)
         m = hi - lo
-        sym = np.empty(m, dtype=np.uint32)
-        tops[t] = unpack_tile(packed, lo, m, bits, sym)
         words = np.empty(m if dithered else 0, dtype=np.uint32)
         if dithered:
             fill_stream(k0, k1, stream, lo, words, _FLOAT_SHIFT, _ONE_BITS)
         ones = words.view(np.float32)
-        s = lo
-        while s < hi:
-            b = 0 if bucket_size == 0 else s // bucket_size
-            e = hi if bucket_size == 0 else min(hi, (b + 1) * bucket_size)
-            sigma = scales[b]
-            if sigma == 0:
-                for i in range(s, e):
-                    out[i] = np.float32(0.0)
-            elif wide:
-                step = np.float64(sigma) / divisor
-                for i in range(s, e):
-                    v = np.float64(sym[i - lo])
-                    if dithered:
-                        v = v - np.float64(ones[i - lo])
-                    v = v + c
-                    out[i] = np.float32(v * step)
-            else:
-                step32 = np.float32(np.float64(sigma) / divisor)
-                for i in range(s, e):
-                    v = np.float32(sym[i - lo])
-                    if dithered:
-                        v = v - ones[i - lo]
-                    v = v + c32
-                    out[i] = v * step32
-            s = e
+        if bits <= 8:
+            sym8 = np.empty(m, dtype=np.uint8)
+            tops[t] = unpack_tile_narrow(packed, lo, m, bits, sym8)
+            _affine_slices(sym8, ones, lo, hi, scales, bucket_size, divisor, c, dithered, wide, out)
+        else:
+            sym32 = np.empty(m, dtype=np.uint32)
+            tops[t] = unpack_tile(packed, lo, m, bits, sym32)
+            _affine_slices(
+                sym32, ones, lo, hi, scales, bucket_size, divisor, c, dithered, wide, out
+            )
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _nested_slices(  # type: ignore[no-untyped-def]
+    sym, ones, lo, hi, scales, bucket_size, numer, step_factor, k, K0, ymax, y, out
+):
+    """NDQSG reconstruction of ``out[lo:hi]``, one branch-free loop per bucket slice."""
+    inv_k = 1.0 / k
+    shift = K0 / k + 0.5
+    inv_k32 = np.float32(inv_k)
+    shift32 = np.float32(shift)
+    k32 = np.float32(k)
+    K032 = np.float32(K0)
+    s = lo
+    while s < hi:
+        b = 0 if bucket_size == 0 else s // bucket_size
+        e = hi if bucket_size == 0 else min(hi, (b + 1) * bucket_size)
+        sigma = np.float64(scales[b])
+        f = numer / sigma if sigma > 0 else 0.0
+        dst = out[s:e]
+        q = sym[s - lo : e - lo]
+        d = ones[s - lo : e - lo]
+        ys = y[s:e]
+        if sigma == 0:
+            for r in range(e - s):
+                dst[r] = np.float32(0.0)
+        elif k <= 256 and f <= _F32_MAX and f * ymax < 1e30:
+            neg32 = np.float32(-f)
+            step32 = np.float32(sigma * step_factor)
+            for r in range(e - s):
+                yr = ys[r]
+                v = np.float32(q[r]) - d[r]
+                v = v + yr * neg32
+                w = np.floor(v * inv_k32 + shift32)
+                v = v - w * k32
+                v = (v + K032) * step32
+                dst[r] = v + yr
+        else:
+            step = sigma * step_factor
+            for r in range(e - s):
+                yi = np.float64(ys[r])
+                v = np.float64(q[r]) - np.float64(d[r])
+                v = v + yi * -f
+                w = np.floor(v * inv_k + shift)
+                v = v - w * k
+                v = (v + K0) * step
+                dst[r] = np.float32(v + yi)
+        s = e
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -218,54 +294,28 @@ def decode_nested_tiles(  # type: ignore[no-untyped-def]
     for the formula): per element, with ``f = numer/sigma``, ``w = (s - (1 + u)) + y*(-f)``,
     ``m = floor(w*(1/k) + (K0/k + 1/2))``, ``g = ((w - m*k) + K0) * step + y``, ``step =
     sigma*step_factor``; float32 where ``k <= 256``, ``f`` fits float32 and ``f*ymax < 1e30``,
-    else float64 (per bucket). Zero buckets give +0.0."""
+    else float64 (per bucket). Zero buckets give +0.0. Tiles as in :func:`decode_affine_tiles`."""
     n = out.size
     tiles = (n + unit - 1) // unit
-    inv_k = 1.0 / k
-    shift = K0 / k + 0.5
-    inv_k32 = np.float32(inv_k)
-    shift32 = np.float32(shift)
-    k32 = np.float32(k)
-    K032 = np.float32(K0)
     for t in prange(tiles):
         lo = t * unit
         hi = min(n, lo + unit)
         m = hi - lo
-        sym = np.empty(m, dtype=np.uint32)
-        tops[t] = unpack_tile(packed, lo, m, bits, sym)
         words = np.empty(m, dtype=np.uint32)
         fill_stream(k0, k1, stream, lo, words, _FLOAT_SHIFT, _ONE_BITS)
         ones = words.view(np.float32)
-        s = lo
-        while s < hi:
-            b = 0 if bucket_size == 0 else s // bucket_size
-            e = hi if bucket_size == 0 else min(hi, (b + 1) * bucket_size)
-            sigma = np.float64(scales[b])
-            f = numer / sigma if sigma > 0 else 0.0
-            if sigma == 0:
-                for i in range(s, e):
-                    out[i] = np.float32(0.0)
-            elif k <= 256 and f <= _F32_MAX and f * ymax < 1e30:
-                neg32 = np.float32(-f)
-                step32 = np.float32(sigma * step_factor)
-                for i in range(s, e):
-                    v = np.float32(sym[i - lo]) - ones[i - lo]
-                    v = v + y[i] * neg32
-                    q = np.floor(v * inv_k32 + shift32)
-                    v = v - q * k32
-                    v = (v + K032) * step32
-                    out[i] = v + y[i]
-            else:
-                step = sigma * step_factor
-                for i in range(s, e):
-                    yi = np.float64(y[i])
-                    v = np.float64(sym[i - lo]) - np.float64(ones[i - lo])
-                    v = v + yi * -f
-                    q = np.floor(v * inv_k + shift)
-                    v = v - q * k
-                    v = (v + K0) * step
-                    out[i] = np.float32(v + yi)
-            s = e
+        if bits <= 8:
+            sym8 = np.empty(m, dtype=np.uint8)
+            tops[t] = unpack_tile_narrow(packed, lo, m, bits, sym8)
+            _nested_slices(
+                sym8, ones, lo, hi, scales, bucket_size, numer, step_factor, k, K0, ymax, y, out
+            )
+        else:
+            sym32 = np.empty(m, dtype=np.uint32)
+            tops[t] = unpack_tile(packed, lo, m, bits, sym32)
+            _nested_slices(
+                sym32, ones, lo, hi, scales, bucket_size, numer, step_factor, k, K0, ymax, y, out
+            )
 
 
 # -- Python entry points ---------------------------------------------------------------------
