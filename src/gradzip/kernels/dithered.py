@@ -39,6 +39,7 @@ from gradzip.kernels.philox import fill_stream
 _F32_MAX = float(np.finfo(np.float32).max)
 _FLOAT_SHIFT = np.uint32(9)
 _ONE_BITS = np.uint32(0x3F800000)
+_ABS_MASK = np.uint32(0x7FFFFFFF)
 #: target elements per tile (rounded to whole buckets and a multiple of 8)
 TILE = 4096
 
@@ -54,11 +55,16 @@ def tile_elements(bucket_size: int, n: int) -> int:
 
 
 @njit(inline="always", nogil=True, cache=True)
-def _bucket_absmax(x, lo, hi):  # type: ignore[no-untyped-def]
-    m = np.float32(0.0)  # +0.0 for a zero bucket; max is exact in any order
-    xs = x[lo:hi]
+def _bucket_absmax_bits(xbits, lo, hi):  # type: ignore[no-untyped-def]
+    """Bit pattern of ``max |x|`` over ``x[lo:hi]`` given ``xbits = x.view(uint32)``; +0.0 for a
+    zero bucket. For finite floats (the encoder rejects others before the kernel) clearing the
+    sign bit gives ``|x|``, and non-negative floats order as their bit patterns do, so an
+    integer max-reduction (which LLVM vectorizes, where a float one needs fastmath) gives the
+    exact maximum."""
+    m = np.uint32(0)
+    xs = xbits[lo:hi]
     for i in range(xs.size):
-        m = max(m, abs(xs[i]))
+        m = max(m, np.uint32(xs[i] & _ABS_MASK))
     return m
 
 
@@ -97,6 +103,8 @@ def encode_tiles(  # type: ignore[no-untyped-def]
     n = x.size
     tiles = (n + unit - 1) // unit
     c32 = np.float32(c)
+    xbits = x.view(np.uint32)
+    scale_bits = scales.view(np.uint32)
     for t in prange(tiles):
         lo = t * unit
         hi = min(n, lo + unit)
@@ -123,7 +131,7 @@ def encode_tiles(  # type: ignore[no-untyped-def]
                 b = s // bucket_size
                 e = min(hi, (b + 1) * bucket_size)
                 if compute_scales:
-                    scales[b] = _bucket_absmax(x, s, min(n, (b + 1) * bucket_size))
+                    scale_bits[b] = _bucket_absmax_bits(xbits, s, min(n, (b + 1) * bucket_size))
             sigma = np.float64(scales[b])
             f = numer / sigma if sigma > 0 else 0.0
             xs = x[s:e]
