@@ -77,6 +77,23 @@ def _quantize_fast(xs, base, f32, c32, top, out):  # type: ignore[no-untyped-def
         out[r] = min(int(v), top)
 
 
+@njit(inline="always", nogil=True, cache=True)
+def _reduce_mod(out, k, narrow):  # type: ignore[no-untyped-def]
+    """``out = out mod k`` in place. For ``uint8`` symbols (``narrow``) the quotient is
+    ``(t * (2**32 // k + 1)) >> 32``, exact for every ``t < 256`` and ``k < 2**24`` (the error
+    ``t * (k - 2**32 mod k) / (k * 2**32)`` stays below ``1/k``), a multiply and shift that
+    LLVM vectorizes where an integer division does not."""
+    if narrow:
+        magic = np.uint64((1 << 32) // k + 1)
+        kk = np.uint64(k)
+        for r in range(out.size):
+            t = np.uint64(out[r])
+            out[r] = t - ((t * magic) >> np.uint64(32)) * kk
+    else:
+        for r in range(out.size):
+            out[r] = out[r] % k
+
+
 @njit(nogil=True, cache=True, parallel=True)
 def encode_tiles(  # type: ignore[no-untyped-def]
     x,
@@ -150,8 +167,7 @@ def encode_tiles(  # type: ignore[no-untyped-def]
                     w = w + np.float64(xs[r]) * f
                     out[r] = min(max(int(np.floor(w)), 0), top)
             if modk > 0:
-                for r in range(e - s):
-                    out[r] = out[r] % modk
+                _reduce_mod(out, modk, top <= 255)
             s = e
         pack_tile(symbols, lo, m, bits, packed)
 

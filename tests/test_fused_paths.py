@@ -1,5 +1,6 @@
-"""The fused decoders' specialised unpack paths (2 bits, 3 bits, other widths up to 8, the
-partial group at the end of a stream) and their once-per-tile alphabet check."""
+"""Specialised paths of the fused kernels: the decoders' unpack (2 bits, 3 bits, other widths
+up to 8, the partial group at the end of a stream) and once-per-tile alphabet check, and the
+encoder's multiply-shift reduction modulo k."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 
 from gradzip.codecs.bitpack import pack_bits
 from gradzip.errors import CorruptPayloadError
-from gradzip.kernels.dithered import fused_decode_affine, fused_decode_nested
+from gradzip.kernels.dithered import _reduce_mod, fused_decode_affine, fused_decode_nested
 
 #: alphabets one short of a power of two, so the all-ones symbol of each width is invalid
 WIDTHS = {2: 3, 3: 7, 5: 31, 8: 255}
@@ -61,3 +62,20 @@ def test_a_symbol_outside_the_alphabet_is_rejected_wherever_it_lies(
             y,
             "t",
         )
+
+
+def test_multiply_shift_modulo_equals_the_remainder_for_every_byte() -> None:
+    from numba import njit
+
+    @njit
+    def reduce(values, k, narrow):  # type: ignore[no-untyped-def]
+        _reduce_mod(values, k, narrow)
+
+    t = np.arange(256, dtype=np.uint8)
+    for k in [*range(1, 300), 65535, 2**24 - 1]:
+        fast = t.copy()
+        reduce(fast, k, True)
+        assert np.array_equal(fast, t.astype(np.int64) % k), k
+    wide = np.arange(70000, dtype=np.int32)
+    reduce(wide, 301, False)
+    assert np.array_equal(wide, np.arange(70000) % 301)
