@@ -114,3 +114,49 @@ def _unpack_wide(packed, byte0, count, bits, symbols, first):  # type: ignore[no
         acc >>= np.uint64(bits)
         have -= bits
     return top
+
+
+@njit(inline="always", nogil=True, cache=True)
+def unpack_tile_narrow(packed, start, count, bits, symbols):  # type: ignore[no-untyped-def]
+    """:func:`unpack_tile` for widths up to 8 bits into a ``uint8`` buffer, with the 2-bit
+    (four symbols per byte) and 3-bit (eight symbols in three bytes) layouts in loops of their
+    own that LLVM unrolls and vectorizes. The largest symbol comes from a separate max-reduction
+    over the buffer (branch-free, vectorized), returned for the alphabet check once per tile."""
+    base = start * bits // 8
+    if bits == 2:
+        done = 4 * (count // 4)
+        src = packed[base : base + done // 4]
+        dst = symbols[:done]
+        for p in range(done // 4):
+            byte = src[p]
+            dst[4 * p] = byte & 3
+            dst[4 * p + 1] = (byte >> 2) & 3
+            dst[4 * p + 2] = (byte >> 4) & 3
+            dst[4 * p + 3] = byte >> 6
+    elif bits == 3:
+        done = 8 * (count // 8)
+        src = packed[base : base + 3 * (done // 8)]
+        dst = symbols[:done]
+        for g in range(done // 8):
+            acc = (
+                np.uint32(src[3 * g])
+                | (np.uint32(src[3 * g + 1]) << np.uint32(8))
+                | (np.uint32(src[3 * g + 2]) << np.uint32(16))
+            )
+            for j in range(8):
+                dst[8 * g + j] = np.uint8((acc >> np.uint32(3 * j)) & np.uint32(7))
+    else:
+        done = 8 * (count // 8)
+        mask = np.uint64((1 << bits) - 1)
+        for g in range(done // 8):
+            acc = np.uint64(0)
+            for j in range(bits):
+                acc |= np.uint64(packed[base + g * bits + j]) << np.uint64(8 * j)
+            for j in range(8):
+                symbols[8 * g + j] = np.uint8((acc >> np.uint64(j * bits)) & mask)
+    if done < count:
+        _unpack_wide(packed, base + done * bits // 8, count - done, bits, symbols, done)
+    top = np.uint8(0)
+    for i in range(count):
+        top = max(top, symbols[i])
+    return np.uint64(top)

@@ -33,12 +33,13 @@ from gradzip.codecs.bitpack import check_packed, packed_bytes
 from gradzip.codecs.symbols import symbol_bits
 from gradzip.errors import CorruptPayloadError
 from gradzip.kernels._threads import call_parallel
-from gradzip.kernels.bitpack import pack_tile, unpack_tile
+from gradzip.kernels.bitpack import pack_tile, unpack_tile, unpack_tile_narrow
 from gradzip.kernels.philox import fill_stream
 
 _F32_MAX = float(np.finfo(np.float32).max)
 _FLOAT_SHIFT = np.uint32(9)
 _ONE_BITS = np.uint32(0x3F800000)
+_ABS_MASK = np.uint32(0x7FFFFFFF)
 #: target elements per tile (rounded to whole buckets and a multiple of 8)
 TILE = 4096
 
@@ -54,11 +55,16 @@ def tile_elements(bucket_size: int, n: int) -> int:
 
 
 @njit(inline="always", nogil=True, cache=True)
-def _bucket_absmax(x, lo, hi):  # type: ignore[no-untyped-def]
-    m = np.float32(0.0)  # +0.0 for a zero bucket; max is exact in any order
-    xs = x[lo:hi]
+def _bucket_absmax_bits(xbits, lo, hi):  # type: ignore[no-untyped-def]
+    """Bit pattern of ``max |x|`` over ``x[lo:hi]`` given ``xbits = x.view(uint32)``; +0.0 for a
+    zero bucket. For finite floats (the encoder rejects others before the kernel) clearing the
+    sign bit gives ``|x|``, and non-negative floats order as their bit patterns do, so an
+    integer max-reduction (which LLVM vectorizes, where a float one needs fastmath) gives the
+    exact maximum."""
+    m = np.uint32(0)
+    xs = xbits[lo:hi]
     for i in range(xs.size):
-        m = max(m, abs(xs[i]))
+        m = max(m, np.uint32(xs[i] & _ABS_MASK))
     return m
 
 
@@ -69,6 +75,23 @@ def _quantize_fast(xs, base, f32, c32, top, out):  # type: ignore[no-untyped-def
         v = base[r] + xs[r] * f32
         v = v + c32
         out[r] = min(int(v), top)
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _reduce_mod(out, k, narrow):  # type: ignore[no-untyped-def]
+    """``out = out mod k`` in place. For ``uint8`` symbols (``narrow``) the quotient is
+    ``(t * (2**32 // k + 1)) >> 32``, exact for every ``t < 256`` and ``k < 2**24`` (the error
+    ``t * (k - 2**32 mod k) / (k * 2**32)`` stays below ``1/k``), a multiply and shift that
+    LLVM vectorizes where an integer division does not."""
+    if narrow:
+        magic = np.uint64((1 << 32) // k + 1)
+        kk = np.uint64(k)
+        for r in range(out.size):
+            t = np.uint64(out[r])
+            out[r] = t - ((t * magic) >> np.uint64(32)) * kk
+    else:
+        for r in range(out.size):
+            out[r] = out[r] % k
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -97,6 +120,8 @@ def encode_tiles(  # type: ignore[no-untyped-def]
     n = x.size
     tiles = (n + unit - 1) // unit
     c32 = np.float32(c)
+    xbits = x.view(np.uint32)
+    scale_bits = scales.view(np.uint32)
     for t in prange(tiles):
         lo = t * unit
         hi = min(n, lo + unit)
@@ -123,7 +148,7 @@ def encode_tiles(  # type: ignore[no-untyped-def]
                 b = s // bucket_size
                 e = min(hi, (b + 1) * bucket_size)
                 if compute_scales:
-                    scales[b] = _bucket_absmax(x, s, min(n, (b + 1) * bucket_size))
+                    scale_bits[b] = _bucket_absmax_bits(xbits, s, min(n, (b + 1) * bucket_size))
             sigma = np.float64(scales[b])
             f = numer / sigma if sigma > 0 else 0.0
             xs = x[s:e]
@@ -142,10 +167,51 @@ def encode_tiles(  # type: ignore[no-untyped-def]
                     w = w + np.float64(xs[r]) * f
                     out[r] = min(max(int(np.floor(w)), 0), top)
             if modk > 0:
-                for r in range(e - s):
-                    out[r] = out[r] % modk
+                _reduce_mod(out, modk, top <= 255)
             s = e
         pack_tile(symbols, lo, m, bits, packed)
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _affine_slices(sym, ones, lo, hi, scales, bucket_size, divisor, c, dithered, wide, out):  # type: ignore[no-untyped-def]
+    """Reconstruct ``out[lo:hi]`` from the tile's symbols ``sym`` and dither ``ones``, one
+    branch-free loop per bucket slice (the branches are taken once per slice)."""
+    c32 = np.float32(c)
+    s = lo
+    while s < hi:
+        b = 0 if bucket_size == 0 else s // bucket_size
+        e = hi if bucket_size == 0 else min(hi, (b + 1) * bucket_size)
+        sigma = scales[b]
+        dst = out[s:e]
+        q = sym[s - lo : e - lo]
+        if sigma == 0:
+            for r in range(e - s):
+                dst[r] = np.float32(0.0)
+        elif wide:
+            step = np.float64(sigma) / divisor
+            if dithered:
+                d = ones[s - lo : e - lo]
+                for r in range(e - s):
+                    v = np.float64(q[r]) - np.float64(d[r])
+                    v = v + c
+                    dst[r] = np.float32(v * step)
+            else:
+                for r in range(e - s):
+                    v = np.float64(q[r]) + c
+                    dst[r] = np.float32(v * step)
+        else:
+            step32 = np.float32(np.float64(sigma) / divisor)
+            if dithered:
+                d = ones[s - lo : e - lo]
+                for r in range(e - s):
+                    v = np.float32(q[r]) - d[r]
+                    v = v + c32
+                    dst[r] = v * step32
+            else:
+                for r in range(e - s):
+                    v = np.float32(q[r]) + c32
+                    dst[r] = v * step32
+        s = e
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -154,45 +220,79 @@ def decode_affine_tiles(  # type: ignore[no-untyped-def]
 ):
     """DQSG and half-dither decoding: ``v = ((s - base) + c) * (sigma / divisor)`` per element,
     ``base`` the regenerated ``1 + u`` (``dithered``) or none; float32, or float64 when
-    ``wide``; zero buckets give +0.0. ``tops[t]``: the largest symbol of tile ``t``."""
+    ``wide``; zero buckets give +0.0. ``tops[t]``: the largest symbol of tile ``t``.
+
+    Per tile: unpack into a ``uint8`` scratch buffer (a ``uint32`` one beyond 8 bits), draw the
+    dither into an L1-sized scratch buffer with :func:`fill_stream`, then one vectorizable loop
+    per bucket slice."""
     n = out.size
     tiles = (n + unit - 1) // unit
-    c32 = np.float32(c)
     for t in prange(tiles):
         lo = t * unit
         hi = min(n, lo + unit)
         m = hi - lo
-        sym = np.empty(m, dtype=np.uint32)
-        tops[t] = unpack_tile(packed, lo, m, bits, sym)
         words = np.empty(m if dithered else 0, dtype=np.uint32)
         if dithered:
             fill_stream(k0, k1, stream, lo, words, _FLOAT_SHIFT, _ONE_BITS)
         ones = words.view(np.float32)
-        s = lo
-        while s < hi:
-            b = 0 if bucket_size == 0 else s // bucket_size
-            e = hi if bucket_size == 0 else min(hi, (b + 1) * bucket_size)
-            sigma = scales[b]
-            if sigma == 0:
-                for i in range(s, e):
-                    out[i] = np.float32(0.0)
-            elif wide:
-                step = np.float64(sigma) / divisor
-                for i in range(s, e):
-                    v = np.float64(sym[i - lo])
-                    if dithered:
-                        v = v - np.float64(ones[i - lo])
-                    v = v + c
-                    out[i] = np.float32(v * step)
-            else:
-                step32 = np.float32(np.float64(sigma) / divisor)
-                for i in range(s, e):
-                    v = np.float32(sym[i - lo])
-                    if dithered:
-                        v = v - ones[i - lo]
-                    v = v + c32
-                    out[i] = v * step32
-            s = e
+        if bits <= 8:
+            sym8 = np.empty(m, dtype=np.uint8)
+            tops[t] = unpack_tile_narrow(packed, lo, m, bits, sym8)
+            _affine_slices(sym8, ones, lo, hi, scales, bucket_size, divisor, c, dithered, wide, out)
+        else:
+            sym32 = np.empty(m, dtype=np.uint32)
+            tops[t] = unpack_tile(packed, lo, m, bits, sym32)
+            _affine_slices(
+                sym32, ones, lo, hi, scales, bucket_size, divisor, c, dithered, wide, out
+            )
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _nested_slices(  # type: ignore[no-untyped-def]
+    sym, ones, lo, hi, scales, bucket_size, numer, step_factor, k, K0, ymax, y, out
+):
+    """NDQSG reconstruction of ``out[lo:hi]``, one branch-free loop per bucket slice."""
+    inv_k = 1.0 / k
+    shift = K0 / k + 0.5
+    inv_k32 = np.float32(inv_k)
+    shift32 = np.float32(shift)
+    k32 = np.float32(k)
+    K032 = np.float32(K0)
+    s = lo
+    while s < hi:
+        b = 0 if bucket_size == 0 else s // bucket_size
+        e = hi if bucket_size == 0 else min(hi, (b + 1) * bucket_size)
+        sigma = np.float64(scales[b])
+        f = numer / sigma if sigma > 0 else 0.0
+        dst = out[s:e]
+        q = sym[s - lo : e - lo]
+        d = ones[s - lo : e - lo]
+        ys = y[s:e]
+        if sigma == 0:
+            for r in range(e - s):
+                dst[r] = np.float32(0.0)
+        elif k <= 256 and f <= _F32_MAX and f * ymax < 1e30:
+            neg32 = np.float32(-f)
+            step32 = np.float32(sigma * step_factor)
+            for r in range(e - s):
+                yr = ys[r]
+                v = np.float32(q[r]) - d[r]
+                v = v + yr * neg32
+                w = np.floor(v * inv_k32 + shift32)
+                v = v - w * k32
+                v = (v + K032) * step32
+                dst[r] = v + yr
+        else:
+            step = sigma * step_factor
+            for r in range(e - s):
+                yi = np.float64(ys[r])
+                v = np.float64(q[r]) - np.float64(d[r])
+                v = v + yi * -f
+                w = np.floor(v * inv_k + shift)
+                v = v - w * k
+                v = (v + K0) * step
+                dst[r] = np.float32(v + yi)
+        s = e
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -218,54 +318,28 @@ def decode_nested_tiles(  # type: ignore[no-untyped-def]
     for the formula): per element, with ``f = numer/sigma``, ``w = (s - (1 + u)) + y*(-f)``,
     ``m = floor(w*(1/k) + (K0/k + 1/2))``, ``g = ((w - m*k) + K0) * step + y``, ``step =
     sigma*step_factor``; float32 where ``k <= 256``, ``f`` fits float32 and ``f*ymax < 1e30``,
-    else float64 (per bucket). Zero buckets give +0.0."""
+    else float64 (per bucket). Zero buckets give +0.0. Tiles as in :func:`decode_affine_tiles`."""
     n = out.size
     tiles = (n + unit - 1) // unit
-    inv_k = 1.0 / k
-    shift = K0 / k + 0.5
-    inv_k32 = np.float32(inv_k)
-    shift32 = np.float32(shift)
-    k32 = np.float32(k)
-    K032 = np.float32(K0)
     for t in prange(tiles):
         lo = t * unit
         hi = min(n, lo + unit)
         m = hi - lo
-        sym = np.empty(m, dtype=np.uint32)
-        tops[t] = unpack_tile(packed, lo, m, bits, sym)
         words = np.empty(m, dtype=np.uint32)
         fill_stream(k0, k1, stream, lo, words, _FLOAT_SHIFT, _ONE_BITS)
         ones = words.view(np.float32)
-        s = lo
-        while s < hi:
-            b = 0 if bucket_size == 0 else s // bucket_size
-            e = hi if bucket_size == 0 else min(hi, (b + 1) * bucket_size)
-            sigma = np.float64(scales[b])
-            f = numer / sigma if sigma > 0 else 0.0
-            if sigma == 0:
-                for i in range(s, e):
-                    out[i] = np.float32(0.0)
-            elif k <= 256 and f <= _F32_MAX and f * ymax < 1e30:
-                neg32 = np.float32(-f)
-                step32 = np.float32(sigma * step_factor)
-                for i in range(s, e):
-                    v = np.float32(sym[i - lo]) - ones[i - lo]
-                    v = v + y[i] * neg32
-                    q = np.floor(v * inv_k32 + shift32)
-                    v = v - q * k32
-                    v = (v + K032) * step32
-                    out[i] = v + y[i]
-            else:
-                step = sigma * step_factor
-                for i in range(s, e):
-                    yi = np.float64(y[i])
-                    v = np.float64(sym[i - lo]) - np.float64(ones[i - lo])
-                    v = v + yi * -f
-                    q = np.floor(v * inv_k + shift)
-                    v = v - q * k
-                    v = (v + K0) * step
-                    out[i] = np.float32(v + yi)
-            s = e
+        if bits <= 8:
+            sym8 = np.empty(m, dtype=np.uint8)
+            tops[t] = unpack_tile_narrow(packed, lo, m, bits, sym8)
+            _nested_slices(
+                sym8, ones, lo, hi, scales, bucket_size, numer, step_factor, k, K0, ymax, y, out
+            )
+        else:
+            sym32 = np.empty(m, dtype=np.uint32)
+            tops[t] = unpack_tile(packed, lo, m, bits, sym32)
+            _nested_slices(
+                sym32, ones, lo, hi, scales, bucket_size, numer, step_factor, k, K0, ymax, y, out
+            )
 
 
 # -- Python entry points ---------------------------------------------------------------------
