@@ -213,3 +213,15 @@ def test_parallel_kernels_leave_torch_thread_count_alone() -> None:
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("offset", [0, 3, 4 * 2**32 - 6, 4 * 2**33 - 1])
+def test_float_stream_agrees_across_the_counter_high_word(offset: int) -> None:
+    """fill_stream splits its blocks where the counter's high word changes (every 2**32
+    blocks): the float32 ``1 + u`` stream is the torch twin's on both sides of the split."""
+    from gradzip.kernels.philox import philox_one_plus_uniform
+    from gradzip.kernels.philox_torch import philox_one_plus_uniform_torch
+
+    seed = (1 << 62) + 12345
+    fast = torch.from_numpy(philox_one_plus_uniform(seed, 0, offset, 103))
+    assert torch.equal(fast, philox_one_plus_uniform_torch(seed, 0, offset, 103))

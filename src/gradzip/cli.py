@@ -58,8 +58,8 @@ def _cmd_bench_codecs(args: argparse.Namespace) -> int:
     if args.numel < 1:
         print("gradzip: --numel must be >= 1", file=sys.stderr)
         return 2
-    if args.threads < 1:
-        print("gradzip: --threads must be >= 1", file=sys.stderr)
+    if any(n < 0 for n in args.threads):
+        print("gradzip: --threads must be >= 0 (0: every core)", file=sys.stderr)
         return 2
     run(
         numel=args.numel,
@@ -250,7 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_codecs.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     p_codecs.add_argument(
-        "--threads", type=int, default=1, help="torch and numba threads (default 1)"
+        "--threads",
+        type=int,
+        nargs="+",
+        default=[1],
+        metavar="N",
+        help="torch and numba threads, one run per count, 0 = every core (default 1)",
     )
     p_codecs.set_defaults(func=_cmd_bench_codecs)
     p_coll = bench_sub.add_parser(

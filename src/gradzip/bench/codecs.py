@@ -1,13 +1,15 @@
 """``gradzip bench codecs``: encode/decode throughput and bits per coordinate of every compressor.
 
-Every figure is measured in this run, on this machine, with ``threads`` threads (torch's and
-numba's; default one): GB/s are float32 input
-bytes (4 per coordinate) over the best of ``repeat`` timed runs; bits per coordinate are measured
-payload sizes. The memcpy line is the yardstick (copy into a preallocated buffer, with the same
-threads). Each codec's first call on a small tensor is timed apart ("first call": loading or
-compiling its numba kernels, once per process) so that it stays out of the figures. Extra lines
-time the shared-randomness generator and the entropy coder (symbols/s), which every dithered
-encode and every entropy-coded payload pay for.
+Every figure is measured in this run, on this machine, at each requested thread count (torch's
+and numba's both set to it, in the one thread that runs every kernel; default one, 0 = every
+core): GB/s are float32 input bytes (4 per coordinate) over the best of ``repeat`` timed runs;
+bits per coordinate are measured payload sizes. The memcpy line is the yardstick (copy into a
+preallocated buffer, at the same thread count). Given several thread counts, a last table gives
+one line per codec with its round trip as % of memcpy at each. Each codec's first call on a
+small tensor is timed apart ("first call": loading or compiling its numba kernels, once per
+process) so that it stays out of the figures. Extra lines time the shared-randomness generator
+and the entropy coder (symbols/s), which every dithered encode and every entropy-coded payload
+pay for.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import platform
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -110,29 +113,31 @@ def bench_entropy_coder(numel: int, repeat: int) -> dict[str, float]:
     }
 
 
-def run(
-    numel: int = 1 << 24,
-    repeat: int = 3,
-    only: list[str] | None = None,
-    json_path: str | None = None,
-    threads: int = 1,
+def resolve_threads(threads: int) -> int:
+    """``threads`` clamped to numba's thread pool; 0 means every core numba may use."""
+    import numba
+
+    most = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
+    return most if threads == 0 else max(1, min(threads, most))
+
+
+def _run_at(
+    threads: int, numel: int, repeat: int, codecs: list[str], first_calls: dict[str, float]
 ) -> dict[str, Any]:
-    """Run the benchmark with ``threads`` threads, print a table, optionally write JSON; returns
-    the figures."""
+    """Every figure of one thread count (torch's and numba's both set to ``threads``): memcpy,
+    the codecs, the dither generator and the entropy coder; prints them as a table."""
     import numba
 
     before = torch.get_num_threads(), numba.get_num_threads()
-    threads = max(1, min(threads, int(numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
     torch.set_num_threads(threads)
-    numba.set_num_threads(threads)
-    first_calls: dict[str, float] = {}
+    numba.set_num_threads(threads)  # numba's count is per calling thread: this one runs all
     try:
         memcpy = memcpy_gbps(numel, repeat)
         print(
-            f"gradzip bench codecs: {numel} float32 coordinates, {threads} thread(s), "
-            f"best of {repeat}"
+            f"gradzip bench codecs: {numel} float32 coordinates, {threads} thread(s) "
+            f"(torch {torch.get_num_threads()}, numba {numba.get_num_threads()}), best of {repeat}"
         )
-        print(f"memcpy (copy into preallocated buffer): {memcpy:.2f} GB/s")
+        print(f"memcpy (copy into preallocated buffer, {threads} thread(s)): {memcpy:.2f} GB/s")
         x = torch.randn(numel, generator=torch.Generator().manual_seed(1))
         rows = []
         header = (
@@ -140,8 +145,9 @@ def run(
             f"{'% memcpy':>8} {'wire b/coord':>12} {'paper b/coord':>13}  config"
         )
         print(header)
-        for name in only or names():
-            first_calls[name] = first_call_seconds(name)
+        for name in codecs:
+            if name not in first_calls:
+                first_calls[name] = first_call_seconds(name)
             row = bench_compressor(name, x, repeat, memcpy)
             rows.append(row)
             print(
@@ -158,24 +164,59 @@ def run(
             f"M symbols/s, decode {entropy['decode_msym_per_s']:.1f} M symbols/s, "
             f"size {entropy['coded_bits_over_entropy']:.4f} x entropy"
         )
-        print(
-            "first call (numba kernel load or compile, not in the figures): "
-            + ", ".join(f"{k} {v:.2f} s" for k, v in first_calls.items())
-        )
     finally:
-        torch.set_num_threads(before[0])
+        # numba first: with its OpenMP layer, numba's setter may change the OpenMP thread
+        # count torch reads (see kernels/_threads.py)
         numba.set_num_threads(before[1])
-    result: dict[str, Any] = {
-        "numel": numel,
-        "repeat": repeat,
+        torch.set_num_threads(before[0])
+    return {
         "threads": threads,
-        "first_call_seconds": first_calls,
-        "torch": torch.__version__,
-        "machine": platform.machine(),
         "memcpy_gbps": memcpy,
         "shared_rng_gbps": rng,
         "entropy_coder": entropy,
         "codecs": [asdict(r) for r in rows],
+    }
+
+
+def _print_summary(runs: list[dict[str, Any]]) -> None:
+    """One line per codec: round trip as % of memcpy at each thread count of the run."""
+    counts = [run["threads"] for run in runs]
+    print("round trip, % of memcpy at the same thread count:")
+    print(f"{'compressor':<12} " + " ".join(f"{f'{n} thread(s)':>12}" for n in counts))
+    for i, row in enumerate(runs[0]["codecs"]):
+        shares = [100 * run["codecs"][i]["round_trip_vs_memcpy"] for run in runs]
+        print(f"{row['name']:<12} " + " ".join(f"{share:>11.1f}%" for share in shares))
+
+
+def run(
+    numel: int = 1 << 24,
+    repeat: int = 3,
+    only: list[str] | None = None,
+    json_path: str | None = None,
+    threads: int | Sequence[int] = 1,
+) -> dict[str, Any]:
+    """Run the benchmark at each thread count of ``threads`` (0: every core), print a table per
+    count and, for several counts, one line per codec with its round trip as % of memcpy at
+    each; optionally write JSON. Returns the figures: those of the first thread count at the top
+    level, and under ``"runs"`` those of every count."""
+    counts = [resolve_threads(n) for n in ([threads] if isinstance(threads, int) else threads)]
+    codecs = list(only or names())
+    first_calls: dict[str, float] = {}
+    runs = [_run_at(n, numel, repeat, codecs, first_calls) for n in counts]
+    print(
+        "first call (numba kernel load or compile, not in the figures): "
+        + ", ".join(f"{k} {v:.2f} s" for k, v in first_calls.items())
+    )
+    if len(runs) > 1:
+        _print_summary(runs)
+    result: dict[str, Any] = {
+        "numel": numel,
+        "repeat": repeat,
+        **runs[0],
+        "first_call_seconds": first_calls,
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "runs": runs,
     }
     if json_path:
         Path(json_path).write_text(json.dumps(result, indent=2))
