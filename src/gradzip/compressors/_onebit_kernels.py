@@ -50,7 +50,7 @@ def _fold_lanes(acc: np.ndarray) -> float:
         width //= 2
         for j in range(width):
             acc[j] = acc[2 * j] + acc[2 * j + 1]
-    return acc[0]
+    return float(acc[0])
 
 
 @numba.njit(parallel=True, cache=True)
@@ -184,7 +184,8 @@ def subtract_reconstruction(
     :func:`expand_signs` decodes from ``m``'s packed signs), and ``v_hat[:] = V_hat`` when
     given; ``m`` and ``v_hat`` are ``(cols, rows)`` float32 of any strides."""
     keep = v_hat is not None
-    _residual_kernel(m, means, v_hat if keep else np.empty((0, 0), np.float32), keep)
+    target = v_hat if v_hat is not None else np.empty((0, 0), np.float32)
+    _residual_kernel(m, means, target, keep)
 
 
 _SHIFTS = torch.arange(32, dtype=torch.int64)
