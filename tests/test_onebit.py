@@ -11,13 +11,16 @@ import torch
 
 import gradzip.compressors.onebit as onebit_module
 from gradzip.compressors._onebit_kernels import (
+    column_means,
+    column_means_torch,
     expand_signs,
     expand_signs_torch,
     pack_signs,
     pack_signs_torch,
+    sign_sums_torch,
 )
 from gradzip.compressors.onebit import OneBit
-from gradzip.errors import CorruptPayloadError, PayloadError
+from gradzip.errors import CorruptPayloadError, NonFiniteInputError, PayloadError
 from gradzip.feedback import ErrorFeedback
 from gradzip.keys import StreamKey
 from gradzip.payload import build_payload, overhead_bits, parse_payload
@@ -254,12 +257,21 @@ def test_sign_kernels_match_the_reference_and_the_torch_twin(
     base[base.abs() < 0.1] = 0.0
     base.view(-1)[::5] = -0.0  # -0.0 counts as non-negative
     m = base.t() if transposed else base  # a strided view, as group="in" gives
-    packed, n_pos = pack_signs(m)
+    packed, counts, sums = pack_signs(m)
     ref_packed, ref_n_pos = _reference_pack(m.numpy())
-    assert np.array_equal(packed, ref_packed) and np.array_equal(n_pos, ref_n_pos)
-    twin_packed, twin_n_pos = pack_signs_torch(m)
+    assert np.array_equal(packed, ref_packed) and np.array_equal(counts[:, 0], ref_n_pos)
+    assert np.array_equal(counts[:, 1], (m < 0).sum(dim=1).numpy())
+    twin_packed, twin_counts, twin_sums = pack_signs_torch(m)
     assert np.array_equal(twin_packed.numpy(), packed)
-    assert np.array_equal(twin_n_pos.numpy(), n_pos)
+    assert np.array_equal(twin_counts.numpy(), counts)
+    assert twin_sums.numpy().tobytes() == sums.tobytes()  # bitwise, the defined order
+    exact = torch.stack([m.double().clamp(min=0).sum(1), m.double().clamp(max=0).sum(1)], 1)
+    assert torch.allclose(torch.from_numpy(sums), exact, rtol=1e-12, atol=0)
+    rows = m.shape[1]
+    assert np.array_equal(
+        column_means(counts, sums, rows)[0],
+        column_means_torch(twin_counts, twin_sums, rows).numpy(),
+    )
     means = torch.randn((m.shape[0], 2), generator=gen)
     # the output is written through the same kind of strided view
     rows_first = torch.full((m.shape[1], m.shape[0]), float("nan"))
@@ -278,10 +290,10 @@ def test_sign_kernels_do_not_depend_on_the_thread_count() -> None:
     try:
         for threads in sorted({1, numba.config.NUMBA_NUM_THREADS}):
             numba.set_num_threads(threads)
-            packed, n_pos = pack_signs(m)
+            packed, counts, sums = pack_signs(m)
             out = np.empty((37, 2000), dtype=np.float32)
             assert expand_signs(packed, means, out)
-            results.append((packed.tobytes(), n_pos.tobytes(), out.tobytes()))
+            results.append((packed.tobytes(), counts.tobytes(), sums.tobytes(), out.tobytes()))
     finally:
         numba.set_num_threads(before)
     assert all(r == results[0] for r in results)
@@ -289,7 +301,7 @@ def test_sign_kernels_do_not_depend_on_the_thread_count() -> None:
 
 @pytest.mark.parametrize("rows", [5, 33])
 def test_set_padding_bits_are_refused_by_both_paths(rows: int) -> None:
-    packed, _ = pack_signs(torch.ones((2, rows)))
+    packed = pack_signs(torch.ones((2, rows)))[0]
     packed[1, -1] |= 0x80
     out = np.empty((2, rows), dtype=np.float32)
     means = np.ones((2, 2), dtype=np.float32)
@@ -307,6 +319,99 @@ def test_fixed_body_is_byte_identical_to_the_previous_encoder(
     _, body = parse_payload(comp.encode(x, StreamKey()).payload)
     m = onebit_module.Grouping.of(shape, group).matrix(x.reshape(-1)).contiguous()
     bits, n_pos = _reference_pack(m.numpy())
-    means = OneBit._means(m, torch.from_numpy(n_pos))
+    means = column_means_torch(torch.from_numpy(n_pos).reshape(-1, 1), _tree_sums(m), m.shape[1])
     expected = np.concatenate([means.numpy().view(np.uint8), bits], axis=1)
     assert bytes(body) == expected.tobytes()
+
+
+def _tree_sums(m: torch.Tensor) -> torch.Tensor:
+    """A reference of the defined summation order written from its definition: per lane, the
+    zero-padded power-of-two tree over words, then the tree over the 32 lanes (Python floats,
+    which are IEEE float64)."""
+    out = []
+    for row in m.double().tolist():
+        pair = []
+        for keep in (lambda v: v > 0, lambda v: v < 0):
+            vals = [v if keep(v) else 0.0 for v in row]
+            words = -(-len(vals) // 32)
+            slots = 1 << max(words - 1, 0).bit_length()
+            vals += [0.0] * (32 * slots - len(vals))
+            lanes = [vals[j::32] for j in range(32)]
+            level = [_tree(lane) for lane in lanes]
+            pair.append(_tree(level))
+        out.append(pair)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def _tree(vals: list[float]) -> float:
+    while len(vals) > 1:
+        vals = [vals[i] + vals[i + 1] for i in range(0, len(vals), 2)]
+    return vals[0]
+
+
+@pytest.mark.parametrize("shape", [(3, 1), (2, 31), (2, 33), (3, 97), (1, 5000), (4, 1025)])
+def test_column_sums_follow_the_documented_order(shape: tuple[int, int]) -> None:
+    """Kernel, torch twin and a from-the-definition reference agree bit for bit; long
+    columns exercise the kernel's binary-counter merges against the padded tree."""
+    gen = torch.Generator().manual_seed(shape[1])
+    m = torch.randn(shape, generator=gen) * torch.logspace(-20, 20, shape[1]).float()
+    m.view(-1)[::7] = -0.0
+    sums = pack_signs(m)[2]
+    assert sums.tobytes() == _tree_sums(m).numpy().tobytes()
+    assert sums.tobytes() == sign_sums_torch(m).numpy().tobytes()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_the_packing_pass_sees_non_finite_entries(bad: float) -> None:
+    m = torch.randn(3, 40, generator=torch.Generator().manual_seed(1))
+    assert column_means(*pack_signs(m)[1:], 40)[1]
+    m[1, 17] = bad
+    assert not column_means(*pack_signs(m)[1:], 40)[1]
+
+
+@pytest.mark.parametrize("shape", [(7,), (33, 70), (4, 3, 11), (300, 129)])
+@pytest.mark.parametrize("group", ["out", "in"])
+@pytest.mark.parametrize("sample", [False, True])
+def test_fused_feedback_equals_the_unfused_path(
+    shape: tuple[int, ...], group: str, sample: bool
+) -> None:
+    """The fused error-feedback step gives the unfused path's payloads, residuals and
+    reconstructions bit for bit, over several steps."""
+    comp = OneBit(group=group, sample=sample)
+
+    class Unfused(OneBit):
+        encode_with_feedback = None  # type: ignore[assignment]
+
+    plain = Unfused(group=group, sample=sample)
+    plain.name = comp.name
+    fused_ef, plain_ef = ErrorFeedback(comp), ErrorFeedback(plain)
+    assert plain_ef.inner.encode_with_feedback is None
+    gen = torch.Generator().manual_seed(sum(shape))
+    for step in range(3):
+        g = torch.randn(shape, generator=gen)
+        key = StreamKey(1, 0, step, 2)
+        a, a_hat = fused_ef.round_trip(g, key)
+        b, b_hat = plain_ef.round_trip(g, key)
+        assert bytes(a.payload) == bytes(b.payload)
+        assert a_hat.dtype == b_hat.dtype and torch.equal(a_hat, b_hat)
+        assert a_hat.view(torch.int32).equal(b_hat.view(torch.int32))
+        assert torch.equal(comp.decode(a.payload, expected_key=key, shape=shape), a_hat)
+        ra, rb = fused_ef.residual(2), plain_ef.residual(2)
+        assert ra.view(torch.int32).equal(rb.view(torch.int32))
+        assert bytes(fused_ef.encode(g, StreamKey(1, 0, step, 3)).payload) == bytes(
+            plain_ef.encode(g, StreamKey(1, 0, step, 3)).payload
+        )
+        assert fused_ef.residual(3).view(torch.int32).equal(plain_ef.residual(3).view(torch.int32))
+
+
+def test_fused_feedback_refuses_non_finite_input_and_keeps_its_state() -> None:
+    ef = ErrorFeedback(OneBit())
+    g = torch.randn(8, 40, generator=torch.Generator().manual_seed(3))
+    ef.encode(g, KEY)
+    before = ef.residual(KEY.tensor_index)
+    for bad in (float("nan"), float("inf")):
+        g2 = g.clone()
+        g2[5, 3] = bad
+        with pytest.raises(NonFiniteInputError, match="NaN or Inf"):
+            ef.encode(g2, KEY)
+        assert torch.equal(ef.residual(KEY.tensor_index), before)

@@ -296,3 +296,32 @@ def test_nested_group_split_is_ceil_of_ratio_times_ranks_despite_float_noise(
 
     scheme = NestedScheme(gradzip.create("ndqsg"), ratio=ratio)
     assert scheme.first_group(world) == first
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_ring_with_the_fused_feedback_step_equals_the_unfused_path(world_size: int) -> None:
+    """The ring takes the owner's reconstruction from error feedback's fused onebit step
+    instead of decoding its own message: means and residuals are bitwise the unfused path's."""
+    from gradzip.compressors.onebit import OneBit
+
+    class Unfused(OneBit):
+        encode_with_feedback = None  # type: ignore[assignment]
+
+    def run(t: Transport, comp: Compressor) -> list[torch.Tensor]:
+        scheme = make_variant("ring", comp, run_seed=2, error_feedback=True)
+        means = [scheme.reduce(t, gradient(t.rank, s, (12, 5)), s, 0) for s in range(3)]
+        buffers = [
+            scheme.feedback[r].residual(0, c)
+            for r in scheme.feedback
+            for c in range(2)
+            if (0, c) in scheme.feedback[r].snapshot()
+        ]
+        return means + buffers
+
+    fused = run_local(world_size, lambda t: run(t, OneBit()))
+    plain = run_local(world_size, lambda t: run(t, Unfused()))
+    for a, b in zip(fused, plain, strict=True):
+        assert len(a) == len(b) and len(a) > 3
+        assert all(
+            x.view(torch.int32).equal(y.view(torch.int32)) for x, y in zip(a, b, strict=True)
+        )

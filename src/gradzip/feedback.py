@@ -8,7 +8,7 @@ one sender and implements ``v = g + e``, ``c = encode(v)``, ``v_hat = decode(c)`
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import torch
 
@@ -32,6 +32,24 @@ def _working_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+@runtime_checkable
+class FusedFeedback(Protocol):
+    """A compressor that computes error feedback's residual in its own encode pass.
+
+    ``encode_with_feedback(v, key, reconstruct=...)`` encodes ``v`` (the working-dtype CPU
+    tensor ``g + e``, owned by the caller) into the payload :meth:`Compressor.encode` gives,
+    and turns ``v``, in place, into ``v - v_hat`` where ``v_hat`` is bitwise what the
+    compressor's ``decode`` returns for that payload (with the key, shape and dtype of ``v``);
+    it returns ``(encoded, v_hat if reconstruct else None)``. It returns None, leaving ``v``
+    untouched, for an input it does not serve (then the generic path runs), and raises (with
+    ``v`` untouched) where ``encode`` would, e.g. on non-finite input.
+    """
+
+    def encode_with_feedback(
+        self, v: torch.Tensor, key: StreamKey, *, reconstruct: bool = False
+    ) -> tuple[Encoded, torch.Tensor | None] | None: ...
+
+
 class ErrorFeedback:
     """Error feedback around any compressor, for one sender (spec 0.6).
 
@@ -49,6 +67,10 @@ class ErrorFeedback:
     ``v`` is encoded in that dtype: a float16/bfloat16 gradient is therefore sent as a float32
     tensor (the receiver gets float32 and casts as it needs), so that ``g + e`` is neither
     rounded to half precision nor overflows it.
+
+    [CHOICE] A compressor offering :class:`FusedFeedback` computes ``e`` (and ``v_hat``) in its
+    own encode pass instead of the decode and subtraction above, bitwise the same residual and
+    payload; the generic path serves every other compressor and nested codecs (``side``).
 
     The state changes only when an encode succeeds: non-finite ``g + e`` raises the inner
     compressor's :class:`~gradzip.errors.NonFiniteInputError` and a gradient whose shape differs
@@ -78,7 +100,7 @@ class ErrorFeedback:
 
         ``side`` is the side information of a nested codec, passed to the sender-side decode.
         """
-        return self.round_trip(tensor, key, side=side)[0]
+        return self._encode(tensor, key, side, reconstruct=False)[0]
 
     def round_trip(
         self,
@@ -89,14 +111,33 @@ class ErrorFeedback:
     ) -> tuple[Encoded, torch.Tensor]:
         """:meth:`encode`, also returning the sender's ``v_hat`` (float32 or float64, on the CPU).
 
-        ``v_hat`` is bitwise what a receiver decodes from the payload, so a simulation can use it
-        instead of decoding a second time.
+        ``v_hat`` is bitwise what a receiver decodes from the payload, so a simulation (or a
+        scheme that needs its own reconstruction) can use it instead of decoding again.
         """
+        encoded, v_hat = self._encode(tensor, key, side, reconstruct=True)
+        assert v_hat is not None
+        return encoded, v_hat
+
+    def _encode(
+        self,
+        tensor: torch.Tensor,
+        key: StreamKey | None,
+        side: torch.Tensor | None,
+        *,
+        reconstruct: bool,
+    ) -> tuple[Encoded, torch.Tensor | None]:
         key = key if key is not None else StreamKey()
+        inner = self.inner
+        if side is None and isinstance(inner, FusedFeedback):
+            slot, v = self._compensated(tensor, key)
+            fused = inner.encode_with_feedback(v, key, reconstruct=reconstruct)
+            if fused is not None:
+                self._residuals[slot] = v  # now v - v_hat, computed by the encode pass
+                return fused
 
         def quantize(v: torch.Tensor) -> tuple[tuple[Encoded, torch.Tensor], torch.Tensor]:
-            encoded = self.inner.encode(v, key)  # raises on non-finite v before any change
-            v_hat = self.inner.decode(
+            encoded = inner.encode(v, key)  # raises on non-finite v before any change
+            v_hat = inner.decode(
                 encoded.payload, expected_key=key, shape=v.shape, dtype=v.dtype, side=side
             )
             return (encoded, v_hat), v_hat
@@ -113,6 +154,14 @@ class ErrorFeedback:
         way, e.g. on a scale agreed between ranks): ``v = tensor + e``; ``(result, v_hat) =
         quantize(v)``; ``e = v - v_hat``; returns ``result``. The residual is replaced only if
         ``quantize`` returns; ``v`` is in the working dtype (float32, or float64)."""
+        slot, v = self._compensated(tensor, key)
+        result, v_hat = quantize(v)
+        self._residuals[slot] = v.sub_(v_hat.to(v.dtype))
+        return result
+
+    def _compensated(self, tensor: torch.Tensor, key: StreamKey) -> tuple[Slot, torch.Tensor]:
+        """The slot of ``key`` and ``v = tensor + e`` as a new contiguous CPU tensor of the
+        working dtype (one pass: the cast and the addition write ``v`` together)."""
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
         slot = (key.tensor_index, key.chunk)
@@ -124,12 +173,13 @@ class ErrorFeedback:
                 f"{tuple(residual.shape)}; call reset() if the model changed"
             )
         dtype = _working_dtype(tensor.dtype)
-        v = tensor.detach().to(device="cpu", dtype=dtype, copy=True)
-        if residual is not None:
-            v.add_(residual.to(dtype))
-        result, v_hat = quantize(v)
-        self._residuals[slot] = v.sub_(v_hat.to(dtype))
-        return result
+        g = tensor.detach().to(device="cpu", dtype=dtype)
+        v = torch.empty(tensor.shape, dtype=dtype)
+        if residual is None:
+            v.copy_(g)
+        else:
+            torch.add(g, residual.to(dtype), out=v)  # bitwise the cast, then the addition
+        return slot, v
 
     def decode(self, payload: bytes | bytearray | memoryview, **kwargs: Any) -> torch.Tensor:
         """The receiver's side: exactly the inner compressor's ``decode``."""

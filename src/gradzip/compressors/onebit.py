@@ -7,15 +7,29 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from gradzip.accounting import Encoded
 from gradzip.codecs.symbols import check_packing, pack_symbols, packed_symbol_bits, unpack_symbols
 from gradzip.compressors._groups import Grouping, check_group, sample_rows
-from gradzip.compressors._onebit_kernels import expand_signs, pack_signs
-from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor, empty_output
+from gradzip.compressors._onebit_kernels import (
+    column_means,
+    expand_signs,
+    pack_signs,
+    subtract_reconstruction,
+)
+from gradzip.compressors.base import (
+    Body,
+    Compressor,
+    ParamValue,
+    body_tensor,
+    empty_output,
+    encode_params,
+    tensor_bytes,
+)
 from gradzip.compressors.common import read_scales, symbols_floor_bits
 from gradzip.compressors.registry import register
-from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
+from gradzip.errors import CorruptPayloadError, NonFiniteInputError, TruncatedPayloadError
 from gradzip.keys import StreamKey
-from gradzip.payload import Header
+from gradzip.payload import MAX_ELEMENTS, Header, frame_payload
 from gradzip.rng import local_generator
 
 SAMPLE_ROWS = 128
@@ -88,63 +102,90 @@ class OneBit(Compressor):
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
     ) -> Body:
+        return self._encode_body(x, key, shape)[0]
+
+    def _encode_body(
+        self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]
+    ) -> tuple[Body, np.ndarray, bool]:
+        """The body, the ``(cols, 2)`` float32 means it carries and whether every entry of
+        ``x`` is finite (seen by the same pass that packs the signs)."""
         g = Grouping.of(shape, self.group)
         m = g.matrix(x)  # a view: the kernels read any strides
         cols, rows = g.groups, g.size
         # the sign stream, for the entropy accounting (and the symbol packings)
         symbols = torch.ge(m, 0).view(torch.uint8)
-        if self.packing == "fixed":
-            # one pass: sign bits packed into words and the positives counted per column
-            packed, n_pos = pack_signs(m)
-        else:
-            n_pos = symbols.sum(dim=1, dtype=torch.int64).numpy()
+        # one pass: sign bits packed into words, signs counted and summed per column
+        packed, counts, sums = pack_signs(m)
+        means, finite = column_means(counts, sums, rows)
         if self.sample and rows > SAMPLE_ROWS:
             picks = local_generator(key).integers(0, rows, size=(cols, SAMPLE_ROWS))
             stats = sample_rows(m.contiguous(), torch.from_numpy(picks))
-            n_pos = np.count_nonzero((stats >= 0).numpy(), axis=1)
-        else:
-            stats = m
-        means = self._means(stats, torch.from_numpy(np.asarray(n_pos)))
+            _, s_counts, s_sums = pack_signs(stats)
+            means = column_means(s_counts, s_sums, SAMPLE_ROWS)[0]
         if self.packing == "fixed":
             out = np.empty((cols, 8 + packed.shape[1]), dtype=np.uint8)
-            out[:, :8] = means.numpy().view(np.uint8)
+            out[:, :8] = means.view(np.uint8)
             out[:, 8:] = packed
             pieces: list[memoryview | torch.Tensor] = [out.reshape(-1).data]
         else:
             # [CHOICE] the other packings put all the means first and the symbols last
-            pieces = [means, pack_symbols(symbols.reshape(-1), 2, self.packing)]
-        return Body(
+            pieces = [
+                torch.from_numpy(means),
+                pack_symbols(symbols.reshape(-1), 2, self.packing),
+            ]
+        body = Body(
             pieces=pieces,
             paper_bits=float(rows * cols + 64 * cols),
             streams=(symbols,),
             side_bits=64 * cols,
         )
+        return body, means, finite
 
-    @staticmethod
-    def _means(stats: torch.Tensor, n_pos: torch.Tensor) -> torch.Tensor:
-        """(cols, 2) float32: the means of the non-negative and of the negative entries."""
-        # each sign's sum is the half-sum / half-difference of sum(V) and sum|V|, accumulated in
-        # float64 (NumPy's float64 reductions are fast; torch's are not) ...
-        values = stats.contiguous().numpy()
-        total = torch.from_numpy(values.sum(axis=1, dtype=np.float64))
-        l1 = torch.from_numpy(np.abs(values).sum(axis=1, dtype=np.float64))
-        n_pos = n_pos.to(torch.float64)
-        n_neg = stats.shape[1] - n_pos
-        s_pos = torch.where(n_neg > 0, (total + l1) / 2, total)
-        s_neg = torch.where(n_pos > 0, (total - l1) / 2, total)
-        # ... which still cancels away a side below ~1e-9 of the other (e.g. [-1e30, 1e-30, 1]):
-        # such columns are summed again, sign by sign
-        lossy = (n_pos > 0) & (n_neg > 0) & (torch.minimum(s_pos, -s_neg) < l1 * 2.0**-20)
-        if bool(lossy.any()):
-            rows = lossy.nonzero().flatten()
-            part = stats[rows].to(torch.float64)
-            s_pos[rows] = part.clamp(min=0).sum(dim=1)
-            s_neg[rows] = part.clamp(max=0).sum(dim=1)
-        # an empty side has sum 0, so dividing by max(n, 1) gives the documented mean 0
-        s_pos = torch.where(n_pos > 0, s_pos, 0.0)
-        s_neg = torch.where(n_neg > 0, s_neg, 0.0)
-        means = torch.stack((s_pos / n_pos.clamp(min=1), s_neg / n_neg.clamp(min=1)), dim=1)
-        return means.to(torch.float32)
+    def encode_with_feedback(
+        self, v: torch.Tensor, key: StreamKey, *, reconstruct: bool = False
+    ) -> tuple[Encoded, torch.Tensor | None] | None:
+        """Error feedback's fused step (see :class:`gradzip.feedback.FusedFeedback`): encode
+        ``v`` and turn ``v``, in place, into ``v - v_hat``; ``v_hat``, returned when
+        ``reconstruct``, is bitwise what :meth:`decode` gives for the payload.
+
+        The payload is byte-identical to :meth:`encode`'s. Two passes over ``v`` instead of
+        five (the bounds check, the encode, the sender's decode, its finite check and the
+        subtraction): the packing pass also sees non-finite entries, and the second pass
+        writes ``e = v - v_hat`` (and ``v_hat``) from ``v``'s signs and the means. Serves a
+        contiguous float32 CPU ``v``; returns None, with ``v`` untouched, for anything else.
+        Raises :class:`~gradzip.errors.NonFiniteInputError` (``v`` untouched) on NaN or Inf.
+        """
+        if v.dtype != torch.float32 or v.device.type != "cpu" or not v.is_contiguous():
+            return None
+        flat = v.reshape(-1)
+        if flat.numel() == 0 or flat.numel() > MAX_ELEMENTS:
+            return None  # the generic path answers both
+        shape = tuple(v.shape)
+        body, means, finite = self._encode_body(flat, key, shape)
+        if not finite:
+            raise NonFiniteInputError(
+                f"{self.name}: cannot encode a tensor holding NaN or Inf; nothing was updated"
+            )
+        header = Header(
+            codec_id=self.codec_id,
+            dtype=v.dtype,
+            shape=shape,
+            bucket_size=self.bucket_size,
+            key=key,
+            params=encode_params(self.wire_params()),
+        )
+        pieces = [p if not isinstance(p, torch.Tensor) else tensor_bytes(p) for p in body.pieces]
+        encoded = Encoded(
+            frame_payload(header, pieces), body.paper_bits, body.streams, body.side_bits
+        )
+        grouping = Grouping.of(shape, self.group)
+        v_hat = empty_output(flat.numel()) if reconstruct else None
+        subtract_reconstruction(
+            grouping.matrix(flat).numpy(),
+            means,
+            None if v_hat is None else grouping.matrix(v_hat).numpy(),
+        )
+        return encoded, None if v_hat is None else v_hat.reshape(shape)
 
     def _decode_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None

@@ -124,13 +124,34 @@ class Scheme(ABC):
         """This rank's payload for ``tensor`` (through the ``role`` residual when error feedback
         is on) and the dtype a receiver decodes it as: error feedback encodes ``g + e`` in the
         working dtype, so half-precision gradients travel as float32 then."""
+        payload, dtype, _ = self._encode_own(role, tensor, key, reconstruct=False)
+        return payload, dtype
+
+    def encode_own_reconstructed(
+        self, role: str, tensor: torch.Tensor, key: StreamKey
+    ) -> tuple[bytes, torch.dtype, torch.Tensor]:
+        """:meth:`encode_own`, also returning what a receiver decodes from the payload (bitwise
+        :meth:`decode` with ``key``, ``tensor.shape`` and the dtype): error feedback computes it
+        on the way (in the compressor's own pass where it offers one), otherwise it is decoded."""
+        payload, dtype, v_hat = self._encode_own(role, tensor, key, reconstruct=True)
+        if v_hat is None:
+            v_hat = self.decode(payload, key, tensor.shape, dtype)
+        return payload, dtype, v_hat
+
+    def _encode_own(
+        self, role: str, tensor: torch.Tensor, key: StreamKey, *, reconstruct: bool
+    ) -> tuple[bytes, torch.dtype, torch.Tensor | None]:
         feedback = self.feedback.get(role)
+        v_hat = None
         if feedback is None:
             encoded, dtype = self.compressor.encode(tensor, key), tensor.dtype
+        elif reconstruct:
+            encoded, v_hat = feedback.round_trip(tensor, key)
+            dtype = working_dtype(tensor.dtype)
         else:
             encoded, dtype = feedback.encode(tensor, key), working_dtype(tensor.dtype)
         self.produced[role, key.tensor_index, key.chunk] = encoded
-        return bytes(encoded.payload), dtype
+        return bytes(encoded.payload), dtype, v_hat
 
     def decode(
         self, payload: bytes, key: StreamKey, shape: torch.Size, dtype: torch.dtype

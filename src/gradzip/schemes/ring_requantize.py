@@ -79,11 +79,15 @@ class RingRequantize(Scheme):
             )
             got = transport.exchange_bytes(dst, payload, src, "reduce_scatter")
             key = self.key(src, step, tensor_index, rank)
-            acc += self.decode(got, key, acc.shape, dtype).to(work)
+            # bitwise acc += decode(...) in the working dtype, without the dense temporary's
+            # separate cast
+            self.compressor.decode_add_(got, acc, expected_key=key, dtype=dtype)
         out = torch.empty(rows.shape, dtype=work)
         own_key = self.key(rank, step, tensor_index, size + rank)
-        message, dtype = self.encode_own("allgather", acc, own_key)
-        piece(out, rank).copy_(self.decode(message, own_key, acc.shape, dtype))
+        # the owner's reconstruction of its summed slice comes with the encode (error feedback
+        # computes it anyway): no decode of its own message
+        message, dtype, own = self.encode_own_reconstructed("allgather", acc, own_key)
+        piece(out, rank).copy_(own)
         nxt, prv = (rank + 1) % size, (rank - 1) % size
         for k in range(size - 1):
             message = transport.exchange_bytes(nxt, message, prv, "allgather")
