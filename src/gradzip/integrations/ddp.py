@@ -19,9 +19,10 @@ DDP packs gradients into flat buckets and, as each becomes ready during ``backwa
 ``hook(state, bucket)``, which returns a ``torch.futures.Future`` of the bucket's *averaged* flat
 tensor; with a hook registered DDP neither communicates nor divides by the world size itself.
 
-On the wire, per bucket and rank: one flag byte all-gathered (the finite-gradient agreement,
-:func:`gradzip.stepping.agree_all_finite`), then whatever ``scheme.reduce`` sends for the
-bucket's flat buffer as *one* tensor (``tensor_index`` = the smallest model-order index of the
+On the wire, per bucket and rank: whatever ``scheme.reduce`` sends for the bucket's flat buffer
+as *one* tensor, with the finite-gradient agreement riding on its first message
+(:func:`gradzip.stepping.reduce_all_finite`: a flag bit in the payload's header for the
+allgather scheme, a flag byte all-gathered first for the others) (``tensor_index`` = the smallest model-order index of the
 bucket's parameters): one payload per peer and round, whatever the number of parameters. Bytes
 are counted on ``state.transport.meter``, tagged with the hook's step counter. Under
 ``ddp_model.no_sync()`` DDP calls no hook; the next synchronising backward pass is one step.
@@ -74,10 +75,10 @@ from gradzip.integrations._residuals import Entries, ResidualStore
 from gradzip.integrations._worker import BucketWorker
 from gradzip.schemes.base import Scheme
 from gradzip.stepping import (
-    agree_all_finite,
     check_on_nonfinite,
     install_step_state,
     parse_step_state,
+    reduce_all_finite,
     step_state,
 )
 
@@ -108,8 +109,9 @@ class GradzipHookState:
     state is consistent), or resume from a checkpoint. A backward pass abandoned for a reason
     outside the hook is rolled back when the next one starts (or at :meth:`state_dict`).
 
-    [CHOICE] Non-finite gradients. Before reducing a bucket the ranks agree, one byte each, that
-    its gradients are finite. A NaN or Inf on any rank then raises
+    [CHOICE] Non-finite gradients. With each bucket's first message the ranks agree that its
+    gradients are finite (a flag bit in the allgather payload's header, whose encoder scans the
+    bucket anyway; a flag byte of its own before the reduction for other schemes). A NaN or Inf on any rank then raises
     :class:`~gradzip.errors.NonFiniteInputError` on every rank (``on_nonfinite="raise"``) or,
     with ``"skip"``, skips the whole step on every rank: state restored, every bucket of the step
     zero-filled (the futures complete only when the step ends, so DDP copies the zeros),
@@ -249,26 +251,38 @@ class GradzipHookState:
 
     def _reduce(self, job: BucketJob) -> None:
         assert job.layout is not None
-        if not self._agree_all_finite(job):
+        mean = self._residuals.reduce(
+            self.scheme,
+            self.transport,
+            job.buffer.detach(),
+            job.layout,
+            lambda flat, tensor_index: self._reduce_flat(flat, tensor_index, job.position),
+        )
+        if mean is None:  # some rank's bucket is not finite and on_nonfinite="skip"
             self._restore()
             self._skipping = True
             self.skipped_steps += 1
             return
-        mean = self._residuals.reduce(
-            self.scheme, self.transport, job.buffer.detach(), self.step, job.layout
-        )
         job.buffer.copy_(mean)  # into the bucket's buffer: its device and dtype
 
-    def _agree_all_finite(self, job: BucketJob) -> bool:
-        return agree_all_finite(
+    def _reduce_flat(
+        self, flat: torch.Tensor, tensor_index: int, position: int
+    ) -> torch.Tensor | None:
+        """The bucket's mean once every rank agreed it is finite, the agreement riding on the
+        reduction's first message (:func:`~gradzip.stepping.reduce_all_finite`): for the
+        allgather scheme no byte, no round and no scan of its own."""
+        means = reduce_all_finite(
             self.transport,
-            [job.buffer],
+            self.scheme,
+            [flat],
+            [tensor_index],
             self.step,
             self.on_nonfinite,
-            f", DDP bucket {job.position}",
+            f", DDP bucket {position}",
             ". DDP will refuse the next forward pass of this wrapper: wrap the module again and "
             "register this hook state on it, or resume from a checkpoint",
         )
+        return None if means is None else means[0]
 
     # -- worker thread: step bookkeeping --------------------------------------------------------
     def _begin_step(self) -> None:
