@@ -28,8 +28,9 @@ are counted on ``state.transport.meter``, tagged with the hook's step counter. U
 ``ddp_model.no_sync()`` DDP calls no hook; the next synchronising backward pass is one step.
 
 Overlap: the hook only queues the bucket; a worker thread of the state reduces the buckets in
-the order DDP hands them over (bucket index order, the same on every rank) and writes the means
-into the buckets' buffers (their device and dtype; the schemes compute on the CPU), so
+the order DDP hands them over (bucket index order, the same on every rank) and completes each
+future with the bucket's mean (the scheme's result itself where it has the buffer's dtype and
+device, which DDP copies into the gradients; else copied into the bucket's buffer), so
 communication runs while backward computes the earlier layers' gradients. The call for the last
 bucket waits for the step to finish (DDP would wait for every future right after it anyway) and
 raises the step's error there, so it reaches the caller of ``loss.backward()`` with its own type.
@@ -263,7 +264,12 @@ class GradzipHookState:
             self._skipping = True
             self.skipped_steps += 1
             return
-        job.buffer.copy_(mean)  # into the bucket's buffer: its device and dtype
+        if (mean.dtype, mean.device) == (job.buffer.dtype, job.buffer.device):
+            # [CHOICE] the future hands DDP the mean itself: DDP copies a hook's result into the
+            # parameters' gradients anyway, so copying it into the bucket first is a second pass
+            job.result = mean.reshape(job.buffer.shape)
+        else:
+            job.buffer.copy_(mean)  # into the bucket's buffer: its device and dtype
 
     def _reduce_flat(
         self, flat: torch.Tensor, tensor_index: int, position: int
@@ -312,7 +318,7 @@ class GradzipHookState:
         for job in jobs:
             job.failure = failure
             if failure is None:
-                job.future.set_result(job.buffer)
+                job.future.set_result(job.buffer if self._skipping else job.result)
             else:
                 error = failure if isinstance(failure, Exception) else GradzipError(repr(failure))
                 job.future.set_exception(error)  # type: ignore[arg-type]  # torch annotates T
