@@ -480,9 +480,13 @@ def _run_step(
     ]
     futures = [state.reduce_bucket(b) for b in buckets]  # type: ignore[arg-type]
     for bucket, group, future in zip(buckets, layout, futures, strict=True):
-        assert future.wait() is bucket.buffer()
+        # DDP copies the future's tensor into the gradients: the bucket's buffer or the mean
+        result = future.wait()
+        assert result.shape == bucket.buffer().shape and result.dtype == bucket.buffer().dtype
+        offset = 0
         for i, view in zip(group, bucket.gradients(), strict=True):
-            out[i] = view.clone()
+            out[i] = result[offset : offset + view.numel()].view_as(view).clone()
+            offset += view.numel()
     return out
 
 

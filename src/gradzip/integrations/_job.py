@@ -27,3 +27,9 @@ class BucketJob:
     #: set by the worker once the job has run; ``failure`` is then the step's error, if any
     done: threading.Event = field(default_factory=threading.Event)
     failure: BaseException | None = None
+    #: what the future completes with: the bucket's buffer, or the mean where the worker did not
+    #: copy it into the buffer (same dtype and device: DDP copies the result into the gradients)
+    result: torch.Tensor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.result = self.buffer

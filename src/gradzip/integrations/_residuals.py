@@ -18,7 +18,7 @@ at most one requantization error of it unapplied.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,8 @@ class Piece:
 
 
 Entries = dict[str, dict[int, Piece]]
+#: a bucket's reduction: ``(flat buffer, tensor_index) -> mean``, or ``None`` if it was skipped
+Reduction = Callable[[torch.Tensor, int], torch.Tensor | None]
 
 
 class ResidualStore:
@@ -59,14 +61,15 @@ class ResidualStore:
         scheme: Scheme,
         transport: Transport,
         flat: torch.Tensor,
-        step: int,
         layout: BucketLayout,
-    ) -> torch.Tensor:
-        """``scheme.reduce`` of the flat bucket, with this store's residuals installed around
-        it; the store changes only if the reduction succeeds."""
+        reduce: Reduction,
+    ) -> torch.Tensor | None:
+        """``reduce(flat, tensor_index)`` (a reduction through ``scheme``; ``None`` when the
+        ranks skipped it) with this store's residuals installed in ``scheme`` around it; the
+        store changes only if the reduction returns a mean."""
         index = layout.tensor_index
         if not scheme.feedback:
-            return scheme.reduce(transport, flat, step, index)
+            return reduce(flat, index)
         slices = feedback_slices(scheme, layout.numel, transport.world_size, transport.rank)
         dtype = working_dtype(flat.dtype)
         installed: dict[str, dict[Slot, torch.Tensor]] = {}
@@ -77,11 +80,13 @@ class ResidualStore:
             }
             feedback.restore(installed[role])
         try:
-            mean = scheme.reduce(transport, flat, step, index)
+            mean = reduce(flat, index)
             produced = {role: feedback.snapshot() for role, feedback in scheme.feedback.items()}
         finally:
             for feedback in scheme.feedback.values():
                 feedback.restore({})
+        if mean is None:
+            return None
         updates = self._check(scheme, produced, slices, installed, index)
         for role, lo, hi, residual in updates:
             self._scatter(role, layout, lo, hi, residual)

@@ -19,16 +19,18 @@ DDP packs gradients into flat buckets and, as each becomes ready during ``backwa
 ``hook(state, bucket)``, which returns a ``torch.futures.Future`` of the bucket's *averaged* flat
 tensor; with a hook registered DDP neither communicates nor divides by the world size itself.
 
-On the wire, per bucket and rank: one flag byte all-gathered (the finite-gradient agreement,
-:func:`gradzip.stepping.agree_all_finite`), then whatever ``scheme.reduce`` sends for the
-bucket's flat buffer as *one* tensor (``tensor_index`` = the smallest model-order index of the
+On the wire, per bucket and rank: whatever ``scheme.reduce`` sends for the bucket's flat buffer
+as *one* tensor, with the finite-gradient agreement riding on its first message
+(:func:`gradzip.stepping.reduce_all_finite`: a flag bit in the payload's header for the
+allgather scheme, a flag byte all-gathered first for the others) (``tensor_index`` = the smallest model-order index of the
 bucket's parameters): one payload per peer and round, whatever the number of parameters. Bytes
 are counted on ``state.transport.meter``, tagged with the hook's step counter. Under
 ``ddp_model.no_sync()`` DDP calls no hook; the next synchronising backward pass is one step.
 
 Overlap: the hook only queues the bucket; a worker thread of the state reduces the buckets in
-the order DDP hands them over (bucket index order, the same on every rank) and writes the means
-into the buckets' buffers (their device and dtype; the schemes compute on the CPU), so
+the order DDP hands them over (bucket index order, the same on every rank) and completes each
+future with the bucket's mean (the scheme's result itself where it has the buffer's dtype and
+device, which DDP copies into the gradients; else copied into the bucket's buffer), so
 communication runs while backward computes the earlier layers' gradients. The call for the last
 bucket waits for the step to finish (DDP would wait for every future right after it anyway) and
 raises the step's error there, so it reaches the caller of ``loss.backward()`` with its own type.
@@ -74,10 +76,10 @@ from gradzip.integrations._residuals import Entries, ResidualStore
 from gradzip.integrations._worker import BucketWorker
 from gradzip.schemes.base import Scheme
 from gradzip.stepping import (
-    agree_all_finite,
     check_on_nonfinite,
     install_step_state,
     parse_step_state,
+    reduce_all_finite,
     step_state,
 )
 
@@ -108,8 +110,9 @@ class GradzipHookState:
     state is consistent), or resume from a checkpoint. A backward pass abandoned for a reason
     outside the hook is rolled back when the next one starts (or at :meth:`state_dict`).
 
-    [CHOICE] Non-finite gradients. Before reducing a bucket the ranks agree, one byte each, that
-    its gradients are finite. A NaN or Inf on any rank then raises
+    [CHOICE] Non-finite gradients. With each bucket's first message the ranks agree that its
+    gradients are finite (a flag bit in the allgather payload's header, whose encoder scans the
+    bucket anyway; a flag byte of its own before the reduction for other schemes). A NaN or Inf on any rank then raises
     :class:`~gradzip.errors.NonFiniteInputError` on every rank (``on_nonfinite="raise"``) or,
     with ``"skip"``, skips the whole step on every rank: state restored, every bucket of the step
     zero-filled (the futures complete only when the step ends, so DDP copies the zeros),
@@ -249,26 +252,43 @@ class GradzipHookState:
 
     def _reduce(self, job: BucketJob) -> None:
         assert job.layout is not None
-        if not self._agree_all_finite(job):
+        mean = self._residuals.reduce(
+            self.scheme,
+            self.transport,
+            job.buffer.detach(),
+            job.layout,
+            lambda flat, tensor_index: self._reduce_flat(flat, tensor_index, job.position),
+        )
+        if mean is None:  # some rank's bucket is not finite and on_nonfinite="skip"
             self._restore()
             self._skipping = True
             self.skipped_steps += 1
             return
-        mean = self._residuals.reduce(
-            self.scheme, self.transport, job.buffer.detach(), self.step, job.layout
-        )
-        job.buffer.copy_(mean)  # into the bucket's buffer: its device and dtype
+        if (mean.dtype, mean.device) == (job.buffer.dtype, job.buffer.device):
+            # [CHOICE] the future hands DDP the mean itself: DDP copies a hook's result into the
+            # parameters' gradients anyway, so copying it into the bucket first is a second pass
+            job.result = mean.reshape(job.buffer.shape)
+        else:
+            job.buffer.copy_(mean)  # into the bucket's buffer: its device and dtype
 
-    def _agree_all_finite(self, job: BucketJob) -> bool:
-        return agree_all_finite(
+    def _reduce_flat(
+        self, flat: torch.Tensor, tensor_index: int, position: int
+    ) -> torch.Tensor | None:
+        """The bucket's mean once every rank agreed it is finite, the agreement riding on the
+        reduction's first message (:func:`~gradzip.stepping.reduce_all_finite`): for the
+        allgather scheme no byte, no round and no scan of its own."""
+        means = reduce_all_finite(
             self.transport,
-            [job.buffer],
+            self.scheme,
+            [flat],
+            [tensor_index],
             self.step,
             self.on_nonfinite,
-            f", DDP bucket {job.position}",
+            f", DDP bucket {position}",
             ". DDP will refuse the next forward pass of this wrapper: wrap the module again and "
             "register this hook state on it, or resume from a checkpoint",
         )
+        return None if means is None else means[0]
 
     # -- worker thread: step bookkeeping --------------------------------------------------------
     def _begin_step(self) -> None:
@@ -298,7 +318,7 @@ class GradzipHookState:
         for job in jobs:
             job.failure = failure
             if failure is None:
-                job.future.set_result(job.buffer)
+                job.future.set_result(job.buffer if self._skipping else job.result)
             else:
                 error = failure if isinstance(failure, Exception) else GradzipError(repr(failure))
                 job.future.set_exception(error)  # type: ignore[arg-type]  # torch annotates T
