@@ -228,7 +228,9 @@ class DQSG(Compressor, CommonGrid):
         """A bound on every computed ``|g_hat|`` of these scales (:func:`rounded_bound`)."""
         return rounded_bound(float(scales.max()) * (1 + 0.5 / self.M))
 
-    def _affine_args(self, scales: torch.Tensor, bs: int, header: Header) -> tuple[Any, ...]:
+    def _affine_args(
+        self, scales: torch.Tensor, bs: int, header: Header
+    ) -> tuple[int, torch.Tensor, int, float, float, bool, int, int, bool, str]:
         """The arguments of :func:`fused_decode_affine` after the element count."""
         return (
             self.alphabet,

@@ -200,6 +200,8 @@ class HalfDither(Compressor):
     def _reach(self, scales: torch.Tensor) -> float:
         return rounded_bound(float(scales.max()) * self.half_range / self.M)
 
-    def _affine_args(self, scales: torch.Tensor) -> tuple[Any, ...]:
+    def _affine_args(
+        self, scales: torch.Tensor
+    ) -> tuple[torch.Tensor, int, float, float, bool, int, int, bool]:
         bs = self._bucket_size
         return (scales, bs, float(self.M), float(-self.half_range), False, 0, LOCAL_UNIFORM, False)
