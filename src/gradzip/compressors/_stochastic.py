@@ -30,6 +30,7 @@ import torch
 from gradzip.accounting import Encoded
 from gradzip.codecs.symbols import check_packing, pack_symbols, symbol_bits, unpack_symbols
 from gradzip.compressors._bucket_math import per_row, segments
+from gradzip.compressors._decode_guards import check_finite_output
 from gradzip.compressors._grid import CommonGrid
 from gradzip.compressors.base import Body, Compressor, body_tensor
 from gradzip.compressors.common import (
@@ -212,6 +213,27 @@ def symbols_to_values(
     return out
 
 
+def finite_by_bound(values: torch.Tensor, mults: torch.Tensor, s: int, what: str) -> torch.Tensor:
+    """``values`` (``f32(k) * mult`` with ``|k| <= s`` and finite float32 ``mult >= 0``) after
+    making sure they are finite, which :attr:`Compressor.checks_finite_output` promises.
+
+    Proof: ``f32(k)`` is exact (``|k| <= s < 2**24``) and ``s * max(mult)``, computed in float64,
+    is exact (24-bit by 24-bit mantissas); when it is at most the largest float32, every exact
+    product ``|k| * mult`` is too, and rounding to nearest never takes a value at most the
+    largest float32 to infinity. So the output is finite without looking at it; only where that
+    O(#buckets) bound fails (scales within a factor ``s`` of float32's limit) is the output
+    scanned.
+    """
+    if mults.numel() and not float(mults.max()) * s <= FLOAT32_MAX:
+        check_finite_output(what, values)
+    return values
+
+
+def finite_values_bound(mults: torch.Tensor, s: int) -> bool:
+    """Whether :func:`finite_by_bound`'s O(#buckets) bound proves every value finite."""
+    return not mults.numel() or float(mults.max()) * s <= FLOAT32_MAX
+
+
 def fit_dtype_(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Clamp decoded float32 values to the finite range of the tensor's own (narrower) dtype.
 
@@ -247,6 +269,7 @@ class ScaledStochastic(Compressor, CommonGrid):
     """
 
     computes_on_device = True
+    checks_finite_output = True  # see finite_by_bound
 
     s: int
     packing: str
@@ -316,17 +339,43 @@ class ScaledStochastic(Compressor, CommonGrid):
     def _decode_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None
     ) -> torch.Tensor:
-        n = header.numel
+        """``f32(symbol - s) * mult`` per bucket, finite by :func:`finite_by_bound`."""
+        mults, rest = self._decode_mults(body, header.numel)
+        values = symmetric_values(
+            body_tensor(rest), header.numel, mults, self.s, self._bucket, self.packing, self.name
+        )
+        return fit_dtype_(finite_by_bound(values, mults, self.s, self.name), header.dtype)
+
+    def _decode_mults(self, body: memoryview, n: int) -> tuple[torch.Tensor, memoryview]:
+        """The checked float32 multipliers of the buckets and the rest of the body."""
         scales, rest = read_scales(body, num_buckets(n, self._bucket))
         check_scales(scales, self.name)
         _, mults = safe_steps(scales, self.s)
         factor = self._decode_factor(n)
         if factor != 1.0:
             mults = (mults.to(torch.float64) * factor).to(torch.float32)
-        values = symmetric_values(
-            body_tensor(rest), n, mults, self.s, self._bucket, self.packing, self.name
+        return mults, rest
+
+    def _decode_add_flat(
+        self, body: memoryview, header: Header, side: torch.Tensor | None, out: torch.Tensor
+    ) -> bool:
+        """The fixed-packing symbols added into ``out`` in the decoding pass itself
+        (:func:`gradzip.kernels.stochastic.fused_symmetric_decode` with ``out``: alphabet
+        checked first, then ``out + f32(symbol - s) * mult``), when the values are provably
+        finite; other packings and codings (QSGD's Elias records), torch operations and
+        scales near float32's limit decode and add."""
+        if self.packing != "fixed" or getattr(self, "coding", "symbols") != "symbols":
+            return False
+        if use_torch_ops():
+            return False
+        mults, rest = self._decode_mults(body, header.numel)
+        if not finite_values_bound(mults, self.s):
+            return False
+        bits = symbol_bits(2 * self.s + 1)
+        fused_symmetric_decode(
+            body_tensor(rest), header.numel, bits, mults, self._bucket, self.s, self.name, out
         )
-        return fit_dtype_(values, header.dtype)
+        return True
 
     def expected_body_bits(self, x: torch.Tensor) -> int | None:
         return scaled_symbols_bits(x.numel(), self._bucket, self.alphabet, self.packing)

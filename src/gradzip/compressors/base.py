@@ -265,24 +265,8 @@ class Compressor(ABC):
         """
         if len(payload) == 0:
             return self._decode_empty(shape, dtype, device)
-        header, body = parse_payload(payload)
-        self._check_header(header, expected_key, shape, dtype)
-        if self.needs_side_information:
-            if side is None:
-                raise ValueError(f"{self.name} decoding needs side information (side=...)")
-            if side.numel() != header.numel:
-                raise PayloadMismatchError(
-                    f"side information has {side.numel()} elements; the payload has {header.numel}"
-                )
-            side = side.detach().reshape(-1).to(torch.float32).cpu()
-        self._check_body_size(header, body, len(payload), vouched=shape is not None)
-        with allocation_guard(self.name, header.shape):
-            flat = self._decode_flat(body, header, side)
-            out = flat.reshape(header.shape).to(header.dtype)
-        # encoders refuse non-finite input, so a non-finite output is a corrupt body (spec 0.3)
-        # a codec's own check covers its float32 output; a cast to a 16-bit dtype can overflow
-        if not self.checks_finite_output or out.element_size() < 4:
-            check_finite_output(self.name, out)
+        header, body, side = self._parsed(payload, expected_key, shape, dtype, side)
+        out = self._decoded(header, body, side)
         return out if device is None else out.to(device)
 
     def decode_add_(
@@ -297,20 +281,70 @@ class Compressor(ABC):
         """``out += decode(payload, shape=out.shape, ...)``, in place; returns ``out``.
 
         The sum is bitwise that of adding the dense decoded tensor (of the payload's dtype)
-        to ``out``. This default does exactly that; sparse codecs override it to add only their
-        kept values (a decoded zero added to ``out`` changes no bit of it: ``out + 0.0`` is
-        ``out`` unless ``out`` is ``-0.0``, and a sum started from ``+0.0`` never is). A corrupt
-        payload raises before ``out`` is touched.
+        to ``out``. A corrupt payload raises before ``out`` is touched. Codecs whose
+        :meth:`_decode_add_flat` adds straight into a float32 ``out`` (one pass, no dense
+        temporary) do so; otherwise the payload is decoded and added. Sparse codecs override
+        this to add only their kept values (a decoded zero added to ``out`` changes no bit of
+        it: ``out + 0.0`` is ``out`` unless ``out`` is ``-0.0``).
         """
-        decoded = self.decode(
-            payload,
-            expected_key=expected_key,
-            shape=out.shape,
-            dtype=dtype,
-            side=side,
-            device=out.device,
-        )
-        return out.add_(decoded)
+        if len(payload) == 0:
+            return out.add_(self._decode_empty(out.shape, dtype, out.device))
+        header, body, side = self._parsed(payload, expected_key, out.shape, dtype, side)
+        if (
+            header.dtype == torch.float32
+            and out.dtype == torch.float32
+            and out.device.type == "cpu"
+            and out.is_contiguous()
+        ):
+            with allocation_guard(self.name, header.shape):
+                if self._decode_add_flat(body, header, side, out.view(-1)):
+                    return out
+        return out.add_(self._decoded(header, body, side).to(out.device))
+
+    def _decode_add_flat(
+        self, body: memoryview, header: Header, side: torch.Tensor | None, out: torch.Tensor
+    ) -> bool:
+        """Add the decoded values into ``out`` (1-D float32, CPU, ``header.numel`` elements)
+        and return True, or return False without touching ``out`` (the caller then decodes and
+        adds). An override must give the bits of ``out + decoded`` (the value computed as
+        ``_decode_flat`` does, then one float32 add), must validate the whole body before it
+        writes, and must add finite values only (what :meth:`decode` checks). Default: False.
+        """
+        return False
+
+    def _parsed(
+        self,
+        payload: bytes | bytearray | memoryview,
+        expected_key: StreamKey | None,
+        shape: Sequence[int] | None,
+        dtype: torch.dtype | None,
+        side: torch.Tensor | None,
+    ) -> tuple[Header, memoryview, torch.Tensor | None]:
+        """Parse a non-empty payload and run every check made before anything is allocated;
+        returns the header, the body and the side information as a flat float32 CPU tensor."""
+        header, body = parse_payload(payload)
+        self._check_header(header, expected_key, shape, dtype)
+        if self.needs_side_information:
+            if side is None:
+                raise ValueError(f"{self.name} decoding needs side information (side=...)")
+            if side.numel() != header.numel:
+                raise PayloadMismatchError(
+                    f"side information has {side.numel()} elements; the payload has {header.numel}"
+                )
+            side = side.detach().reshape(-1).to(torch.float32).cpu()
+        self._check_body_size(header, body, len(payload), vouched=shape is not None)
+        return header, body, side
+
+    def _decoded(self, header: Header, body: memoryview, side: torch.Tensor | None) -> torch.Tensor:
+        """The decoded CPU tensor of a parsed payload, checked finite."""
+        with allocation_guard(self.name, header.shape):
+            flat = self._decode_flat(body, header, side)
+            out = flat.reshape(header.shape).to(header.dtype)
+        # encoders refuse non-finite input, so a non-finite output is a corrupt body (spec 0.3)
+        # a codec's own check covers its float32 output; a cast to a 16-bit dtype can overflow
+        if not self.checks_finite_output or out.element_size() < 4:
+            check_finite_output(self.name, out)
+        return out
 
     def round_trip(
         self,

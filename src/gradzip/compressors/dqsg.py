@@ -32,6 +32,25 @@ from gradzip.keys import StreamKey
 from gradzip.payload import Header
 from gradzip.rng import derive_seed, shared_uniform
 
+#: the largest finite float32
+FLOAT32_LIMIT = float(torch.finfo(torch.float32).max)
+
+
+def rounded_bound(exact: float) -> float:
+    """``exact`` (a bound on the exact value of a decoded ``|g_hat|``) widened to bound the
+    computed float32 value too, so that ``rounded_bound(...) < FLOAT32_LIMIT`` proves the
+    output finite (:attr:`~gradzip.compressors.base.Compressor.checks_finite_output`).
+
+    The dithered decoders compute ``((symbol - base) + c) * step`` with ``step = f32(sigma /
+    divisor)``: four roundings (the difference, the sum, the step, the product), each within a
+    relative ``2**-24`` of its operands' magnitude; the difference's error, ``<= 2**-24 * (2M +
+    2)``, is at most ``2**-22`` of the ``M + 1/2`` the sum may reach, so the computed value is
+    within ``(1 + 2**-22)(1 + 2**-24)**3 < 1 + 2**-20`` of the exact bound (float64 steps are
+    closer still). A value below the largest float32 never rounds to infinity.
+    """
+    return exact * (1.0 + 2.0**-20)
+
+
 # float32 index arithmetic is exact enough (error <= (2M+1) * 2**-24 grid units, then clamped,
 # spec 0.3) while the symbols fit in a byte; larger alphabets use float64
 _FLOAT32_MAX_LEVEL = 127
@@ -82,6 +101,9 @@ class DQSG(Compressor, CommonGrid):
     """
 
     computes_on_device = True
+    #: finite checked scales, symbols checked in range, ``|g_hat| <= 1.5*sigma`` then the
+    #: clamp to the dtype: see :func:`rounded_bound`
+    checks_finite_output = True
 
     name = "dqsg"
     codec_id = 10
@@ -169,31 +191,59 @@ class DQSG(Compressor, CommonGrid):
     def _decode_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None
     ) -> torch.Tensor:
+        """``g_hat = ((symbol - (1 + u01)) + (3/2 - M)) * f32(sigma/M)``, finite: see
+        :func:`rounded_bound`."""
         n = header.numel
         bs = self.bucket_size_for(n)
         scales, rest = read_scales(body, num_buckets(n, bs))
         check_scales(scales, self.name)
         if self.packing == "fixed" and not use_torch_ops():
-            out = fused_decode_affine(
-                body_tensor(rest),
-                n,
-                self.alphabet,
-                scales,
-                bs,
-                float(self.M),
-                1.5 - self.M,
-                True,
-                derive_seed(header.key, domain="shared"),
-                SHARED_UNIFORM,
-                self.M > _FLOAT32_MAX_LEVEL,
-                self.name,
-            )
+            out = fused_decode_affine(body_tensor(rest), n, *self._affine_args(scales, bs, header))
         else:
             symbols = device_unpacked(body_tensor(rest), n, self.alphabet, self.packing)
             check_symbols(symbols, self.alphabet, self.name)
             out = dither_reconstruct(symbols, scales, bs, self.M, header.key)
-        clamp_to_dtype_(out, header.dtype, float(scales.max()) * (1 + 0.5 / self.M))
+        clamp_to_dtype_(out, header.dtype, self._reach(scales))
         return out
+
+    def _decode_add_flat(
+        self, body: memoryview, header: Header, side: torch.Tensor | None, out: torch.Tensor
+    ) -> bool:
+        """Fixed packing on the CPU: the decoded values added into ``out`` in the decoding pass
+        (:func:`gradzip.kernels.dithered.fused_decode_affine` with ``out``: alphabet checked
+        first, then ``out + v``); where the values may need the clamp (scales near float32's
+        limit), or on other packings and devices, decode and add."""
+        if self.packing != "fixed" or use_torch_ops():
+            return False
+        n = header.numel
+        bs = self.bucket_size_for(n)
+        scales, rest = read_scales(body, num_buckets(n, bs))
+        check_scales(scales, self.name)
+        if not self._reach(scales) < FLOAT32_LIMIT:
+            return False
+        fused_decode_affine(body_tensor(rest), n, *self._affine_args(scales, bs, header), out=out)
+        return True
+
+    def _reach(self, scales: torch.Tensor) -> float:
+        """A bound on every computed ``|g_hat|`` of these scales (:func:`rounded_bound`)."""
+        return rounded_bound(float(scales.max()) * (1 + 0.5 / self.M))
+
+    def _affine_args(
+        self, scales: torch.Tensor, bs: int, header: Header
+    ) -> tuple[int, torch.Tensor, int, float, float, bool, int, int, bool, str]:
+        """The arguments of :func:`fused_decode_affine` after the element count."""
+        return (
+            self.alphabet,
+            scales,
+            bs,
+            float(self.M),
+            1.5 - self.M,
+            True,
+            derive_seed(header.key, domain="shared"),
+            SHARED_UNIFORM,
+            self.M > _FLOAT32_MAX_LEVEL,
+            self.name,
+        )
 
     # -- common grid (integer-sum schemes, see gradzip.compressors._grid) ----------------------
     def grid_levels(self) -> int:

@@ -22,6 +22,7 @@ from gradzip.compressors.common import (
     scaled_symbols_body,
     scaled_symbols_floor_bits,
 )
+from gradzip.compressors.dqsg import FLOAT32_LIMIT, rounded_bound
 from gradzip.compressors.registry import register
 from gradzip.kernels.backend import use_torch_ops
 from gradzip.kernels.dithered import fused_decode_affine, fused_encode
@@ -73,6 +74,7 @@ class HalfDither(Compressor):
     """
 
     computes_on_device = True
+    checks_finite_output = True  # see _decode_flat
 
     name = "half_dither"
     codec_id = 11
@@ -161,16 +163,45 @@ class HalfDither(Compressor):
     def _decode_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None
     ) -> torch.Tensor:
-        """``g_hat = (symbol + (-(M + h))) * f32(sigma/M)`` in float32; zero buckets give +0.0."""
+        """``g_hat = (symbol + (-(M + h))) * f32(sigma/M)`` in float32; zero buckets give +0.0.
+        Finite: ``|symbol - (M + h)| <= M + h`` exactly (small integers), so ``|g_hat|`` stays
+        within :func:`~gradzip.compressors.dqsg.rounded_bound` of ``sigma*(M + h)/M``, and the
+        clamp to the dtype acts where that bound reaches float32's limit."""
         n, bs = header.numel, self._bucket_size
         scales, rest = read_scales(body, num_buckets(n, bs))
         check_scales(scales, self.name)
-        args = (scales, bs, float(self.M), float(-self.half_range), False, 0, LOCAL_UNIFORM, False)
+        args = self._affine_args(scales)
         if self.packing == "fixed" and not use_torch_ops():
             out = fused_decode_affine(body_tensor(rest), n, self.alphabet, *args, self.name)
         else:
             symbols = device_unpacked(body_tensor(rest), n, self.alphabet, self.packing)
             check_symbols(symbols, self.alphabet, self.name)
             out = decode_affine_torch(symbols, *args)
-        clamp_to_dtype_(out, header.dtype, float(scales.max()) * self.half_range / self.M)
+        clamp_to_dtype_(out, header.dtype, self._reach(scales))
         return out
+
+    def _decode_add_flat(
+        self, body: memoryview, header: Header, side: torch.Tensor | None, out: torch.Tensor
+    ) -> bool:
+        """Fixed packing on the CPU: ``out + g_hat`` in the decoding pass (alphabet checked
+        first, see :func:`gradzip.kernels.dithered.fused_decode_affine`); otherwise, or where
+        the clamp may act, decode and add."""
+        if self.packing != "fixed" or use_torch_ops():
+            return False
+        n, bs = header.numel, self._bucket_size
+        scales, rest = read_scales(body, num_buckets(n, bs))
+        check_scales(scales, self.name)
+        if not self._reach(scales) < FLOAT32_LIMIT:
+            return False
+        args = self._affine_args(scales)
+        fused_decode_affine(body_tensor(rest), n, self.alphabet, *args, self.name, out=out)
+        return True
+
+    def _reach(self, scales: torch.Tensor) -> float:
+        return rounded_bound(float(scales.max()) * self.half_range / self.M)
+
+    def _affine_args(
+        self, scales: torch.Tensor
+    ) -> tuple[torch.Tensor, int, float, float, bool, int, int, bool]:
+        bs = self._bucket_size
+        return (scales, bs, float(self.M), float(-self.half_range), False, 0, LOCAL_UNIFORM, False)

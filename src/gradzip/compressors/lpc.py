@@ -7,9 +7,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from gradzip.codecs.symbols import check_packing, packed_symbol_bits
+from gradzip.codecs.symbols import check_packing, packed_symbol_bits, symbol_bits
 from gradzip.compressors._grid import CommonGrid
 from gradzip.compressors._stochastic import (
+    finite_by_bound,
+    finite_values_bound,
     fit_dtype_,
     stochastic_symbols,
     symmetric_body,
@@ -18,6 +20,8 @@ from gradzip.compressors._stochastic import (
 from gradzip.compressors.base import Body, Compressor, body_tensor
 from gradzip.compressors.common import check_scales, read_scales, symbols_floor_bits
 from gradzip.compressors.registry import register
+from gradzip.kernels.backend import use_torch_ops
+from gradzip.kernels.stochastic import fused_symmetric_decode
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
 
@@ -62,6 +66,7 @@ class LPC(Compressor, CommonGrid):
 
     name = "lpc"
     codec_id = 16
+    checks_finite_output = True  # see gradzip.compressors._stochastic.finite_by_bound
     example_params: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, b: int = 4, theta: float = 1.0, packing: str = "fixed") -> None:
@@ -118,7 +123,24 @@ class LPC(Compressor, CommonGrid):
         values = symmetric_values(
             body_tensor(rest), header.numel, delta, self.s, 0, self.packing, self.name
         )
-        return fit_dtype_(values, header.dtype)
+        return fit_dtype_(finite_by_bound(values, delta, self.s, self.name), header.dtype)
+
+    def _decode_add_flat(
+        self, body: memoryview, header: Header, side: torch.Tensor | None, out: torch.Tensor
+    ) -> bool:
+        """Fixed packing: ``out + f32(symbol - s) * delta`` in the decoding pass (alphabet
+        checked first), where :func:`finite_values_bound` proves the values finite."""
+        if self.packing != "fixed" or use_torch_ops():
+            return False
+        delta, rest = read_scales(body, 1)
+        check_scales(delta, f"{self.name} delta")
+        if not finite_values_bound(delta, self.s):
+            return False
+        bits = symbol_bits(2 * self.s + 1)
+        fused_symmetric_decode(
+            body_tensor(rest), header.numel, bits, delta, 0, self.s, self.name, out
+        )
+        return True
 
     # -- common grid (integer-sum schemes: LPC schemes (b) and (c), spec 3.3) -----------------
     def grid_levels(self) -> int:

@@ -11,6 +11,7 @@ from gradzip.codecs import elias
 from gradzip.compressors._stochastic import (
     FLOAT32_MAX,
     ScaledStochastic,
+    finite_by_bound,
     fit_dtype_,
     safe_steps,
     stochastic_symbols,
@@ -162,7 +163,8 @@ class QSGD(ScaledStochastic):
         symbols = torch.full((n,), self.s, dtype=symbol_dtype(self.s))
         symbols[idx] = (torch.where(neg.bool(), -levels, levels) + self.s).to(symbols.dtype)
         _, mults = safe_steps(scales, self.s)
-        return fit_dtype_(symbols_to_values(symbols, mults, self.s, self._bucket), header.dtype)
+        values = symbols_to_values(symbols, mults, self.s, self._bucket)
+        return fit_dtype_(finite_by_bound(values, mults, self.s, self.name), header.dtype)
 
     def expected_body_bits(self, x: torch.Tensor) -> int | None:
         if self.coding == "elias":

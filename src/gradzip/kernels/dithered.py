@@ -25,6 +25,8 @@ constant ``c``:
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 from numba import njit, prange
@@ -173,16 +175,17 @@ def encode_tiles(  # type: ignore[no-untyped-def]
 
 
 @njit(inline="always", nogil=True, cache=True)
-def _affine_slices(sym, ones, lo, hi, scales, bucket_size, divisor, c, dithered, wide, out):  # type: ignore[no-untyped-def]
-    """Reconstruct ``out[lo:hi]`` from the tile's symbols ``sym`` and dither ``ones``, one
-    branch-free loop per bucket slice (the branches are taken once per slice)."""
+def _affine_slices(sym, ones, lo, hi, scales, bucket_size, divisor, c, dithered, wide, out, base):  # type: ignore[no-untyped-def]
+    """Reconstruct elements ``lo:hi`` into ``out[lo - base:hi - base]`` from the tile's symbols
+    ``sym`` and dither ``ones``, one branch-free loop per bucket slice (the branches are taken
+    once per slice)."""
     c32 = np.float32(c)
     s = lo
     while s < hi:
         b = 0 if bucket_size == 0 else s // bucket_size
         e = hi if bucket_size == 0 else min(hi, (b + 1) * bucket_size)
         sigma = scales[b]
-        dst = out[s:e]
+        dst = out[s - base : e - base]
         q = sym[s - lo : e - lo]
         if sigma == 0:
             for r in range(e - s):
@@ -216,7 +219,21 @@ def _affine_slices(sym, ones, lo, hi, scales, bucket_size, divisor, c, dithered,
 
 @njit(nogil=True, cache=True, parallel=True)
 def decode_affine_tiles(  # type: ignore[no-untyped-def]
-    packed, bits, scales, bucket_size, unit, divisor, c, dithered, k0, k1, stream, wide, out, tops
+    packed,
+    bits,
+    scales,
+    bucket_size,
+    unit,
+    divisor,
+    c,
+    dithered,
+    k0,
+    k1,
+    stream,
+    wide,
+    out,
+    tops,
+    accumulate,
 ):
     """DQSG and half-dither decoding: ``v = ((s - base) + c) * (sigma / divisor)`` per element,
     ``base`` the regenerated ``1 + u`` (``dithered``) or none; float32, or float64 when
@@ -224,7 +241,9 @@ def decode_affine_tiles(  # type: ignore[no-untyped-def]
 
     Per tile: unpack into a ``uint8`` scratch buffer (a ``uint32`` one beyond 8 bits), draw the
     dither into an L1-sized scratch buffer with :func:`fill_stream`, then one vectorizable loop
-    per bucket slice."""
+    per bucket slice. With ``accumulate`` the tile's values go to an L1-sized float32 buffer
+    and are then added to ``out`` (``out[i] = out[i] + v``, one float32 add): the same bits as
+    decoding and then adding, without a dense temporary."""
     n = out.size
     tiles = (n + unit - 1) // unit
     for t in prange(tiles):
@@ -235,23 +254,84 @@ def decode_affine_tiles(  # type: ignore[no-untyped-def]
         if dithered:
             fill_stream(k0, k1, stream, lo, words, _FLOAT_SHIFT, _ONE_BITS)
         ones = words.view(np.float32)
+        dst = np.empty(m, dtype=np.float32) if accumulate else out
+        base = lo if accumulate else 0
         if bits <= 8:
             sym8 = np.empty(m, dtype=np.uint8)
             tops[t] = unpack_tile_narrow(packed, lo, m, bits, sym8)
-            _affine_slices(sym8, ones, lo, hi, scales, bucket_size, divisor, c, dithered, wide, out)
+            _affine_slices(
+                sym8, ones, lo, hi, scales, bucket_size, divisor, c, dithered, wide, dst, base
+            )
         else:
             sym32 = np.empty(m, dtype=np.uint32)
             tops[t] = unpack_tile(packed, lo, m, bits, sym32)
             _affine_slices(
-                sym32, ones, lo, hi, scales, bucket_size, divisor, c, dithered, wide, out
+                sym32, ones, lo, hi, scales, bucket_size, divisor, c, dithered, wide, dst, base
             )
+        if accumulate:
+            _add_tile(out, lo, dst)
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _add_tile(out, lo, values):  # type: ignore[no-untyped-def]
+    """``out[lo:lo + len(values)] += values``, one float32 add per element."""
+    dst = out[lo : lo + values.size]
+    for r in range(values.size):
+        dst[r] = dst[r] + values[r]
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def symbol_tops(packed, bits, n, unit, tops):  # type: ignore[no-untyped-def]
+    """``tops[t]``: the largest of the ``n`` packed ``bits``-bit symbols in tile ``t`` (tiles of
+    ``unit`` elements, a multiple of 8): the alphabet check made before anything is written."""
+    tiles = (n + unit - 1) // unit
+    for t in prange(tiles):
+        lo = t * unit
+        m = min(n, lo + unit) - lo
+        if bits <= 8:
+            sym8 = np.empty(m, dtype=np.uint8)
+            tops[t] = unpack_tile_narrow(packed, lo, m, bits, sym8)
+        else:
+            sym32 = np.empty(m, dtype=np.uint32)
+            tops[t] = unpack_tile(packed, lo, m, bits, sym32)
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def bad_byte_counts(packed, bad, chunk, counts):  # type: ignore[no-untyped-def]
+    """``counts[t]``: how many bytes of chunk ``t`` (``chunk`` bytes each) hold a symbol outside
+    the alphabet, ``bad[byte]`` being 1 for those bytes (widths dividing 8: no symbol spans two
+    bytes, and zero padding symbols are valid)."""
+    size = packed.size
+    chunks = (size + chunk - 1) // chunk
+    for t in prange(chunks):
+        lo = t * chunk
+        hi = min(size, lo + chunk)
+        total = 0
+        for i in range(lo, hi):
+            total += bad[packed[i]]
+        counts[t] = total
+
+
+@njit(nogil=True, cache=True)
+def ternary_code_flag(words):  # type: ignore[no-untyped-def]
+    """2-bit symbols of a 3-symbol alphabet, read as 64-bit words: non-zero where a word holds
+    the code 3 (both bits of a pair set), an OR of ``w & (w >> 1)`` over the words masked to the
+    pairs' low bits. An integer reduction LLVM vectorizes: one thread reads the quarter byte
+    per element at memory speed, and waking other threads would cost more."""
+    one = np.uint64(1)
+    acc = np.uint64(0)
+    for i in range(words.size):
+        w = words[i]
+        acc |= w & (w >> one)
+    return acc & np.uint64(0x5555555555555555)
 
 
 @njit(inline="always", nogil=True, cache=True)
 def _nested_slices(  # type: ignore[no-untyped-def]
-    sym, ones, lo, hi, scales, bucket_size, numer, step_factor, k, K0, ymax, y, out
+    sym, ones, lo, hi, scales, bucket_size, numer, step_factor, k, K0, ymax, y, out, base
 ):
-    """NDQSG reconstruction of ``out[lo:hi]``, one branch-free loop per bucket slice."""
+    """NDQSG reconstruction of elements ``lo:hi`` into ``out[lo - base:hi - base]``, one
+    branch-free loop per bucket slice."""
     inv_k = 1.0 / k
     shift = K0 / k + 0.5
     inv_k32 = np.float32(inv_k)
@@ -264,7 +344,7 @@ def _nested_slices(  # type: ignore[no-untyped-def]
         e = hi if bucket_size == 0 else min(hi, (b + 1) * bucket_size)
         sigma = np.float64(scales[b])
         f = numer / sigma if sigma > 0 else 0.0
-        dst = out[s:e]
+        dst = out[s - base : e - base]
         q = sym[s - lo : e - lo]
         d = ones[s - lo : e - lo]
         ys = y[s:e]
@@ -313,12 +393,14 @@ def decode_nested_tiles(  # type: ignore[no-untyped-def]
     y,
     out,
     tops,
+    accumulate,
 ):
     """NDQSG decoding with side information ``y`` (see :mod:`gradzip.kernels.dithered_torch`
     for the formula): per element, with ``f = numer/sigma``, ``w = (s - (1 + u)) + y*(-f)``,
     ``m = floor(w*(1/k) + (K0/k + 1/2))``, ``g = ((w - m*k) + K0) * step + y``, ``step =
     sigma*step_factor``; float32 where ``k <= 256``, ``f`` fits float32 and ``f*ymax < 1e30``,
-    else float64 (per bucket). Zero buckets give +0.0. Tiles as in :func:`decode_affine_tiles`."""
+    else float64 (per bucket). Zero buckets give +0.0. Tiles and ``accumulate`` as in
+    :func:`decode_affine_tiles`."""
     n = out.size
     tiles = (n + unit - 1) // unit
     for t in prange(tiles):
@@ -328,18 +410,48 @@ def decode_nested_tiles(  # type: ignore[no-untyped-def]
         words = np.empty(m, dtype=np.uint32)
         fill_stream(k0, k1, stream, lo, words, _FLOAT_SHIFT, _ONE_BITS)
         ones = words.view(np.float32)
+        dst = np.empty(m, dtype=np.float32) if accumulate else out
+        base = lo if accumulate else 0
         if bits <= 8:
             sym8 = np.empty(m, dtype=np.uint8)
             tops[t] = unpack_tile_narrow(packed, lo, m, bits, sym8)
             _nested_slices(
-                sym8, ones, lo, hi, scales, bucket_size, numer, step_factor, k, K0, ymax, y, out
+                sym8,
+                ones,
+                lo,
+                hi,
+                scales,
+                bucket_size,
+                numer,
+                step_factor,
+                k,
+                K0,
+                ymax,
+                y,
+                dst,
+                base,
             )
         else:
             sym32 = np.empty(m, dtype=np.uint32)
             tops[t] = unpack_tile(packed, lo, m, bits, sym32)
             _nested_slices(
-                sym32, ones, lo, hi, scales, bucket_size, numer, step_factor, k, K0, ymax, y, out
+                sym32,
+                ones,
+                lo,
+                hi,
+                scales,
+                bucket_size,
+                numer,
+                step_factor,
+                k,
+                K0,
+                ymax,
+                y,
+                dst,
+                base,
             )
+        if accumulate:
+            _add_tile(out, lo, dst)
 
 
 # -- Python entry points ---------------------------------------------------------------------
@@ -404,6 +516,59 @@ def _checked_tops(tops: np.ndarray, alphabet: int, what: str) -> None:
         )
 
 
+_BAD_CHUNK = 1 << 16
+
+
+@functools.cache
+def _bad_bytes(bits: int, alphabet: int) -> np.ndarray:
+    """``bad[b]`` = 1 where byte ``b`` holds a ``bits``-bit symbol ``>= alphabet``."""
+    mask = (1 << bits) - 1
+    table = np.zeros(256, dtype=np.int64)
+    for b in range(256):
+        syms = [(b >> (j * bits)) & mask for j in range(8 // bits)]
+        table[b] = int(max(syms) >= alphabet)
+    return table
+
+
+def check_alphabet(raw: np.ndarray, n: int, bits: int, alphabet: int, unit: int, what: str) -> None:
+    """Raise :class:`CorruptPayloadError` if any of the ``n`` packed symbols is ``>= alphabet``,
+    reading only the packed bytes (the check a decoder that adds into a caller's tensor makes
+    before writing anything). Nothing to do where every ``bits``-bit code is a symbol; a
+    vectorized bit test for 2-bit ternary symbols; a byte table for other widths dividing 8 (one look-up per byte); else an unpacking pass per tile."""
+    if alphabet >= 1 << bits:
+        return
+    if bits == 2 and alphabet == 3:  # DQSG M=1, TernGrad, QSGD s=1: the common case
+        whole = raw.size // 8 * 8
+        tail = raw[whole:]
+        if ternary_code_flag(raw[:whole].view(np.uint64)) or (tail & (tail >> 1) & 0x55).any():
+            raise CorruptPayloadError(
+                f"{what} payload holds a symbol outside the alphabet [0, {alphabet})"
+            )
+        return
+    if 8 % bits == 0:
+        counts = np.zeros(-(-raw.size // _BAD_CHUNK), dtype=np.int64)
+        call_parallel(bad_byte_counts, raw, _bad_bytes(bits, alphabet), _BAD_CHUNK, counts)
+        if counts.any():
+            raise CorruptPayloadError(
+                f"{what} payload holds a symbol outside the alphabet [0, {alphabet})"
+            )
+        return
+    tops = np.zeros(-(-n // unit), dtype=np.uint64)
+    call_parallel(symbol_tops, raw, bits, n, unit, tops)
+    _checked_tops(tops, alphabet, what)
+
+
+def accumulator(out: torch.Tensor | None, n: int) -> np.ndarray:
+    """The float32 array a kernel writes: a fresh one, or ``out``'s memory to add into."""
+    if out is None:
+        return np.empty(n, dtype=np.float32)
+    if out.dtype != torch.float32 or out.device.type != "cpu" or not out.is_contiguous():
+        raise ValueError("a fused decode adds only into a contiguous float32 CPU tensor")
+    if out.numel() != n:
+        raise ValueError(f"cannot add {n} decoded values into a tensor of {out.numel()}")
+    return out.detach().view(-1).numpy()
+
+
 def fused_decode_affine(
     data: torch.Tensor,
     n: int,
@@ -417,17 +582,30 @@ def fused_decode_affine(
     stream: int,
     wide: bool,
     what: str,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Unpack, regenerate the dither and reconstruct in one parallel pass (DQSG, half dither)."""
+    """Unpack, regenerate the dither and reconstruct in one parallel pass (DQSG, half dither).
+
+    With ``out`` (contiguous float32, CPU), the values are added into it instead
+    (``out[i] + v_i``, the bits of decoding and then adding) and ``out`` is returned; the
+    symbols are checked against the alphabet first (:func:`check_alphabet`), so a corrupt
+    stream raises with ``out`` untouched. [CHOICE] A check pass over the packed bytes before
+    the single decoding pass, rather than decoding into a dense buffer and adding once the
+    stream is validated: the check reads ``bits/8`` bytes per element (nothing for full
+    alphabets), the buffer would cost a write and a read of 4.
+    """
     bits = symbol_bits(alphabet)
     check_packed(data, n, bits)
     bs = 0 if bucket_size == 0 or bucket_size >= n else bucket_size
     unit = tile_elements(bs, n)
-    out = np.empty(n, dtype=np.float32)
+    raw = data.contiguous().numpy()
+    target = accumulator(out, n)
+    if out is not None:
+        check_alphabet(raw, n, bits, alphabet, unit, what)
     tops = np.zeros(-(-n // unit), dtype=np.uint64)
     call_parallel(
         decode_affine_tiles,
-        data.contiguous().numpy(),
+        raw,
         bits,
         scales.contiguous().numpy(),
         bs,
@@ -439,11 +617,12 @@ def fused_decode_affine(
         seed >> 32,
         stream,
         wide,
-        out,
+        target,
         tops,
+        out is not None,
     )
     _checked_tops(tops, alphabet, what)
-    return torch.from_numpy(out)
+    return torch.from_numpy(target) if out is None else out
 
 
 def fused_decode_nested(
@@ -460,17 +639,22 @@ def fused_decode_nested(
     stream: int,
     y: torch.Tensor,
     what: str,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """NDQSG's unpack, dither and nested reconstruction in one parallel pass."""
+    """NDQSG's unpack, dither and nested reconstruction in one parallel pass; with ``out``,
+    added into it after the alphabet check, as in :func:`fused_decode_affine`."""
     bits = symbol_bits(k)
     check_packed(data, n, bits)
     bs = 0 if bucket_size == 0 or bucket_size >= n else bucket_size
     unit = tile_elements(bs, n)
-    out = np.empty(n, dtype=np.float32)
+    raw = data.contiguous().numpy()
+    target = accumulator(out, n)
+    if out is not None:
+        check_alphabet(raw, n, bits, k, unit, what)
     tops = np.zeros(-(-n // unit), dtype=np.uint64)
     call_parallel(
         decode_nested_tiles,
-        data.contiguous().numpy(),
+        raw,
         bits,
         scales.contiguous().numpy(),
         bs,
@@ -484,8 +668,9 @@ def fused_decode_nested(
         seed >> 32,
         stream,
         y.to(torch.float32).contiguous().numpy(),
-        out,
+        target,
         tops,
+        out is not None,
     )
     _checked_tops(tops, k, what)
-    return torch.from_numpy(out)
+    return torch.from_numpy(target) if out is None else out

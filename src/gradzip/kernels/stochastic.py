@@ -43,6 +43,7 @@ from numba import njit, prange
 from gradzip.codecs.bitpack import packed_bytes
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.kernels._threads import call_parallel
+from gradzip.kernels.dithered import accumulator, check_alphabet
 from gradzip.kernels.philox import LOCAL_UNIFORM, fill_stream
 
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -275,9 +276,10 @@ def encode_symmetric(  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def decode_symmetric(packed, bits, mults, bucket_size, unit, s, out, tops):  # type: ignore[no-untyped-def]
-    """``f32(symbol - s) * mults[bucket]`` of the unpacked symbols into ``out``; ``tops[t]`` is
-    the largest symbol of tile ``t`` (the caller checks the alphabet)."""
+def decode_symmetric(packed, bits, mults, bucket_size, unit, s, out, tops, accumulate):  # type: ignore[no-untyped-def]
+    """``f32(symbol - s) * mults[bucket]`` of the unpacked symbols into ``out``, or added to it
+    (``out[i] + v``, one float32 add) when ``accumulate``; ``tops[t]`` is the largest symbol of
+    tile ``t`` (the caller checks the alphabet, before the call when it accumulates)."""
     n = out.size
     tiles = (n + unit - 1) // unit
     s32 = np.float32(s)  # symbol and s are exact in float32 (below 2**24), so is their difference
@@ -294,8 +296,12 @@ def decode_symmetric(packed, bits, mults, bucket_size, unit, s, out, tops):  # t
             mult = mults[b]
             src = sym[a - lo : e - lo]
             dst = out[a:e]
-            for j in range(e - a):
-                dst[j] = (np.float32(src[j]) - s32) * mult
+            if accumulate:
+                for j in range(e - a):
+                    dst[j] = dst[j] + (np.float32(src[j]) - s32) * mult
+            else:
+                for j in range(e - a):
+                    dst[j] = (np.float32(src[j]) - s32) * mult
             a = e
 
 
@@ -472,17 +478,29 @@ def fused_symmetric_decode(
     bucket_size: int,
     s: int,
     what: str,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Unpack and rescale ``f32(symbol - s) * mult`` in one parallel pass (float32, CPU)."""
+    """Unpack and rescale ``f32(symbol - s) * mult`` in one parallel pass (float32, CPU).
+
+    With ``out`` (contiguous float32, CPU) the values are added into it and ``out`` is
+    returned: the product is rounded to float32 before the add (numba contracts nothing without
+    fastmath), the bits of decoding and then adding. The alphabet is checked over the packed
+    bytes first (:func:`gradzip.kernels.dithered.check_alphabet`), so a corrupt stream raises
+    with ``out`` untouched.
+    """
     raw = check_packed(data, n, bits)
     bs = _normal_bucket(n, bucket_size)
     unit = TILE  # decoding needs no whole buckets per tile
-    out = np.empty(n, dtype=np.float32)
+    if out is None:
+        target = np.empty(n, dtype=np.float32)
+    else:
+        target = accumulator(out, n)
+        check_alphabet(raw, n, bits, 2 * s + 1, unit, what)
     tops = np.zeros(-(-n // unit), dtype=np.uint64)
     mult = mults.to(torch.float32).contiguous().numpy()
-    call_parallel(decode_symmetric, raw, bits, mult, bs, unit, s, out, tops)
+    call_parallel(decode_symmetric, raw, bits, mult, bs, unit, s, target, tops, out is not None)
     _check_tops(tops, 2 * s + 1, what)
-    return torch.from_numpy(out)
+    return torch.from_numpy(target) if out is None else out
 
 
 def fused_twos_encode(

@@ -10,7 +10,8 @@ from gradzip.schemes.base import Scheme, working_dtype
 
 class AllGatherDecode(Scheme):
     """Each rank encodes its tensor, the payloads are all-gathered, and every rank decodes all
-    of them and averages in ascending rank order, so every rank holds a bit-identical mean.
+    of them and averages in ascending rank order (rank 0's decoded tensor, the others added in
+    rank order, then divided by ``P``), so every rank holds a bit-identical mean.
 
     Bytes per rank and step: it sends and receives the other ``P - 1`` payloads (plus an 8-byte
     length each), so traffic grows linearly with ``P`` (spec 3.3 (a): ``M(M-1)(b*d + 32)`` bits
@@ -81,10 +82,22 @@ class AllGatherDecode(Scheme):
         shape: torch.Size,
         dtype: torch.dtype,
     ) -> torch.Tensor:
-        """Decode every rank's payload and average them in ascending rank order."""
-        total = torch.zeros(shape, dtype=working_dtype(dtype))
-        for rank, received in enumerate(payloads):
-            # in rank order, as adding each dense decoded tensor; sparse codecs add in place
+        """Decode every rank's payload and average them in ascending rank order.
+
+        The sum starts from rank 0's decoded tensor (no zero-filled buffer: a decoded ``-0.0``
+        stays ``-0.0`` where ``0.0 + -0.0`` gave ``+0.0``), the other ranks' are added to it in
+        rank order (:meth:`~gradzip.compressors.base.Compressor.decode_add_`, in place), then
+        divided by ``P`` in place. [CHOICE] A division, not a multiplication by ``1/P``, which
+        is the same bits only for powers of two. The same code runs in the simulator and on a
+        real transport, so both give the same bits.
+        """
+        work = working_dtype(dtype)
+        first = self.compressor.decode(
+            payloads[0], expected_key=self.key(0, step, tensor_index), shape=shape, dtype=dtype
+        )
+        # the decoded tensor is fresh: it becomes the sum (a copy only where the dtype widens)
+        total = first if first.dtype == work else first.to(work)
+        for rank in range(1, len(payloads)):
             key = self.key(rank, step, tensor_index)
-            self.compressor.decode_add_(received, total, expected_key=key, dtype=dtype)
-        return total.div_(len(payloads))
+            self.compressor.decode_add_(payloads[rank], total, expected_key=key, dtype=dtype)
+        return total.div_(len(payloads)) if len(payloads) > 1 else total
