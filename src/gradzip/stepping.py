@@ -38,7 +38,7 @@ def all_finite(tensors: Sequence[torch.Tensor]) -> bool:
     answer cannot depend on the thread count or instruction set.
     """
     return all(
-        t.numel() == 0 or math.isfinite(float(t.sum())) or bool(torch.isfinite(t).all())
+        t.numel() == 0 or math.isfinite(float(t.detach().sum())) or bool(torch.isfinite(t).all())
         for t in tensors
     )
 
