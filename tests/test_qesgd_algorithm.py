@@ -5,6 +5,7 @@ rank, simulation == gloo processes, measured bytes), failures, checkpoints, conv
 from __future__ import annotations
 
 import math
+import statistics
 import warnings
 
 import pytest
@@ -595,8 +596,8 @@ def test_theorem3_bound_holds_epoch_by_epoch() -> None:
 def test_practical_schedule_reaches_epoch_sgd_and_delta_matters() -> None:
     """The practical schedule (delta from |grad F(w_0)| only) on ridge regression in 32
     dimensions: at 8 bits and c = 5 QESGD ends within 25% of Epoch-SGD's gap (exact steps, same
-    samples, same averaging); a coarser grid (c = 1, or 4 bits) ends measurably worse, so the
-    quantization is really in the loop."""
+    samples, same averaging; means over 8 seeds); a coarser grid (c = 1, or 4 bits) ends
+    measurably worse, so the quantization is really in the loop."""
     n, dim, mu0, eta, K, epochs = 512, 32, 0.1, 0.01, 256, 6
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(n, dim, generator=gen, dtype=torch.float64)
@@ -634,13 +635,19 @@ def test_practical_schedule_reaches_epoch_sgd_and_delta_matters() -> None:
             opt.step()
         return gap(param.detach())
 
-    seeds = range(3)
-    sgd = sum(epoch_sgd(s) for s in seeds) / 3
-    fine = sum(qesgd(s, 8, 5.0) for s in seeds) / 3
-    coarse = sum(qesgd(s, 8, 1.0) for s in seeds) / 3
-    few_bits = sum(qesgd(s, 4, 5.0) for s in seeds) / 3
+    seeds = range(8)
+    sgd = statistics.fmean(epoch_sgd(s) for s in seeds)
+    fines = [qesgd(s, 8, 5.0) for s in seeds]
+    coarses = [qesgd(s, 8, 1.0) for s in seeds]
+    fine = statistics.fmean(fines)
+    few_bits = statistics.fmean(qesgd(s, 4, 5.0) for s in seeds)
     assert fine < 1.25 * sgd, (fine, sgd)
-    assert coarse > 1.5 * fine and few_bits > 2 * fine, (coarse, few_bits, fine)
+    # the coarser grid is worse, paired seed by seed: its mean excess over the fine grid lies
+    # more than 3 standard errors above 0 (the per-seed excess varies by about half its mean)
+    excess = [c - f for c, f in zip(coarses, fines, strict=True)]
+    standard_error = statistics.stdev(excess) / math.sqrt(len(excess))
+    assert statistics.fmean(excess) > 3 * standard_error, (coarses, fines)
+    assert few_bits > 2 * fine, (few_bits, fine)
     assert sgd < 0.002 * gap(torch.zeros(dim))  # the problem itself is solved
 
 
