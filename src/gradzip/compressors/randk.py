@@ -11,9 +11,9 @@ from numpy.typing import NDArray
 
 from gradzip.compressors._decode_guards import check_finite_output
 from gradzip.compressors._sparse_kernels import gather_values, mark_draws
-from gradzip.compressors.base import Body, Compressor, ParamValue, body_view
+from gradzip.compressors.base import Body, ParamValue, body_view
 from gradzip.compressors.registry import register
-from gradzip.compressors.topk import add_kept_, check_k_ratio, kept_count
+from gradzip.compressors.topk import KeptValues, check_k_ratio, kept_count
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.keys import StreamKey
 from gradzip.payload import Deferred, Header
@@ -92,7 +92,7 @@ def randk_indices(key: StreamKey, d: int, k: int) -> NDArray[np.int64]:
 
 
 @register
-class RandK(Compressor):
+class RandK(KeptValues):
     """rand-k sparsification: keep ``k`` coordinates drawn uniformly without replacement.
 
     The indices come from the shared randomness of the message's :class:`StreamKey`
@@ -172,31 +172,6 @@ class RandK(Compressor):
             values = values.to(torch.float32)
         check_finite_output(self.name, values)
         return torch.from_numpy(randk_indices(header.key, d, k)), values
-
-    def _decode_flat(
-        self, body: memoryview, header: Header, side: torch.Tensor | None
-    ) -> torch.Tensor:
-        idx, values = self._kept(body, header)
-        out = torch.from_numpy(np.zeros(header.numel, dtype=np.float32))
-        out.index_copy_(0, idx, values)  # a copy keeps a kept -0.0 (0.0 + -0.0 would not)
-        return out
-
-    def decode_add_(
-        self,
-        payload: bytes | bytearray | memoryview,
-        out: torch.Tensor,
-        *,
-        expected_key: StreamKey | None = None,
-        dtype: torch.dtype | None = None,
-        side: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Add the kept values straight into ``out`` (see :meth:`Compressor.decode_add_`): no
-        dense buffer; every check of :meth:`decode` is made before ``out`` is touched."""
-        if len(payload) == 0:
-            return super().decode_add_(payload, out, expected_key=expected_key, dtype=dtype)
-        header, body = self._checked_payload(payload, expected_key, out.shape, dtype)
-        idx, values = self._kept(body, header)
-        return add_kept_(self.name, out, header, idx, values)
 
     def expected_body_bits(self, x: torch.Tensor) -> int:
         return 32 * kept_count(self.k, self.ratio, x.numel())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from typing import Any, ClassVar
 
 import numpy as np
@@ -86,8 +87,43 @@ def add_kept_(
     return out
 
 
+class KeptValues(Compressor):
+    """Decoding shared by the sparsifiers whose payload is a set of kept ``(index, value)``
+    pairs (top-k, rand-k): :meth:`_kept` returns the validated indices and finite float32 values,
+    a decode scatters them into zeros, :meth:`decode_add_` adds them into ``out``."""
+
+    @abstractmethod
+    def _kept(self, body: memoryview, header: Header) -> tuple[torch.Tensor, torch.Tensor]:
+        """The kept indices (int64) and float32 values, every check of a decode made."""
+
+    def _decode_flat(
+        self, body: memoryview, header: Header, side: torch.Tensor | None
+    ) -> torch.Tensor:
+        idx, values = self._kept(body, header)
+        out = torch.from_numpy(np.zeros(header.numel, dtype=np.float32))
+        out.index_copy_(0, idx, values)  # a copy keeps a kept -0.0 (0.0 + -0.0 would not)
+        return out
+
+    def decode_add_(
+        self,
+        payload: bytes | bytearray | memoryview,
+        out: torch.Tensor,
+        *,
+        expected_key: StreamKey | None = None,
+        dtype: torch.dtype | None = None,
+        side: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Add the kept values straight into ``out`` (see :meth:`Compressor.decode_add_`): no
+        dense buffer; every check of :meth:`decode` is made before ``out`` is touched."""
+        if len(payload) == 0:
+            return super().decode_add_(payload, out, expected_key=expected_key, dtype=dtype)
+        header, body = self._checked_payload(payload, expected_key, out.shape, dtype)
+        idx, values = self._kept(body, header)
+        return add_kept_(self.name, out, header, idx, values)
+
+
 @register
-class TopK(Compressor):
+class TopK(KeptValues):
     """top-k sparsification: keep the ``k`` largest ``|x_i|``, zero the rest (spec 4.2).
 
     [CHOICE] Ties at the k-th largest magnitude are broken by the smaller index, so the output is
@@ -174,33 +210,8 @@ class TopK(Compressor):
             if k > 1 and not bool((idx[1:] > idx[:-1]).all()):
                 raise CorruptPayloadError("topk indices are not strictly increasing")
             raise CorruptPayloadError(f"topk index {int(idx[-1])} is out of range for d = {d}")
-        return torch.from_numpy(idx), values
-
-    def _decode_flat(
-        self, body: memoryview, header: Header, side: torch.Tensor | None
-    ) -> torch.Tensor:
-        idx, values = self._kept(body, header)
         check_finite_output(self.name, values)
-        out = torch.from_numpy(np.zeros(header.numel, dtype=np.float32))
-        out.index_copy_(0, idx, values)  # a copy keeps a kept -0.0 (0.0 + -0.0 would not)
-        return out
-
-    def decode_add_(
-        self,
-        payload: bytes | bytearray | memoryview,
-        out: torch.Tensor,
-        *,
-        expected_key: StreamKey | None = None,
-        dtype: torch.dtype | None = None,
-        side: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Add the kept values straight into ``out`` (see :meth:`Compressor.decode_add_`): no
-        dense buffer; every check of :meth:`decode` is made before ``out`` is touched."""
-        if len(payload) == 0:
-            return super().decode_add_(payload, out, expected_key=expected_key, dtype=dtype)
-        header, body = self._checked_payload(payload, expected_key, out.shape, dtype)
-        idx, values = self._kept(body, header)
-        return add_kept_(self.name, out, header, idx, values)
+        return torch.from_numpy(idx), values
 
     def expected_body_bits(self, x: torch.Tensor) -> int:
         d = x.numel()
