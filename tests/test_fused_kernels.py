@@ -10,8 +10,8 @@ from gradzip.codecs.bitpack import pack_bits
 from gradzip.compressors import create
 from gradzip.errors import CorruptPayloadError
 from gradzip.kernels.backend import forced_torch_ops
+from gradzip.kernels.bitpack_torch import pack_bits_torch, unpack_bits_torch
 from gradzip.kernels.dithered import tile_elements
-from gradzip.kernels.dithered_torch import pack_bits_torch, unpack_bits_torch
 from gradzip.keys import StreamKey
 
 KEY = StreamKey(run_seed=3, rank=1, step=9, tensor_index=4)

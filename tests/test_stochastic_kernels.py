@@ -12,7 +12,7 @@ from gradzip.codecs.bitpack import pack_bits
 from gradzip.compressors import get
 from gradzip.errors import CorruptPayloadError
 from gradzip.kernels.backend import forced_torch_ops as torch_ops_only
-from gradzip.kernels.stochastic_torch import pack_bits_torch, unpack_bits_torch
+from gradzip.kernels.bitpack_torch import pack_bits_torch, unpack_bits_torch
 from gradzip.keys import StreamKey
 from gradzip.payload import build_payload, parse_payload
 

@@ -15,7 +15,7 @@ import torch
 from gradzip.codecs.bitpack import check_packed
 from gradzip.codecs.symbols import pack_symbols, symbol_bits, unpack_symbols
 from gradzip.compressors.common import fresh_uint8, num_buckets
-from gradzip.kernels.dithered_torch import pack_bits_torch, unpack_bits_torch
+from gradzip.kernels.bitpack_torch import pack_bits_torch, unpack_bits_torch
 
 _F32_MAX = float(np.finfo(np.float32).max)
 

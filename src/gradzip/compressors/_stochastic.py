@@ -45,6 +45,7 @@ from gradzip.compressors.common import (
     scaled_symbols_floor_bits,
 )
 from gradzip.kernels.backend import use_torch_ops
+from gradzip.kernels.bitpack_torch import pack_bits_torch, unpack_bits_torch
 from gradzip.kernels.stochastic import (
     check_packed,
     fused_symmetric_decode,
@@ -54,12 +55,10 @@ from gradzip.kernels.stochastic import (
 )
 from gradzip.kernels.stochastic_torch import (
     bucket_absmax_torch,
-    pack_bits_torch,
     symmetric_symbols_torch,
     symmetric_values_torch,
     twos_symbols_torch,
     twos_values_torch,
-    unpack_bits_torch,
 )
 from gradzip.keys import StreamKey
 from gradzip.payload import Header

@@ -36,6 +36,18 @@ def pack_tile(symbols, start, count, bits, out):  # type: ignore[no-untyped-def]
             dst[3 * g] = np.uint8(acc & np.uint32(255))
             dst[3 * g + 1] = np.uint8((acc >> np.uint32(8)) & np.uint32(255))
             dst[3 * g + 2] = np.uint8(acc >> np.uint32(16))
+    elif bits == 8:  # one symbol per byte
+        for p in range(8 * groups):
+            dst[p] = np.uint8(src[p] & 255)
+    elif bits == 4:  # two symbols per byte
+        for p in range(4 * groups):
+            dst[p] = np.uint8((src[2 * p] & 15) | ((src[2 * p + 1] & 15) << 4))
+    elif bits == 1:  # eight symbols per byte
+        for p in range(groups):
+            acc8 = np.uint32(0)
+            for j in range(8):
+                acc8 |= (np.uint32(src[8 * p + j]) & np.uint32(1)) << np.uint32(j)
+            dst[p] = np.uint8(acc8)
     elif bits <= 8:
         for g in range(groups):
             acc = np.uint64(0)
@@ -76,6 +88,8 @@ def unpack_tile(packed, start, count, bits, symbols):  # type: ignore[no-untyped
     """Inverse of :func:`pack_tile`: ``count`` symbols from byte ``start * bits // 8`` into
     ``symbols[0:count]``; returns the largest symbol seen (for the alphabet check)."""
     base = start * bits // 8
+    if bits == 8 or bits == 4 or bits == 2 or bits == 1:
+        return _unpack_whole_bytes(packed, base, count, bits, symbols)
     mask = np.uint64((1 << bits) - 1)
     top = np.uint64(0)
     groups = count // 8
@@ -94,6 +108,42 @@ def unpack_tile(packed, start, count, bits, symbols):  # type: ignore[no-untyped
     if rest:
         top = max(top, _unpack_wide(packed, base + groups * bits, rest, bits, symbols, 8 * groups))
     return top
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _unpack_whole_bytes(packed, base, count, bits, sym):  # type: ignore[no-untyped-def]
+    """:func:`unpack_tile` for widths 1, 2, 4 and 8 (whole symbols per byte), in straight loops
+    over the bytes that LLVM vectorizes, into a buffer of any unsigned integer type."""
+    per = 8 // bits
+    mask = (1 << bits) - 1
+    src = packed[base : base + (count + per - 1) // per]
+    whole = count // per
+    if bits == 2:
+        for j in range(whole):
+            byte = np.uint32(src[j])
+            sym[4 * j] = byte & np.uint32(3)
+            sym[4 * j + 1] = (byte >> np.uint32(2)) & np.uint32(3)
+            sym[4 * j + 2] = (byte >> np.uint32(4)) & np.uint32(3)
+            sym[4 * j + 3] = byte >> np.uint32(6)
+    elif bits == 4:
+        for j in range(whole):
+            byte = np.uint32(src[j])
+            sym[2 * j] = byte & np.uint32(15)
+            sym[2 * j + 1] = byte >> np.uint32(4)
+    elif bits == 8:
+        for j in range(whole):
+            sym[j] = np.uint32(src[j])
+    else:
+        for j in range(whole):
+            byte = np.uint32(src[j])
+            for k in range(8):
+                sym[8 * j + k] = (byte >> np.uint32(k)) & np.uint32(1)
+    for k in range(count - whole * per):  # the stream's last, partial byte
+        sym[whole * per + k] = (np.uint32(src[whole]) >> np.uint32(k * bits)) & np.uint32(mask)
+    top = np.uint32(0)
+    for j in range(count):
+        top = max(top, np.uint32(sym[j]))
+    return np.uint64(top)
 
 
 @njit(inline="always", nogil=True, cache=True)

@@ -57,7 +57,7 @@ def tile_elements(bucket_size: int, n: int) -> int:
 
 
 @njit(inline="always", nogil=True, cache=True)
-def _bucket_absmax_bits(xbits, lo, hi):  # type: ignore[no-untyped-def]
+def bucket_absmax_bits(xbits, lo, hi):  # type: ignore[no-untyped-def]
     """Bit pattern of ``max |x|`` over ``x[lo:hi]`` given ``xbits = x.view(uint32)``; +0.0 for a
     zero bucket. For finite floats (the encoder rejects others before the kernel) clearing the
     sign bit gives ``|x|``, and non-negative floats order as their bit patterns do, so an
@@ -150,7 +150,7 @@ def encode_tiles(  # type: ignore[no-untyped-def]
                 b = s // bucket_size
                 e = min(hi, (b + 1) * bucket_size)
                 if compute_scales:
-                    scale_bits[b] = _bucket_absmax_bits(xbits, s, min(n, (b + 1) * bucket_size))
+                    scale_bits[b] = bucket_absmax_bits(xbits, s, min(n, (b + 1) * bucket_size))
             sigma = np.float64(scales[b])
             f = numer / sigma if sigma > 0 else 0.0
             xs = x[s:e]

@@ -43,7 +43,8 @@ from numba import njit, prange
 from gradzip.codecs.bitpack import packed_bytes
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.kernels._threads import call_parallel
-from gradzip.kernels.dithered import accumulator, check_alphabet
+from gradzip.kernels.bitpack import pack_tile, unpack_tile
+from gradzip.kernels.dithered import accumulator, bucket_absmax_bits, check_alphabet
 from gradzip.kernels.philox import LOCAL_UNIFORM, fill_stream
 
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -66,138 +67,12 @@ def tile_elements(bucket_size: int) -> int:
     return int(buckets * bucket_size)
 
 
-# -- packing of one tile (LSB-first, tile start a multiple of 8) ------------------------------
-
-
-@njit(inline="always", nogil=True, cache=True)
-def _pack_tile(symbols, start, count, bits, out):  # type: ignore[no-untyped-def]
-    """Pack ``symbols[start:start+count]`` into ``out`` from byte ``start*bits//8``.
-
-    Widths 1, 2, 4 and 8 (several whole symbols per byte) have straight loops over the bytes
-    that LLVM vectorizes; other widths go through a bit accumulator."""
-    pos = start * bits // 8
-    src = symbols[start : start + count]
-    if bits == 8:
-        dst = out[pos : pos + count]
-        for j in range(count):
-            dst[j] = np.uint8(src[j])
-        return
-    if bits == 2 or bits == 4 or bits == 1:
-        per = 8 // bits
-        whole = count // per
-        dst = out[pos : pos + whole]
-        if bits == 2:
-            for j in range(whole):
-                dst[j] = np.uint8(
-                    src[4 * j]
-                    | (src[4 * j + 1] << 2)
-                    | (src[4 * j + 2] << 4)
-                    | (src[4 * j + 3] << 6)
-                )
-        elif bits == 4:
-            for j in range(whole):
-                dst[j] = np.uint8(src[2 * j] | (src[2 * j + 1] << 4))
-        else:
-            for j in range(whole):
-                acc = 0
-                for k in range(8):
-                    acc |= np.int64(src[8 * j + k]) << k
-                dst[j] = np.uint8(acc)
-        if whole * per < count:  # the stream's last, partial byte
-            acc = 0
-            for k in range(count - whole * per):
-                acc |= np.int64(src[whole * per + k]) << (k * bits)
-            out[pos + whole] = np.uint8(acc)
-        return
-    acc = np.uint64(0)
-    have = 0
-    for j in range(count):
-        acc |= np.uint64(src[j]) << np.uint64(have)
-        have += bits
-        if have >= 32:
-            for _ in range(4):
-                out[pos] = np.uint8(acc & np.uint64(255))
-                acc >>= np.uint64(8)
-                pos += 1
-            have -= 32
-    while have > 0:
-        out[pos] = np.uint8(acc & np.uint64(255))
-        acc >>= np.uint64(8)
-        pos += 1
-        have -= 8
-
-
-@njit(inline="always", nogil=True, cache=True)
-def _unpack_tile(packed, start, count, bits, sym):  # type: ignore[no-untyped-def]
-    """``count`` symbols from byte ``start*bits//8`` into ``sym[0:count]``; returns their max."""
-    pos = start * bits // 8
-    if bits == 8 or bits == 4 or bits == 2 or bits == 1:
-        per = 8 // bits
-        mask = (1 << bits) - 1
-        nbytes = (count + per - 1) // per
-        src = packed[pos : pos + nbytes]
-        whole = count // per
-        if bits == 2:
-            for j in range(whole):
-                byte = np.uint32(src[j])
-                sym[4 * j] = byte & np.uint32(3)
-                sym[4 * j + 1] = (byte >> np.uint32(2)) & np.uint32(3)
-                sym[4 * j + 2] = (byte >> np.uint32(4)) & np.uint32(3)
-                sym[4 * j + 3] = byte >> np.uint32(6)
-        elif bits == 4:
-            for j in range(whole):
-                byte = np.uint32(src[j])
-                sym[2 * j] = byte & np.uint32(15)
-                sym[2 * j + 1] = byte >> np.uint32(4)
-        elif bits == 8:
-            for j in range(whole):
-                sym[j] = np.uint32(src[j])
-        else:
-            for j in range(whole):
-                byte = np.uint32(src[j])
-                for k in range(8):
-                    sym[8 * j + k] = (byte >> np.uint32(k)) & np.uint32(1)
-        for k in range(count - whole * per):
-            sym[whole * per + k] = (np.uint32(src[whole]) >> np.uint32(k * bits)) & np.uint32(mask)
-        top = np.uint32(0)
-        for j in range(count):
-            top = max(top, sym[j])
-        return np.uint64(top)
-    mask64 = np.uint64((1 << bits) - 1)
-    top64 = np.uint64(0)
-    acc = np.uint64(0)
-    have = 0
-    for j in range(count):
-        while have < bits:
-            acc |= np.uint64(packed[pos]) << np.uint64(have)
-            pos += 1
-            have += 8
-        v = acc & mask64
-        sym[j] = np.uint32(v)
-        if v > top64:
-            top64 = v
-        acc >>= np.uint64(bits)
-        have -= bits
-    return top64
-
-
-@njit(inline="always", nogil=True, cache=True)
-def _absmax_bits(xbits, lo, hi):  # type: ignore[no-untyped-def]
-    """Bit pattern of ``max|x_i|`` over ``lo <= i < hi`` from the float32 bit patterns: finite
-    non-negative floats order as their bit patterns, and an integer maximum vectorizes."""
-    m = np.uint32(0)
-    src = xbits[lo:hi]
-    for j in range(hi - lo):
-        m = max(m, src[j] & np.uint32(0x7FFFFFFF))
-    return m
-
-
 @njit(nogil=True, cache=True, parallel=True)
 def bucket_absmax(xbits, bucket_size, scale_bits):  # type: ignore[no-untyped-def]
     """``max|x_B|`` per bucket (bit patterns of finite float32 in, of the scales out)."""
     n = xbits.size
     for b in prange(scale_bits.size):
-        scale_bits[b] = _absmax_bits(xbits, b * bucket_size, min(n, (b + 1) * bucket_size))
+        scale_bits[b] = bucket_absmax_bits(xbits, b * bucket_size, min(n, (b + 1) * bucket_size))
 
 
 # -- symmetric grid ----------------------------------------------------------------------------
@@ -235,7 +110,7 @@ def encode_symmetric(  # type: ignore[no-untyped-def]
                 b = a // bucket_size
                 e = min(hi, (b + 1) * bucket_size)
                 if compute_scales:
-                    cell[0] = _absmax_bits(xbits, a, e)
+                    cell[0] = bucket_absmax_bits(xbits, a, e)
                     scales[b] = cell.view(np.float32)[0]
             c = scales[b]
             step = np.float32(np.float64(c) / per)
@@ -272,7 +147,7 @@ def encode_symmetric(  # type: ignore[no-untyped-def]
                     ss[j] = np.int32(min(max(np.floor(w), 0.0), np.float64(top)))
             a = e
         if bits > 0:
-            _pack_tile(symbols, lo, m, bits, packed)
+            pack_tile(symbols, lo, m, bits, packed)
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -288,7 +163,7 @@ def decode_symmetric(packed, bits, mults, bucket_size, unit, s, out, tops, accum
         hi = min(n, lo + unit)
         m = hi - lo
         sym = np.empty(m, dtype=np.uint32)
-        tops[t] = _unpack_tile(packed, lo, m, bits, sym)
+        tops[t] = unpack_tile(packed, lo, m, bits, sym)
         a = lo
         while a < hi:
             b = 0 if bucket_size == 0 else a // bucket_size
@@ -351,7 +226,7 @@ def encode_twos(x, steps, bucket_size, unit, bits, wide, k0, k1, symbols, packed
                     ss[j] = np.int32(k) & mask
             a = e
         if pack:
-            _pack_tile(symbols, lo, m, bits, packed)
+            pack_tile(symbols, lo, m, bits, packed)
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -366,7 +241,7 @@ def decode_twos(packed, bits, steps, bucket_size, unit, out):  # type: ignore[no
         hi = min(n, lo + unit)
         m = hi - lo
         sym = np.empty(m, dtype=np.uint32)
-        _unpack_tile(packed, lo, m, bits, sym)
+        unpack_tile(packed, lo, m, bits, sym)
         a = lo
         while a < hi:
             b = 0 if bucket_size == 0 else a // bucket_size

@@ -13,18 +13,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from gradzip.kernels.dithered_torch import bucket_of_elements
 from gradzip.kernels.philox import LOCAL_UNIFORM
 from gradzip.kernels.philox_torch import philox_one_plus_uniform_torch
 
 _F32_MAX = float(np.finfo(np.float32).max)
 _TINY32 = 2.0**-149
-
-
-def bucket_index(n: int, bucket_size: int, device: torch.device) -> torch.Tensor:
-    """The bucket of every element (``bucket_size`` 0 or ``>= n``: one bucket)."""
-    if bucket_size == 0 or bucket_size >= n:
-        return torch.zeros(n, dtype=torch.int64, device=device)
-    return torch.arange(n, dtype=torch.int64, device=device) // bucket_size
 
 
 def bucket_absmax_torch(x: torch.Tensor, bucket_size: int) -> torch.Tensor:
@@ -52,7 +46,7 @@ def symmetric_symbols_torch(
     """The symbols of :func:`gradzip.kernels.stochastic.encode_symmetric` (uint8 for ``2s <
     256``, else int32) for float32 ``x`` on any device."""
     n, dev = x.numel(), x.device
-    idx = bucket_index(n, bucket_size, dev)
+    idx = bucket_of_elements(n, bucket_size, dev)
     f = 1.0 / symmetric_divisors(scales.to(dev), per).to(torch.float64)  # per bucket
     fast = (f <= _F32_MAX) & (s <= 127)
     ones = philox_one_plus_uniform_torch(seed, LOCAL_UNIFORM, 0, n, dev)
@@ -78,7 +72,7 @@ def symmetric_values_torch(
 ) -> torch.Tensor:
     """``f32(symbol - s) * mult`` per element (float32), on the symbols' device."""
     n, dev = symbols.numel(), symbols.device
-    idx = bucket_index(n, bucket_size, dev)
+    idx = bucket_of_elements(n, bucket_size, dev)
     levels = (symbols.to(torch.int64) - s).to(torch.float32)
     return levels * mults.to(device=dev, dtype=torch.float32)[idx]
 
@@ -88,7 +82,7 @@ def twos_symbols_torch(
 ) -> torch.Tensor:
     """The symbols of :func:`gradzip.kernels.stochastic.encode_twos` (uint8 up to 8 bits)."""
     n, dev = x.numel(), x.device
-    idx = bucket_index(n, bucket_size, dev)
+    idx = bucket_of_elements(n, bucket_size, dev)
     steps = steps.to(device=dev, dtype=torch.float32)
     d = torch.where(steps > 0, steps, 1.0)[idx]
     u = philox_one_plus_uniform_torch(seed, LOCAL_UNIFORM, 0, n, dev) - 1.0
@@ -105,37 +99,7 @@ def twos_values_torch(
 ) -> torch.Tensor:
     """``f32(k) * step`` with ``k`` the sign-extended ``bits``-bit code of each symbol."""
     n, dev = symbols.numel(), symbols.device
-    idx = bucket_index(n, bucket_size, dev)
+    idx = bucket_of_elements(n, bucket_size, dev)
     k = symbols.to(torch.int64)
     k = torch.where(k >= 2 ** (bits - 1), k - 2**bits, k)
     return k.to(torch.float32) * steps.to(device=dev, dtype=torch.float32)[idx]
-
-
-# -- fixed-width packing (the layout of gradzip.codecs.bitpack) -----------------------------------
-
-
-def pack_bits_torch(symbols: torch.Tensor, bits: int) -> torch.Tensor:
-    """LSB-first packing of ``bits``-bit symbols into ``ceil(n*bits/8)`` bytes (uint8), on the
-    symbols' device: each symbol is spread into its bits, and every 8 stream bits form a byte."""
-    n, dev = symbols.numel(), symbols.device
-    nbytes = (n * bits + 7) // 8
-    if bits == 8:
-        return symbols.to(torch.uint8)
-    shifts = torch.arange(bits, dtype=torch.int64, device=dev)
-    stream = ((symbols.to(torch.int64).view(-1, 1) >> shifts) & 1).view(-1)
-    padded = torch.zeros(nbytes * 8, dtype=torch.int64, device=dev)
-    padded[: stream.numel()] = stream
-    weights = torch.tensor([1 << j for j in range(8)], dtype=torch.int64, device=dev)
-    return (padded.view(nbytes, 8) * weights).sum(dim=1).to(torch.uint8)
-
-
-def unpack_bits_torch(data: torch.Tensor, n: int, bits: int) -> torch.Tensor:
-    """Inverse of :func:`pack_bits_torch` (``data`` already checked for its length and padding):
-    ``n`` symbols as int64."""
-    dev = data.device
-    if bits == 8:
-        return data[:n].to(torch.int64)
-    shifts = torch.arange(8, dtype=torch.int64, device=dev)
-    stream = ((data.to(torch.int64).view(-1, 1) >> shifts) & 1).view(-1)[: n * bits]
-    weights = torch.tensor([1 << j for j in range(bits)], dtype=torch.int64, device=dev)
-    return (stream.view(n, bits) * weights).sum(dim=1)
