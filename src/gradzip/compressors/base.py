@@ -381,20 +381,6 @@ class Compressor(ABC):
             flat = flat.cpu()
         return flat
 
-    def _checked_payload(
-        self,
-        payload: bytes | bytearray | memoryview,
-        expected_key: StreamKey | None,
-        shape: Sequence[int] | None,
-        dtype: torch.dtype | None,
-    ) -> tuple[Header, memoryview]:
-        """Parse a non-empty payload and run :meth:`decode`'s checks made before anything is
-        allocated (for codecs without side information)."""
-        header, body = parse_payload(payload)
-        self._check_header(header, expected_key, shape, dtype)
-        self._check_body_size(header, body, len(payload), vouched=shape is not None)
-        return header, body
-
     def _check_body_size(
         self, header: Header, body: memoryview, payload_bytes: int, *, vouched: bool
     ) -> None:

@@ -117,7 +117,7 @@ class KeptValues(Compressor):
         dense buffer; every check of :meth:`decode` is made before ``out`` is touched."""
         if len(payload) == 0:
             return super().decode_add_(payload, out, expected_key=expected_key, dtype=dtype)
-        header, body = self._checked_payload(payload, expected_key, out.shape, dtype)
+        header, body, _ = self._parsed(payload, expected_key, out.shape, dtype, None)
         idx, values = self._kept(body, header)
         return add_kept_(self.name, out, header, idx, values)
 
