@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import io
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -556,6 +557,50 @@ def test_the_hook_returns_before_its_bucket_is_communicated() -> None:
         assert next(iter(threads)).startswith("gradzip-ddp-hook")
 
 
+def test_allgather_encodes_the_next_bucket_while_one_is_on_the_wire() -> None:
+    """The allgather scheme's pipeline: with bucket 0's exchange held at the gate, the encode
+    stage goes on to bucket 1 (its payload is produced before anything was sent), and the
+    step's averages are those of the unpipelined reference."""
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    params = list(net.parameters())
+    shapes = [tuple(p.shape) for p in params]
+    layout = [(2, 3), (0,), (1,)]
+
+    def body(transport: Transport) -> tuple[bool, set[str], list[torch.Tensor], list[torch.Tensor]]:
+        gated = GatedTransport(transport, threading.Event())
+        state = GradzipHookState(scheme("allgather", "dqsg", True), net, gated)
+        grads = _grads(transport.rank, 0, shapes)
+        buckets = [
+            FakeBucket(k, k == 2, [params[i] for i in g], [grads[i] for i in g])
+            for k, g in enumerate(layout)
+        ]
+        futures = [state.reduce_bucket(b) for b in buckets[:2]]  # type: ignore[arg-type]
+        produced = state.scheme.produced
+        for _ in range(3000):  # a liveness bound (30 s), not a speed check
+            if ("worker", 0, 0) in produced:
+                break
+            time.sleep(0.01)
+        ahead = ("worker", 0, 0) in produced and not gated.threads  # bucket 1 encoded, none sent
+        gated.gate.set()
+        futures.append(state.reduce_bucket(buckets[2]))  # type: ignore[arg-type]
+        hooked = [torch.empty(0)] * len(params)
+        for group, bucket, future in zip(layout, buckets, futures, strict=True):
+            result, offset = future.wait(), 0
+            for i, view in zip(group, bucket.gradients(), strict=True):
+                hooked[i] = result[offset : offset + view.numel()].view_as(view).clone()
+                offset += view.numel()
+        state.close()
+        reference = reduce_groups(
+            transport, scheme("allgather", "dqsg", True), grads, layout, 0, {}
+        )
+        return ahead, gated.threads, hooked, reference
+
+    for ahead, threads, hooked, reference in run_local(2, body):
+        assert ahead
+        assert {t.rsplit("-", 1)[0] for t in threads} == {"gradzip-ddp-hook-transfer"}
+        assert all(torch.equal(a, b) for a, b in zip(hooked, reference, strict=True))
+
+
 def _hook_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("gradzip-ddp-hook")]
 
@@ -573,21 +618,24 @@ def test_the_worker_thread_stops_on_close_and_when_the_state_is_collected() -> N
         return state
 
     state = used_state()
-    (thread,) = set(_hook_threads()) - before
-    assert thread.daemon and thread.is_alive()
+    threads = set(_hook_threads()) - before
+    names = sorted(t.name.rsplit("-", 1)[0] for t in threads)
+    assert names == [f"gradzip-ddp-hook-{s}" for s in ("decode", "encode", "transfer")]
+    assert all(t.daemon and t.is_alive() for t in threads)
     state.close()
-    assert not thread.is_alive() and state.step == 1
+    assert not any(t.is_alive() for t in threads) and state.step == 1
     state.close()  # idempotent
     with pytest.raises(GradzipError, match="closed"):
         state.reduce_bucket(FakeBucket(0, True, params, [torch.zeros(2, 3), torch.zeros(2)]))  # type: ignore[arg-type]
     assert state.state_dict()["step"] == 1
 
     state = used_state()
-    (thread,) = set(_hook_threads()) - before
+    threads = set(_hook_threads()) - before
     del state
     gc.collect()
-    thread.join(timeout=30.0)  # a liveness bound, not a speed check
-    assert not thread.is_alive()
+    for thread in threads:
+        thread.join(timeout=30.0)  # a liveness bound, not a speed check
+    assert len(threads) == 3 and not any(t.is_alive() for t in threads)
 
 
 def test_a_bucket_failing_half_way_restores_the_whole_step() -> None:

@@ -63,7 +63,7 @@ def agree_all_finite(
     transport.meter.step = step
     flag = b"\x01" if finite else b"\x00"
     _, down = transport.all_gather_flagged(flag, finite, FINITE_CHECK)
-    return _verdict(down, step, on_nonfinite, where, advice)
+    return nonfinite_verdict(down, step, on_nonfinite, where, advice)
 
 
 def reduce_all_finite(
@@ -95,7 +95,7 @@ def reduce_all_finite(
         return []
     first = _reduce_first(transport, scheme, tensors, indices[0], step)
     if isinstance(first, list):
-        _verdict(first, step, on_nonfinite, where, advice)
+        nonfinite_verdict(first, step, on_nonfinite, where, advice)
         return None
     rest = [
         scheme.reduce(transport, t, step, i) for t, i in zip(tensors[1:], indices[1:], strict=True)
@@ -117,29 +117,33 @@ def _reduce_first(
     first tensor is not scanned beforehand: its encoder scans it anyway (the absmax of
     :meth:`~gradzip.compressors.base.Compressor.encode`) and refuses NaN and Inf with
     :class:`~gradzip.errors.NonFiniteInputError` before anything is sent or any state changes,
-    so the call is repeated with the flag down (an empty payload). That refusal also covers a
+    and the flag goes down (an empty payload is sent). That refusal also covers a
     float64 value beyond the float32 range and an error-feedback sum ``g + e`` that overflows,
     which the encoder refuses while a scan would pass them: every rank then stops together
     instead of one rank failing alone.
     """
     head, rest = tensors[0], tensors[1:]
     rest_finite = all_finite(rest)
-    if not (rest_finite and _encoder_scans_first(scheme)):
+    if not (rest_finite and flag_rides_on_payload(scheme)):
         finite = rest_finite and all_finite([head])
         return scheme.reduce_if_all_finite(transport, head, step, index, finite)
-    try:
-        return scheme.reduce_if_all_finite(transport, head, step, index, True)
-    except NonFiniteInputError:  # this rank's encoder refused the tensor: nothing was sent
-        return scheme.reduce_if_all_finite(transport, head, step, index, False)
+    # the encoder refuses the tensor before anything is sent and the flag goes down
+    # (AllGatherDecode.encode_flagged)
+    return scheme.reduce_if_all_finite(transport, head, step, index, True)
 
 
-def _encoder_scans_first(scheme: Scheme) -> bool:
+def flag_rides_on_payload(scheme: Scheme) -> bool:
     """Whether ``scheme.reduce_if_all_finite`` starts by encoding the whole tensor and raises
     :class:`~gradzip.errors.NonFiniteInputError` only from that encode (nothing sent yet)."""
     return type(scheme).reduce_if_all_finite is AllGatherDecode.reduce_if_all_finite
 
 
-def _verdict(down: list[int], step: int, on_nonfinite: str, where: str, advice: str) -> bool:
+def nonfinite_verdict(
+    down: list[int], step: int, on_nonfinite: str, where: str, advice: str = ""
+) -> bool:
+    """What the ranks whose flag is down (``down``, ascending, the same on every rank) mean for
+    the step: True when there are none; else a :class:`~gradzip.errors.NonFiniteInputError`
+    naming them (``on_nonfinite="raise"``) or False (``"skip"``)."""
     if down and on_nonfinite == "raise":
         raise NonFiniteInputError(
             f"step {step}{where}: rank(s) {down} have NaN or Inf gradients; no rank applied "

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from gradzip.integrations._layout import BucketLayout
+from gradzip.schemes.allgather_decode import Outgoing
 
 
 @dataclass
@@ -15,7 +16,7 @@ class BucketJob:
     """A bucket to reduce: its position in this backward pass, whether it is the last one, its
     flat buffer (averaged in place), its layout (``None`` when the main thread refused the
     bucket, with ``error`` saying why), the future DDP waits on, and the intra-op thread count
-    of the main thread (the worker uses the same, so results cannot depend on it)."""
+    of the main thread (the stages use the same, so results cannot depend on it)."""
 
     position: int
     last: bool
@@ -24,7 +25,13 @@ class BucketJob:
     future: torch.futures.Future[torch.Tensor]
     threads: int
     error: BaseException | None = None
-    #: set by the worker once the job has run; ``failure`` is then the step's error, if any
+    #: the error of this bucket's reduction (in whichever stage it happened)
+    outcome: BaseException | None = None
+    #: the pipelined stages' hand-over: this rank's payload (encode stage), then every rank's
+    #: payloads (transfer stage; None when nothing is to be decoded)
+    outgoing: Outgoing | None = None
+    payloads: list[bytes] | None = None
+    #: set once the job has run through every stage; ``failure`` is then the step's error, if any
     done: threading.Event = field(default_factory=threading.Event)
     failure: BaseException | None = None
     #: what the future completes with: the bucket's buffer, or the mean where the worker did not

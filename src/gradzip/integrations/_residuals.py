@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -43,8 +43,10 @@ class Piece:
 
 
 Entries = dict[str, dict[int, Piece]]
-#: a bucket's reduction: ``(flat buffer, tensor_index) -> mean``, or ``None`` if it was skipped
-Reduction = Callable[[torch.Tensor, int], torch.Tensor | None]
+#: what a bucket's reduction returns: its mean, or (pipelined) the payload it encoded
+Result = TypeVar("Result")
+#: a bucket's reduction: ``(flat buffer, tensor_index) -> result``, or ``None`` if it was skipped
+Reduction = Callable[[torch.Tensor, int], Result | None]
 
 
 class ResidualStore:
@@ -62,11 +64,11 @@ class ResidualStore:
         transport: Transport,
         flat: torch.Tensor,
         layout: BucketLayout,
-        reduce: Reduction,
-    ) -> torch.Tensor | None:
-        """``reduce(flat, tensor_index)`` (a reduction through ``scheme``; ``None`` when the
-        ranks skipped it) with this store's residuals installed in ``scheme`` around it; the
-        store changes only if the reduction returns a mean."""
+        reduce: Reduction[Result],
+    ) -> Result | None:
+        """``reduce(flat, tensor_index)`` (a reduction through ``scheme``, or its encoding
+        phase; ``None`` when the ranks skipped it) with this store's residuals installed in
+        ``scheme`` around it; the store changes only if the reduction returns a result."""
         index = layout.tensor_index
         if not scheme.feedback:
             return reduce(flat, index)
@@ -80,17 +82,17 @@ class ResidualStore:
             }
             feedback.restore(installed[role])
         try:
-            mean = reduce(flat, index)
+            result = reduce(flat, index)
             produced = {role: feedback.snapshot() for role, feedback in scheme.feedback.items()}
         finally:
             for feedback in scheme.feedback.values():
                 feedback.restore({})
-        if mean is None:
+        if result is None:
             return None
         updates = self._check(scheme, produced, slices, installed, index)
         for role, lo, hi, residual in updates:
             self._scatter(role, layout, lo, hi, residual)
-        return mean
+        return result
 
     def _check(
         self,

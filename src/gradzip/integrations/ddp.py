@@ -27,15 +27,21 @@ bucket's parameters): one payload per peer and round, whatever the number of par
 are counted on ``state.transport.meter``, tagged with the hook's step counter. Under
 ``ddp_model.no_sync()`` DDP calls no hook; the next synchronising backward pass is one step.
 
-Overlap: the hook only queues the bucket; a worker thread of the state reduces the buckets in
-the order DDP hands them over (bucket index order, the same on every rank) and completes each
+Overlap: the hook only queues the bucket; three threads of the state (stages) take the buckets
+in the order DDP hands them over (bucket index order, the same on every rank) and complete each
 future with the bucket's mean (the scheme's result itself where it has the buffer's dtype and
 device, which DDP copies into the gradients; else copied into the bucket's buffer), so
-communication runs while backward computes the earlier layers' gradients. The call for the last
-bucket waits for the step to finish (DDP would wait for every future right after it anyway) and
-raises the step's error there, so it reaches the caller of ``loss.backward()`` with its own type.
-While buckets are in flight the main thread must not use the same process group (DDP does not:
-its own collectives run in the forward pass).
+communication runs while backward computes the earlier layers' gradients. [CHOICE] With the
+allgather scheme the stages are a pipeline: the encode stage builds the next bucket's payload
+(through its error-feedback residual) while the transfer stage has the current one on the wire
+and the decode stage averages the previous one, so the codec's CPU time hides behind the
+transfer instead of adding to it; the transfer thread does nothing but communicate. Other
+schemes requantize between their messages, so their whole reduction runs in the transfer stage
+(still off the main thread). The call for the last bucket waits for the step to finish (DDP
+would wait for every future right after it anyway) and raises the step's error there, so it
+reaches the caller of ``loss.backward()`` with its own type. While buckets are in flight the main
+thread must not use the same process group (DDP does not: its own collectives run in the
+forward pass).
 
 Error-feedback residuals are kept per parameter and re-assembled for each bucket (see
 :mod:`gradzip.integrations._residuals`), so keys and residuals survive DDP's bucket rebuild after
@@ -56,7 +62,7 @@ Buffers are not gradients: BatchNorm's running statistics stay per rank (DDP's d
 Not supported: DDP's ``join()`` for uneven inputs, and sparse gradients.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -74,10 +80,13 @@ from gradzip.integrations._job import BucketJob
 from gradzip.integrations._layout import BucketLayout
 from gradzip.integrations._residuals import Entries, ResidualStore
 from gradzip.integrations._worker import BucketWorker
+from gradzip.schemes.allgather_decode import AllGatherDecode, Outgoing
 from gradzip.schemes.base import Scheme
 from gradzip.stepping import (
     check_on_nonfinite,
+    flag_rides_on_payload,
     install_step_state,
+    nonfinite_verdict,
     parse_step_state,
     reduce_all_finite,
     step_state,
@@ -87,6 +96,20 @@ if TYPE_CHECKING:
     from torch.nn.parallel import DistributedDataParallel
 
 _STATE_VERSION = 2  # 2: per-parameter residuals beside the scheme's (empty) buffers
+_ADVICE = (
+    ". DDP will refuse the next forward pass of this wrapper: wrap the module again and "
+    "register this hook state on it, or resume from a checkpoint"
+)
+
+
+def _where(job: BucketJob) -> str:
+    return f", DDP bucket {job.position}"
+
+
+def _match_threads(job: BucketJob) -> None:
+    """Run at the main thread's intra-op thread count, so results cannot depend on it."""
+    if torch.get_num_threads() != job.threads:
+        torch.set_num_threads(job.threads)
 
 
 class GradzipHookState:
@@ -101,9 +124,13 @@ class GradzipHookState:
     [CHOICE] Steps. One backward pass is one step: the counter keys the payloads and advances
     after the bucket for which ``bucket.is_last()`` holds. A step is all-or-nothing: if any
     bucket fails, the scheme's state and the residuals return to where the step began, the
-    counter stays, the step's later buckets are not reduced (no communication: every rank that
-    saw the failure stops at the same bucket), every future of the step holds the error and the
-    last bucket's hook call raises it. A gradzip ``NonFiniteInputError`` passes through
+    counter stays, every future of the step holds the error (the first failed bucket's) and the
+    last bucket's hook call raises it. Later buckets are not communicated after a failure the
+    transfer stage sees (a refused bucket, the non-finite agreement, a failed exchange, any
+    failure of a non-pipelined reduction: every rank stops at the same bucket); after a
+    payload that fails to decode in the pipelined decode stage, the later buckets already
+    follow on the wire and are exchanged but not decoded, so that every rank's collectives
+    still pair up whatever its stages' timing. A gradzip ``NonFiniteInputError`` passes through
     unchanged; any other exception becomes a :class:`~gradzip.errors.GradzipError` naming the
     step and bucket (the original as its ``__cause__``). DDP refuses the next forward pass of a
     wrapper whose backward raised: wrap the module again and register this state on it (its
@@ -152,14 +179,20 @@ class GradzipHookState:
         self._skipping = False
         self._failure: BaseException | None = None
         self._jobs: list[BucketJob] = []
-        self._worker: BucketWorker | None = None
+        # [CHOICE] the allgather scheme runs as a pipeline of three threads (encode, transfer,
+        # decode), so that encoding the next bucket and decoding the previous one overlap the
+        # bytes on the wire; other schemes requantize between their messages and run whole in
+        # the transfer stage
+        self._pipelined = flag_rides_on_payload(scheme)
+        self._halted = False  # transfer stage: this step's later buckets are not communicated
+        self._stages: tuple[BucketWorker, ...] | None = None
         self._closed = False
 
     @property
     def run_seed(self) -> int:
         return self.scheme.run_seed
 
-    # -- main thread: hand a bucket to the worker ---------------------------------------------
+    # -- main thread: hand a bucket to the stages --------------------------------------------
     def reduce_bucket(self, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
         """Queue one bucket for averaging in place (what :func:`gradzip_hook` calls); for the
         last bucket, wait for the step and raise its error."""
@@ -182,9 +215,16 @@ class GradzipHookState:
             job.layout = self._layout_of(bucket, buffer)
         except GradzipError as err:
             job.error = err
-        if self._worker is None:
-            self._worker = BucketWorker(self, GradzipHookState._run_job, "gradzip-ddp-hook")
-        self._worker.submit(job)
+        if self._stages is None:
+            self._stages = tuple(
+                BucketWorker(self, handle, f"gradzip-ddp-hook-{name}")
+                for name, handle in (
+                    ("encode", GradzipHookState._encode_stage),
+                    ("transfer", GradzipHookState._transfer_stage),
+                    ("decode", GradzipHookState._decode_stage),
+                )
+            )
+        self._stages[0].submit(job)
         if job.last:
             job.done.wait()
             if job.failure is not None:
@@ -213,43 +253,116 @@ class GradzipHookState:
                 "DDP wraps)"
             ) from None
 
-    # -- worker thread: one bucket --------------------------------------------------------------
-    def _run_job(self, job: BucketJob) -> None:
+    # -- the stages (one thread each; a job goes through all three in order) -------------------
+    def _encode_stage(self, job: BucketJob) -> None:
+        """Stage 1: step bookkeeping and, pipelined, this rank's payload (no communication)."""
         try:
-            if torch.get_num_threads() != job.threads:
-                torch.set_num_threads(job.threads)
+            _match_threads(job)
             if job.position == 0 or self._saved is None:
                 self._begin_step()
             self._jobs.append(job)
-            if self._failure is None and not self._skipping:
-                self._reduce_guarded(job)
+            if job.error is not None:
+                job.outcome = self._wrapped(job.error, job)
+            elif self._pipelined and not self._halted:
+                job.outgoing = self._guarded(job, self._encode)
+        except BaseException as err:  # bookkeeping itself failed: fail the bucket, stay alive
+            job.outcome = job.outcome or err
+        finally:
+            self._next_stage(1, job)
+
+    def _transfer_stage(self, job: BucketJob) -> None:
+        """Stage 2: the bucket's communication; pipelined, the all-gather of the payloads and
+        the agreement on the flags, else the scheme's whole reduction.
+
+        Whether a bucket is communicated depends only on what every rank learns at this stage
+        or before (its own bucket's refusal, the agreed flags, a transfer's failure), never on
+        a later stage's progress, so the ranks' collectives always pair up."""
+        try:
+            _match_threads(job)
+            if job.outcome is None and not self._halted and not self._skipping:
+                if self._pipelined:
+                    self._guarded(job, self._exchange)
+                else:
+                    self._guarded(job, self._reduce)
+            if job.outcome is not None:
+                self._halted = True  # no later bucket of the step is communicated
+        except BaseException as err:
+            job.outcome, self._halted = job.outcome or err, True
+        finally:
+            self._next_stage(2, job)
+
+    def _decode_stage(self, job: BucketJob) -> None:
+        """Stage 3: pipelined, the decoding and averaging of the payloads (no communication);
+        then, after the step's last bucket, the step's end."""
+        try:
+            _match_threads(job)
+            if job.payloads is not None and not self._skipping and self._step_error() is None:
+                self._guarded(job, self._average)
             if job.last:
                 self._finish_step()
-        except BaseException as err:  # bookkeeping itself failed: fail the step, stay alive
-            self._failure = self._failure or err
+        except BaseException as err:
+            job.outcome = job.outcome or err
             if job.last:
                 self._finish_step()
         finally:
             job.done.set()
 
-    def _reduce_guarded(self, job: BucketJob) -> None:
-        try:
-            if job.error is not None:
-                raise job.error
-            self._reduce(job)
-        except NonFiniteInputError as err:
-            self._fail(err)
-        except Exception as err:
-            failure = GradzipError(
-                f"gradzip DDP hook: step {self.step}, bucket {job.position} failed "
-                f"({type(err).__name__}: {err}); this rank's scheme state was restored and its "
-                f"step counter stays at {self.step}"
-            )
-            failure.__cause__ = err
-            self._fail(failure)
-        except BaseException as err:
-            self._fail(err)
+    def _next_stage(self, stage: int, job: BucketJob) -> None:
+        assert self._stages is not None
+        self._stages[stage].submit(job)
 
+    def _guarded(self, job: BucketJob, work: Callable[[BucketJob], Any]) -> Any:
+        """``work(job)``, its error recorded as the bucket's outcome (a gradzip
+        ``NonFiniteInputError`` as it is, any other exception wrapped with the step and the
+        bucket); None then."""
+        try:
+            return work(job)
+        except NonFiniteInputError as err:
+            job.outcome = err
+        except Exception as err:
+            job.outcome = self._wrapped(err, job)
+        except BaseException as err:
+            job.outcome = err
+        return None
+
+    def _wrapped(self, err: BaseException, job: BucketJob) -> GradzipError:
+        failure = GradzipError(
+            f"gradzip DDP hook: step {self.step}, bucket {job.position} failed "
+            f"({type(err).__name__}: {err}); this rank's scheme state was restored and its "
+            f"step counter stays at {self.step}"
+        )
+        failure.__cause__ = err
+        return failure
+
+    # pipelined: the three phases of AllGatherDecode
+    def _encode(self, job: BucketJob) -> Outgoing | None:
+        assert job.layout is not None and isinstance(self.scheme, AllGatherDecode)
+        scheme = self.scheme
+        return self._residuals.reduce(
+            scheme,
+            self.transport,
+            job.buffer.detach(),
+            job.layout,
+            lambda flat, index: scheme.encode_flagged(self.transport.rank, flat, self.step, index),
+        )
+
+    def _exchange(self, job: BucketJob) -> None:
+        assert job.outgoing is not None and isinstance(self.scheme, AllGatherDecode)
+        payloads, down = self.scheme.gather_flagged(self.transport, job.outgoing, self.step)
+        if nonfinite_verdict(down, self.step, self.on_nonfinite, _where(job), _ADVICE):
+            job.payloads = payloads
+        else:
+            self._skip()
+
+    def _average(self, job: BucketJob) -> None:
+        assert job.payloads is not None and job.outgoing is not None and job.layout is not None
+        assert isinstance(self.scheme, AllGatherDecode)
+        mean = self.scheme.average(
+            job.payloads, self.step, job.layout.tensor_index, job.buffer.shape, job.outgoing.dtype
+        )
+        self._deliver(job, mean)
+
+    # not pipelined: the scheme's reduction in one piece
     def _reduce(self, job: BucketJob) -> None:
         assert job.layout is not None
         mean = self._residuals.reduce(
@@ -260,23 +373,15 @@ class GradzipHookState:
             lambda flat, tensor_index: self._reduce_flat(flat, tensor_index, job.position),
         )
         if mean is None:  # some rank's bucket is not finite and on_nonfinite="skip"
-            self._restore()
-            self._skipping = True
-            self.skipped_steps += 1
-            return
-        if (mean.dtype, mean.device) == (job.buffer.dtype, job.buffer.device):
-            # [CHOICE] the future hands DDP the mean itself: DDP copies a hook's result into the
-            # parameters' gradients anyway, so copying it into the bucket first is a second pass
-            job.result = mean.reshape(job.buffer.shape)
+            self._skip()
         else:
-            job.buffer.copy_(mean)  # into the bucket's buffer: its device and dtype
+            self._deliver(job, mean)
 
     def _reduce_flat(
         self, flat: torch.Tensor, tensor_index: int, position: int
     ) -> torch.Tensor | None:
         """The bucket's mean once every rank agreed it is finite, the agreement riding on the
-        reduction's first message (:func:`~gradzip.stepping.reduce_all_finite`): for the
-        allgather scheme no byte, no round and no scan of its own."""
+        reduction's first message (:func:`~gradzip.stepping.reduce_all_finite`)."""
         means = reduce_all_finite(
             self.transport,
             self.scheme,
@@ -285,15 +390,30 @@ class GradzipHookState:
             self.step,
             self.on_nonfinite,
             f", DDP bucket {position}",
-            ". DDP will refuse the next forward pass of this wrapper: wrap the module again and "
-            "register this hook state on it, or resume from a checkpoint",
+            _ADVICE,
         )
         return None if means is None else means[0]
 
-    # -- worker thread: step bookkeeping --------------------------------------------------------
+    def _deliver(self, job: BucketJob, mean: torch.Tensor) -> None:
+        if (mean.dtype, mean.device) == (job.buffer.dtype, job.buffer.device):
+            # [CHOICE] the future hands DDP the mean itself: DDP copies a hook's result into the
+            # parameters' gradients anyway, so copying it into the bucket first is a second pass
+            job.result = mean.reshape(job.buffer.shape)
+        else:
+            job.buffer.copy_(mean)  # into the bucket's buffer: its device and dtype
+
+    def _skip(self) -> None:
+        """Every rank agreed to skip the step (a rank's bucket is not finite, ``"skip"``)."""
+        self._skipping = True
+        self.skipped_steps += 1
+
+    # -- step bookkeeping (encode stage at a step's start, decode stage at its end) -------------
     def _begin_step(self) -> None:
         if self._saved is not None:  # a backward pass abandoned half way applies nothing
-            self._fail(GradzipError(f"step {self.step} was abandoned before its last bucket"))
+            assert self._stages is not None
+            for stage in self._stages[1:]:  # its buckets leave the later stages first
+                stage.drain()
+            self._failure = GradzipError(f"step {self.step} was abandoned before its last bucket")
             self._finish_step()
         self._saved = (self.scheme.snapshot(), self._residuals.snapshot())
 
@@ -302,14 +422,18 @@ class GradzipHookState:
             self.scheme.restore(self._saved[0])
             self._residuals.restore(self._saved[1])
 
-    def _fail(self, err: BaseException) -> None:
-        self._restore()
-        self._failure = self._failure or err
+    def _step_error(self) -> BaseException | None:
+        """The step's error: its own (an abandoned step), else its first failed bucket's."""
+        if self._failure is not None:
+            return self._failure
+        return next((job.outcome for job in self._jobs if job.outcome is not None), None)
 
     def _finish_step(self) -> None:
-        """Complete every future of the step: with the step's error, with zeros (skipped), or
-        with the averaged buffers (the counter advances)."""
-        failure, jobs = self._failure, self._jobs
+        """Complete every future of the step: with the step's error (state restored), with
+        zeros (skipped, state restored), or with the averaged buffers (the counter advances)."""
+        failure, jobs = self._step_error(), self._jobs
+        if failure is not None or self._skipping:
+            self._restore()
         if failure is None and self._skipping:
             for job in jobs:
                 job.buffer.zero_()
@@ -323,23 +447,24 @@ class GradzipHookState:
                 error = failure if isinstance(failure, Exception) else GradzipError(repr(failure))
                 job.future.set_exception(error)  # type: ignore[arg-type]  # torch annotates T
         self._saved, self._skipping, self._failure, self._jobs = None, False, None, []
+        self._halted = False
 
     # -- main thread: idle-time operations ------------------------------------------------------
     def _settle(self) -> None:
-        """Wait for the worker, then roll back a step left without its last bucket."""
-        if self._worker is not None:
-            self._worker.drain()
+        """Wait for the stages, then roll back a step left without its last bucket."""
+        for stage in self._stages or ():
+            stage.drain()
         if self._saved is not None:
-            self._fail(GradzipError(f"step {self.step} was abandoned before its last bucket"))
+            self._failure = GradzipError(f"step {self.step} was abandoned before its last bucket")
             self._finish_step()
 
     def close(self) -> None:
-        """Finish the queued buckets, then stop and join the worker thread (idempotent). A
+        """Finish the queued buckets, then stop and join the stages' threads (idempotent). A
         closed state refuses further buckets; its checkpoint stays readable."""
         self._settle()
         self._closed = True
-        if self._worker is not None:
-            self._worker.close()
+        for stage in self._stages or ():
+            stage.close()
 
     def state_dict(self) -> dict[str, Any]:
         """The step counter, the skip count, the run seed, rank and group size, and the

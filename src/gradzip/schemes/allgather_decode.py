@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from gradzip.comm.transport import Transport
+from gradzip.errors import NonFiniteInputError
 from gradzip.schemes.base import Scheme, working_dtype
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """What one rank puts into a flagged all-gather: its payload (empty when its flag is down),
+    its flag, and the dtype receivers decode the payload as."""
+
+    payload: bytes
+    finite: bool
+    dtype: torch.dtype
 
 
 class AllGatherDecode(Scheme):
@@ -49,16 +62,39 @@ class AllGatherDecode(Scheme):
     ) -> torch.Tensor | list[int]:
         """The flag rides in the header of the payload's all-gather: no byte or round of its
         own. A rank whose flag is down sends an empty payload instead of encoding."""
-        dtype = tensor.dtype
-        payload = b""
-        if finite:
-            key = self.key(transport.rank, step, tensor_index)
-            payload, dtype = self.encode_own("worker", tensor, key)
-        transport.meter.step = step
-        payloads, down = transport.all_gather_flagged(payload, finite)
+        outgoing = self.encode_flagged(transport.rank, tensor, step, tensor_index, finite)
+        payloads, down = self.gather_flagged(transport, outgoing, step)
         if down:
             return down
-        return self._average(payloads, step, tensor_index, tensor.shape, dtype)
+        return self.average(payloads, step, tensor_index, tensor.shape, outgoing.dtype)
+
+    # -- the three phases of a reduction, for callers that pipeline them ---------------------
+    def encode_flagged(
+        self, rank: int, tensor: torch.Tensor, step: int, tensor_index: int, finite: bool = True
+    ) -> Outgoing:
+        """Phase 1 (no communication): this rank's payload, through its error-feedback residual.
+
+        With ``finite`` down nothing is encoded. With ``finite`` up the encoder's own scan
+        decides: a tensor it refuses (NaN, Inf, or an error-feedback sum ``g + e`` beyond the
+        float32 range) raises :class:`~gradzip.errors.NonFiniteInputError` before any state
+        changes, and becomes an empty payload with the flag down."""
+        if finite:
+            try:
+                payload, dtype = self.encode_own(
+                    "worker", tensor, self.key(rank, step, tensor_index)
+                )
+                return Outgoing(payload, True, dtype)
+            except NonFiniteInputError:
+                pass
+        return Outgoing(b"", False, tensor.dtype)
+
+    def gather_flagged(
+        self, transport: Transport, outgoing: Outgoing, step: int
+    ) -> tuple[list[bytes], list[int]]:
+        """Phase 2 (communication only): every rank's payload, and the ranks whose flag is down
+        (ascending; when there are any, the payloads are not to be decoded)."""
+        transport.meter.step = step
+        return transport.all_gather_flagged(outgoing.payload, outgoing.finite)
 
     def exchange(
         self,
@@ -72,9 +108,9 @@ class AllGatherDecode(Scheme):
         """All-gather this rank's already encoded ``payload`` and average the decoded payloads."""
         transport.meter.step = step
         payloads = transport.all_gather_bytes(payload)
-        return self._average(payloads, step, tensor_index, shape, dtype)
+        return self.average(payloads, step, tensor_index, shape, dtype)
 
-    def _average(
+    def average(
         self,
         payloads: list[bytes],
         step: int,
@@ -82,7 +118,8 @@ class AllGatherDecode(Scheme):
         shape: torch.Size,
         dtype: torch.dtype,
     ) -> torch.Tensor:
-        """Decode every rank's payload and average them in ascending rank order.
+        """Phase 3 (no communication): decode every rank's payload and average them in
+        ascending rank order.
 
         The sum starts from rank 0's decoded tensor (no zero-filled buffer: a decoded ``-0.0``
         stays ``-0.0`` where ``0.0 + -0.0`` gave ``+0.0``), the other ranks' are added to it in
