@@ -11,6 +11,7 @@ from gradzip.comm.local import run_local
 from gradzip.comm.spawn import run_processes
 from gradzip.comm.transport import Transport
 from gradzip.errors import GradzipError, KeyMismatchError
+from gradzip.feedback import ErrorFeedback
 from gradzip.keys import StreamKey
 from gradzip.schemes import AllGatherDecode
 
@@ -49,6 +50,41 @@ def test_every_rank_holds_the_same_mean_of_the_decoded_payloads(name: str, world
     if name == "identity":
         exact = sum(gradient(r, 1) for r in range(world_size)) / world_size
         assert np.array_equal(results[0][1], exact.numpy())
+
+
+@pytest.mark.parametrize("name", ["onebit", "topk", "dqsg"])
+def test_own_reconstruction_stands_in_for_decoding_the_own_payload(name: str) -> None:
+    """With error feedback each rank adds the reconstruction its encoding made instead of
+    decoding its own payload; the mean must still be the rank-ordered sum of every decoded
+    payload, bit for bit, on every rank (rank 0 starts the sum, the others add to it)."""
+    world_size, steps = 3, 3
+    cls = gradzip.get(name)
+
+    def run(transport: Transport) -> list[bytes]:
+        scheme = AllGatherDecode(cls(**cls.example_params), run_seed=RUN_SEED, error_feedback=True)
+        out = []
+        for step in range(steps):
+            g = gradient(transport.rank, step)
+            mean = scheme.reduce_if_all_finite(transport, g, step, 0, True)
+            assert isinstance(mean, torch.Tensor)
+            out.append(mean.numpy().tobytes())
+        return out
+
+    results = run_local(world_size, run)
+    comp = cls(**cls.example_params)
+    feedback = [ErrorFeedback(comp) for _ in range(world_size)]
+    for step in range(steps):
+        decoded = []
+        for rank in range(world_size):
+            key = StreamKey(RUN_SEED, rank, step, 0)
+            payload = feedback[rank].encode(gradient(rank, step), key).payload
+            decoded.append(comp.decode(payload, expected_key=key, shape=torch.Size((33, 17))))
+        expected = decoded[0].clone()
+        for values in decoded[1:]:
+            expected = expected + values
+        expected /= world_size
+        for rank in range(world_size):
+            assert results[rank][step] == expected.numpy().tobytes(), (rank, step)
 
 
 def test_bytes_per_rank_are_the_other_payloads() -> None:

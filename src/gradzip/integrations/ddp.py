@@ -357,8 +357,10 @@ class GradzipHookState:
     def _average(self, job: BucketJob) -> None:
         assert job.payloads is not None and job.outgoing is not None and job.layout is not None
         assert isinstance(self.scheme, AllGatherDecode)
+        outgoing = job.outgoing
+        own = None if outgoing.own is None else (self.transport.rank, outgoing.own)
         mean = self.scheme.average(
-            job.payloads, self.step, job.layout.tensor_index, job.buffer.shape, job.outgoing.dtype
+            job.payloads, self.step, job.layout.tensor_index, job.buffer.shape, outgoing.dtype, own
         )
         self._deliver(job, mean)
 

@@ -14,11 +14,14 @@ from gradzip.schemes.base import Scheme, working_dtype
 @dataclass(frozen=True)
 class Outgoing:
     """What one rank puts into a flagged all-gather: its payload (empty when its flag is down),
-    its flag, and the dtype receivers decode the payload as."""
+    its flag, the dtype receivers decode the payload as, and, where the encoding produced it
+    anyway (error feedback), this rank's own reconstruction: bitwise what decoding the payload
+    gives, so :meth:`AllGatherDecode.average` adds it instead of decoding the payload again."""
 
     payload: bytes
     finite: bool
     dtype: torch.dtype
+    own: torch.Tensor | None = None
 
 
 class AllGatherDecode(Scheme):
@@ -66,7 +69,19 @@ class AllGatherDecode(Scheme):
         payloads, down = self.gather_flagged(transport, outgoing, step)
         if down:
             return down
-        return self.average(payloads, step, tensor_index, tensor.shape, outgoing.dtype)
+        return self.average(
+            payloads,
+            step,
+            tensor_index,
+            tensor.shape,
+            outgoing.dtype,
+            own=self._own(transport, outgoing),
+        )
+
+    @staticmethod
+    def _own(transport: Transport, outgoing: Outgoing) -> tuple[int, torch.Tensor] | None:
+        """``(rank, reconstruction)`` of this rank's payload where the encoding kept it."""
+        return None if outgoing.own is None else (transport.rank, outgoing.own)
 
     # -- the three phases of a reduction, for callers that pipeline them ---------------------
     def encode_flagged(
@@ -77,12 +92,18 @@ class AllGatherDecode(Scheme):
         With ``finite`` down nothing is encoded. With ``finite`` up the encoder's own scan
         decides: a tensor it refuses (NaN, Inf, or an error-feedback sum ``g + e`` beyond the
         float32 range) raises :class:`~gradzip.errors.NonFiniteInputError` before any state
-        changes, and becomes an empty payload with the flag down."""
+        changes, and becomes an empty payload with the flag down.
+
+        [CHOICE] With error feedback the encoding reconstructs the payload anyway (``e = v -
+        v_hat``), so the outgoing message keeps that ``v_hat`` for :meth:`average`: one decode
+        of this rank's own payload per reduction less (at ``P = 2`` half the decoding)."""
         if finite:
+            key = self.key(rank, step, tensor_index)
             try:
-                payload, dtype = self.encode_own(
-                    "worker", tensor, self.key(rank, step, tensor_index)
-                )
+                if self.error_feedback:
+                    payload, dtype, own = self.encode_own_reconstructed("worker", tensor, key)
+                    return Outgoing(payload, True, dtype, own)
+                payload, dtype = self.encode_own("worker", tensor, key)
                 return Outgoing(payload, True, dtype)
             except NonFiniteInputError:
                 pass
@@ -117,9 +138,12 @@ class AllGatherDecode(Scheme):
         tensor_index: int,
         shape: torch.Size,
         dtype: torch.dtype,
+        own: tuple[int, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Phase 3 (no communication): decode every rank's payload and average them in
-        ascending rank order.
+        ascending rank order. ``own = (rank, v_hat)``: that rank's payload is not decoded,
+        ``v_hat`` (bitwise its decoding, see :class:`Outgoing`) stands for it; it is consumed
+        (it may become the sum).
 
         The sum starts from rank 0's decoded tensor (no zero-filled buffer: a decoded ``-0.0``
         stays ``-0.0`` where ``0.0 + -0.0`` gave ``+0.0``), the other ranks' are added to it in
@@ -129,12 +153,23 @@ class AllGatherDecode(Scheme):
         real transport, so both give the same bits.
         """
         work = working_dtype(dtype)
-        first = self.compressor.decode(
-            payloads[0], expected_key=self.key(0, step, tensor_index), shape=shape, dtype=dtype
-        )
+        mine, reconstruction = own if own is not None else (-1, None)
+        if reconstruction is not None and (
+            reconstruction.dtype != work or reconstruction.shape != shape
+        ):
+            mine, reconstruction = -1, None  # not the sum's dtype or shape: decode as usual
+        if mine == 0 and reconstruction is not None:
+            first = reconstruction
+        else:
+            first = self.compressor.decode(
+                payloads[0], expected_key=self.key(0, step, tensor_index), shape=shape, dtype=dtype
+            )
         # the decoded tensor is fresh: it becomes the sum (a copy only where the dtype widens)
         total = first if first.dtype == work else first.to(work)
         for rank in range(1, len(payloads)):
+            if rank == mine and reconstruction is not None:
+                total.add_(reconstruction)  # out + v, the float add decode_add_ makes
+                continue
             key = self.key(rank, step, tensor_index)
             self.compressor.decode_add_(payloads[rank], total, expected_key=key, dtype=dtype)
         return total.div_(len(payloads)) if len(payloads) > 1 else total
