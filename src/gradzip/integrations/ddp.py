@@ -359,8 +359,19 @@ class GradzipHookState:
         assert isinstance(self.scheme, AllGatherDecode)
         outgoing = job.outgoing
         own = None if outgoing.own is None else (self.transport.rank, outgoing.own)
+        buffer = job.buffer
+        # [CHOICE] the mean is built in the bucket itself where it fits (CPU, the working
+        # dtype): DDP then finds it in the gradients (they are views of the bucket) instead of
+        # copying the whole model's means after the last bucket, on the step's critical path
+        into = buffer if buffer.device.type == "cpu" else None
         mean = self.scheme.average(
-            job.payloads, self.step, job.layout.tensor_index, job.buffer.shape, outgoing.dtype, own
+            job.payloads,
+            self.step,
+            job.layout.tensor_index,
+            buffer.shape,
+            outgoing.dtype,
+            own,
+            into,
         )
         self._deliver(job, mean)
 

@@ -139,11 +139,15 @@ class AllGatherDecode(Scheme):
         shape: torch.Size,
         dtype: torch.dtype,
         own: tuple[int, torch.Tensor] | None = None,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Phase 3 (no communication): decode every rank's payload and average them in
         ascending rank order. ``own = (rank, v_hat)``: that rank's payload is not decoded,
         ``v_hat`` (bitwise its decoding, see :class:`Outgoing`) stands for it; it is consumed
-        (it may become the sum).
+        (it may become the sum). ``out``: a contiguous tensor of the working dtype and of
+        ``shape``'s size to build the mean in (the same bits; e.g. the DDP bucket itself, so
+        that DDP finds the mean in the gradients and copies nothing); its values are
+        overwritten, also when a later payload fails to decode.
 
         The sum starts from rank 0's decoded tensor (no zero-filled buffer: a decoded ``-0.0``
         stays ``-0.0`` where ``0.0 + -0.0`` gave ``+0.0``), the other ranks' are added to it in
@@ -164,8 +168,11 @@ class AllGatherDecode(Scheme):
             first = self.compressor.decode(
                 payloads[0], expected_key=self.key(0, step, tensor_index), shape=shape, dtype=dtype
             )
-        # the decoded tensor is fresh: it becomes the sum (a copy only where the dtype widens)
-        total = first if first.dtype == work else first.to(work)
+        if out is not None and out.dtype == work and out.is_contiguous():
+            total = out.view(shape).copy_(first)  # copies bits, -0.0 included
+        else:
+            # the decoded tensor is fresh: it becomes the sum (a copy only where the dtype widens)
+            total = first if first.dtype == work else first.to(work)
         for rank in range(1, len(payloads)):
             if rank == mine and reconstruction is not None:
                 total.add_(reconstruction)  # out + v, the float add decode_add_ makes
