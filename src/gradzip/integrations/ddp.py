@@ -125,7 +125,8 @@ class GradzipHookState:
     after the bucket for which ``bucket.is_last()`` holds. A step is all-or-nothing: if any
     bucket fails, the scheme's state and the residuals return to where the step began, the
     counter stays, every future of the step holds the error (the first failed bucket's) and the
-    last bucket's hook call raises it. Later buckets are not communicated after a failure the
+    last bucket's hook call raises it (the buckets' gradients are then undefined: the all-gather
+    builds its means in them). Later buckets are not communicated after a failure the
     transfer stage sees (a refused bucket, the non-finite agreement, a failed exchange, any
     failure of a non-pipelined reduction: every rank stops at the same bucket); after a
     payload that fails to decode in the pipelined decode stage, the later buckets already
