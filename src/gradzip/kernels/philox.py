@@ -64,8 +64,8 @@ _HIGH16 = np.uint64(0xFFFF0000)
 _ONE_PLUS_HALF_STEP = np.uint32(0x3F800040)
 #: a 16-bit half ``h`` goes to mantissa bits 7..22 (``h * 2**-16`` of the float32 ``1 + ...``)
 _HALF_SHIFT = np.uint64(7)
-#: ``_HALF_SHIFT`` plus the 16 bits that separate a word's high half from its low half, less
-#: the 32 that separate the two floats of a ``uint64``: where the high half's bits must move
+#: a word's high half starts at bit 16 and must land at bit ``32 + _HALF_SHIFT`` (the mantissa
+#: of the second float of a ``uint64``): a left shift by ``32 + 7 - 16``
 _HIGH_HALF_SHIFT = np.uint64(23)
 #: ``_ONE_PLUS_HALF_STEP`` in both halves of a ``uint64`` (the constant bits of two floats)
 _ONE_PLUS_HALF_STEP_PAIR = np.uint64(0x3F800040) * _PAIR
