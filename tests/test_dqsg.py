@@ -176,9 +176,19 @@ def test_symbol_out_of_range_is_corrupt() -> None:
 
 def test_dither_stream_is_pinned() -> None:
     """The shared stream is part of the wire contract: Philox4x32-10, key = the seed's 32-bit
-    halves, counter (0, 0, domain 0, 0) for the first four elements, top 23 bits of each word
-    as the mantissa. Changing it silently would break mixed-version runs. (Values: the top 23
-    bits of Philox4x32-10's block for the default key's seed 8599044273385858556.)"""
-    u = shared_uniform(StreamKey(), 4).double() * 2**23
-    assert u.tolist() == [2239500.0, 6243369.0, 280989.0, 2748532.0]
+    halves, counter (0, 0, domain 0, 0) for the first block, each word split into two 16-bit
+    halves (low first), half ``h`` giving ``u = (h + 1/2) * 2**-16``. Changing it silently would
+    break mixed-version runs. (Values: the first block for the default key's seed
+    8599044273385858556; its words' top 23 bits are the values this test pinned for the
+    format-2 stream, 2239500, 6243369, 280989, 2748532, so the words themselves did not change.
+    The halves below are these hex words split by hand.)"""
+    from gradzip.kernels.philox import philox_block
+
+    seed = 8599044273385858556
+    words = (0x4458187F, 0xBE885263, 0x08933A6D, 0x53E0E90E)
+    assert philox_block((0, 0, 0, 0), (seed & 0xFFFFFFFF, seed >> 32)) == words
+    assert [w >> 9 for w in words] == [2239500, 6243369, 280989, 2748532]
+    halves = [0x187F, 0x4458, 0x5263, 0xBE88, 0x3A6D, 0x0893, 0xE90E, 0x53E0]
+    u = shared_uniform(StreamKey(), 8).double()
+    assert u.tolist() == [(h + 0.5) * 2**-16 for h in halves]
     assert torch.equal(shared_uniform_plus_one(KEY, 999), shared_uniform(KEY, 999) + 1)

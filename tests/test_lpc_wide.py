@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -29,7 +30,9 @@ STEP = 2.0**-20
 @pytest.mark.parametrize("theta", [1.0, 0.5])
 def test_wide_codes_round_trip_within_one_level(b: int, theta: float) -> None:
     """Decoded values lie within one level of the clipped input (stochastic rounding to a
-    neighbour), the payload is ``b*d + 32`` bits plus its header, and the codes use all
+    neighbour) plus the float32 rounding of the decoded value, half a float32 spacing at the
+    clipping edge (at b = 24 and theta = 0.5 a level is only about 1.6 such spacings, so the
+    rounding can carry the value beyond one level: about half of all keys show it), the payload is ``b*d + 32`` bits plus its header, and the codes use all
     ``b`` bits (an input at the clipping edge sends the top code ``2s``)."""
     u = torch.randn(1001, generator=torch.Generator().manual_seed(b))
     comp = LPC(b=b, theta=theta)
@@ -40,7 +43,8 @@ def test_wide_codes_round_trip_within_one_level(b: int, theta: float) -> None:
     delta = theta * float(u.abs().max()) / comp.s
     top = comp.s * delta
     err = (out.double() - u.double().clamp(-top, top)).abs()
-    assert float(err.max()) < delta * (1 + 1e-6)
+    half_spacing = float(np.spacing(np.float32(top))) / 2
+    assert float(err.max()) <= delta * (1 + 1e-6) + half_spacing
     assert float(err.max()) > 0.5 * delta  # really quantized, not passed through
     assert float(out.abs().max()) == pytest.approx(top, rel=1e-6)
 

@@ -172,12 +172,16 @@ def test_the_canonical_form_of_the_same_fields_parses() -> None:
     assert header.shape == (5, 1, 300)
 
 
-def test_version_one_payloads_are_refused_clearly() -> None:
-    # version 2 changed the random streams (Philox): an old payload must not decode silently
+@pytest.mark.parametrize("old", [1, 2])
+def test_older_versions_are_refused_clearly(old: int) -> None:
+    # version 2 changed the random streams (Philox), version 3 the float streams' layout (two
+    # 16-bit uniforms per word): an old payload must not decode silently with the wrong dither
     payload = bytearray(build_payload(HEADER, [b"x"]))
-    assert payload[2] == FORMAT_VERSION == 2
-    payload[2] = 1
-    with pytest.raises(UnsupportedVersionError, match="version 1; this gradzip reads version 2"):
+    assert payload[2] == FORMAT_VERSION == 3
+    payload[2] = old
+    with pytest.raises(
+        UnsupportedVersionError, match=f"version {old}; this gradzip reads version 3"
+    ):
         parse_payload(_refresh_crc(payload))
 
 

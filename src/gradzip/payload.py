@@ -4,7 +4,7 @@ Layout (all integers little-endian; ``varint`` is unsigned LEB128)::
 
     offset size     field
     0      2        magic b"GZ"
-    2      1        format version (2)
+    2      1        format version (3)
     3      1        codec id (see gradzip.compressors.registry)
     4      8        total payload length in bytes, header and CRC included (u64)
     12     1        dtype code of the original tensor (float32=1, float16=2, bfloat16=3, float64=4)
@@ -17,9 +17,12 @@ Layout (all integers little-endian; ``varint`` is unsigned LEB128)::
            ...      body (codec-specific; its length is the rest of the payload)
     end-4  4        CRC32 (zlib polynomial) of every byte before it
 
-Version history: 1 was the first format; 2 (the same layout) marks the change of the shared and
-local random streams from SFC64 to Philox4x32-10, so that a payload whose dither or indices
-came from the old stream is refused instead of decoding to wrong values.
+Version history (each later version keeps the layout; a payload of an older version is refused by
+number instead of decoding to wrong values, since its dither or indices came from another
+stream): 1 was the first format; 2 marks the change of the shared and local random streams from
+SFC64 to Philox4x32-10; 3 marks the float streams' new layout, two 16-bit uniforms per Philox
+word instead of one 23-bit uniform (see :mod:`gradzip.kernels.philox`; the word streams behind
+random indices did not change, but a version-2 payload is refused all the same).
 
 [CHOICE] Framing copies the body once: :func:`frame_payload` writes header, body pieces and CRC
 into one preallocated NumPy buffer (NumPy advises huge pages for large buffers: about 4x fewer
@@ -53,7 +56,7 @@ from gradzip.errors import (
 from gradzip.keys import StreamKey
 
 MAGIC = b"GZ"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 CRC_BYTES = 4
 #: the most elements one payload may hold (8 GiB of float32): decoding a corrupt or hostile
 #: header must not try to materialise an absurd tensor; larger tensors travel in chunks

@@ -6,7 +6,9 @@ Every one of these quantizers does the same three things per bucket ``B`` with a
 * level ``q_i = floor(x_i / step_B + u_i)`` clamped to ``[-s, s]``, with ``u_i ~ U[0, 1)`` from
   :func:`gradzip.rng.local_uniform` (the sender's own randomness, deterministic given the key);
   this has the law of ``sign(x_i) * floor(|x_i| / step_B + u_i)`` that the papers write (each is
-  the unique unbiased rounding to the two neighbouring levels). The clamp is spec 0.3's "float32
+  the unique unbiased rounding to the two neighbouring levels; the generator's ``u`` takes the
+  ``2**16`` midpoints of equal cells of ``(0, 1)``, so the probability of rounding up is right
+  to within ``2**-17``, see :mod:`gradzip.rng`). The clamp is spec 0.3's "float32
   followed by a clamp to the legal range", and for LPC it is also the projection of out-of-hull
   values onto ``+-s*delta``;
 * symbol ``q_i + s`` in ``[0, 2s]``;
@@ -94,7 +96,8 @@ def stochastic_symbols(
 ) -> torch.Tensor:
     """Symbols ``clamp(floor(x/step + u), -s, s) + s`` with ``step = scale/per`` per bucket.
 
-    ``floor(v + u)`` with ``u ~ U[0, 1)`` rounds ``v`` up with probability ``frac(v)``, for either
+    ``floor(v + u)`` with ``u ~ U[0, 1)`` rounds ``v`` up with probability ``frac(v)`` (within
+    ``2**-17`` for the generator's 16-bit midpoint ``u``, see :mod:`gradzip.rng`), for either
     sign of ``v``: the same two-point law as rounding ``|v|`` and restoring the sign (the form
     the papers write), so it is the QSGD/TernGrad quantizer, computed without the sign split.
     ``u`` is ``local_uniform(key, n)``. The exact float arithmetic (float32, or float64 for

@@ -4,7 +4,7 @@ One pass per side. The tensor is cut into tiles of whole buckets (a multiple of 
 every tile starts on a byte of the packed stream); tiles run in parallel (``prange``). Per tile,
 the encoder computes its buckets' max-abs scales, draws its Philox dither into an L1-sized
 scratch buffer, quantizes and packs; the decoder unpacks, regenerates the dither and
-reconstructs. Every element is computed from its own index, scale and dither word, so the bytes
+reconstructs. Every element is computed from its own index, scale and dither uniform, so the bytes
 depend neither on the thread count nor on the tiling.
 
 Arithmetic (the contract shared with :mod:`gradzip.kernels.dithered_torch`, which is what the
@@ -36,11 +36,9 @@ from gradzip.codecs.symbols import symbol_bits
 from gradzip.errors import CorruptPayloadError
 from gradzip.kernels._threads import call_parallel
 from gradzip.kernels.bitpack import pack_tile, unpack_tile, unpack_tile_narrow
-from gradzip.kernels.philox import fill_stream
+from gradzip.kernels.philox import fill_uniform
 
 _F32_MAX = float(np.finfo(np.float32).max)
-_FLOAT_SHIFT = np.uint32(9)
-_ONE_BITS = np.uint32(0x3F800000)
 _ABS_MASK = np.uint32(0x7FFFFFFF)
 #: target elements per tile (rounded to whole buckets and a multiple of 8)
 TILE = 4096
@@ -131,9 +129,7 @@ def encode_tiles(  # type: ignore[no-untyped-def]
         draws = max(nsum, 1)
         words = np.empty(draws * m, dtype=np.uint32)
         for j in range(draws):
-            fill_stream(
-                k0, k1, stream, lo + j * n, words[j * m : (j + 1) * m], _FLOAT_SHIFT, _ONE_BITS
-            )
+            fill_uniform(k0, k1, stream, lo + j * n, words[j * m : (j + 1) * m])
         ones = words.view(np.float32)  # 1 + u, exactly
         if nsum == 0:
             base = ones[:m]
@@ -240,10 +236,10 @@ def decode_affine_tiles(  # type: ignore[no-untyped-def]
     ``wide``; zero buckets give +0.0. ``tops[t]``: the largest symbol of tile ``t``.
 
     Per tile: unpack into a ``uint8`` scratch buffer (a ``uint32`` one beyond 8 bits), draw the
-    dither into an L1-sized scratch buffer with :func:`fill_stream`, then one vectorizable loop
-    per bucket slice. With ``accumulate`` the tile's values go to an L1-sized float32 buffer
-    and are then added to ``out`` (``out[i] = out[i] + v``, one float32 add): the same bits as
-    decoding and then adding, without a dense temporary."""
+    dither into an L1-sized scratch buffer with :func:`~gradzip.kernels.philox.fill_uniform`,
+    then one vectorizable loop per bucket slice. With ``accumulate`` the tile's values go to an
+    L1-sized float32 buffer and are then added to ``out`` (``out[i] = out[i] + v``, one float32
+    add): the same bits as decoding and then adding, without a dense temporary."""
     n = out.size
     tiles = (n + unit - 1) // unit
     for t in prange(tiles):
@@ -252,7 +248,7 @@ def decode_affine_tiles(  # type: ignore[no-untyped-def]
         m = hi - lo
         words = np.empty(m if dithered else 0, dtype=np.uint32)
         if dithered:
-            fill_stream(k0, k1, stream, lo, words, _FLOAT_SHIFT, _ONE_BITS)
+            fill_uniform(k0, k1, stream, lo, words)
         ones = words.view(np.float32)
         dst = np.empty(m, dtype=np.float32) if accumulate else out
         base = lo if accumulate else 0
@@ -408,7 +404,7 @@ def decode_nested_tiles(  # type: ignore[no-untyped-def]
         hi = min(n, lo + unit)
         m = hi - lo
         words = np.empty(m, dtype=np.uint32)
-        fill_stream(k0, k1, stream, lo, words, _FLOAT_SHIFT, _ONE_BITS)
+        fill_uniform(k0, k1, stream, lo, words)
         ones = words.view(np.float32)
         dst = np.empty(m, dtype=np.float32) if accumulate else out
         base = lo if accumulate else 0

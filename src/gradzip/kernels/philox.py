@@ -18,8 +18,17 @@ Stream layout [CHOICE] (the contract of every stream in :mod:`gradzip.rng`):
 * element ``i`` of a stream is word ``i % 4`` of the block with counter ``i // 4``.
 
 So the output does not depend on how a stream is split between threads, kernels or devices.
-A word ``w`` becomes the float32 ``1 + (w >> 9) * 2**-23`` (bit pattern ``(w >> 9) |
-0x3F800000``), exactly; subtracting 1 (exact) gives a uniform in ``[0, 1)`` with 23 bits.
+
+Float streams [CHOICE] (the uniforms of dithers and stochastic rounding): element ``i`` is the
+16-bit half ``h = (w >> (16 * (i % 2))) & 0xFFFF`` (low half first) of word ``w = i // 2`` of the
+word stream above, stored as the float32 ``1 + (h + 1/2) * 2**-16`` (bit pattern ``0x3F800000 |
+(h << 7) | 0x40``), exactly. Subtracting 1 (exact) gives ``u``, one of the ``2**16`` midpoints
+``(h + 1/2) / 2**16`` of ``(0, 1)``: ``u`` never reaches 0 or 1, is symmetric about 1/2 and has
+mean exactly 1/2. Why: two uniforms per word halve the Philox work per uniform (about half of a
+dithered codec's time went into the generator). The price is a coarser grid: a subtractive dither
+or a stochastic rounding driven by such a ``u`` is biased by at most ``2**-17`` of a quantization
+step (``P(round up) = p`` within ``2**-17``), four orders of magnitude below the quantization
+noise's standard deviation ``step / sqrt(12)``. Raw word streams (random indices) keep all 32 bits.
 
 Kernels: ``nogil``, ``cache=True`` (compiled once per machine, then loaded from the cache),
 no ``fastmath``; integer arithmetic only, in ``uint64`` holding 32-bit values so numba never
@@ -49,10 +58,20 @@ _S32 = np.uint64(32)
 #: a 32-bit value times this is that value in both halves of a ``uint64``
 _PAIR = np.uint64(0x0000000100000001)
 _BLOCKS_PER_HIGH_WORD = 1 << 32
-#: (shift, or-mask) turning a word into itself, or into the bits of the float32 ``1 + u``
-_AS_WORD = (np.uint32(0), np.uint32(0))
-_AS_FLOAT = (np.uint32(9), np.uint32(0x3F800000))
-#: elements per parallel task of the bulk generator (a multiple of 4)
+_LOW16 = np.uint64(0xFFFF)
+_HIGH16 = np.uint64(0xFFFF0000)
+#: bit pattern of the float32 ``1 + 2**-17``: exponent of 1.0 plus the half-step ``0x40``
+_ONE_PLUS_HALF_STEP = np.uint32(0x3F800040)
+#: a 16-bit half ``h`` goes to mantissa bits 7..22 (``h * 2**-16`` of the float32 ``1 + ...``)
+_HALF_SHIFT = np.uint64(7)
+#: a word's high half starts at bit 16 and must land at bit ``32 + _HALF_SHIFT`` (the mantissa
+#: of the second float of a ``uint64``): a left shift by ``32 + 7 - 16``
+_HIGH_HALF_SHIFT = np.uint64(23)
+#: ``_ONE_PLUS_HALF_STEP`` in both halves of a ``uint64`` (the constant bits of two floats)
+_ONE_PLUS_HALF_STEP_PAIR = np.uint64(0x3F800040) * _PAIR
+#: float elements of one Philox block (four words, two 16-bit halves each)
+_FLOATS_PER_BLOCK = 8
+#: elements per parallel task of the bulk generators (a multiple of 8, so of whole blocks)
 _TASK = 1 << 16
 
 
@@ -107,9 +126,22 @@ def philox4x32_10(c0, c1, c2, c3, k0, k1):  # type: ignore[no-untyped-def]
 
 
 @njit(inline="always", nogil=True, cache=True)
-def one_plus_uniform_bits(w):  # type: ignore[no-untyped-def]
-    """Bit pattern (``uint32``) of the float32 ``1 + (w >> 9) * 2**-23`` for a 32-bit word."""
-    return (np.uint32(w) >> np.uint32(9)) | np.uint32(0x3F800000)
+def one_plus_uniform_bits(h):  # type: ignore[no-untyped-def]
+    """Bit pattern (``uint32``) of the float32 ``1 + (h + 1/2) * 2**-16`` for a 16-bit half
+    ``h`` of a word: the midpoint of the ``h``-th of ``2**16`` equal cells of ``[1, 2)``."""
+    bits = ((np.uint64(h) & _LOW16) << _HALF_SHIFT) | np.uint64(_ONE_PLUS_HALF_STEP)
+    return np.uint32(bits)
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _uniform_pair(w):  # type: ignore[no-untyped-def]
+    """Both floats of word ``w`` (its low 32 bits; the high ones are ignored) as one ``uint64``:
+    the low half's ``1 + u`` in bits 0..31, the high half's in bits 32..63 (stream order when
+    stored little-endian). Why: two masks, two shifts and two ors give two floats, with no
+    narrowing to ``uint32`` and no lane shuffles inside a word."""
+    lo = (w & _LOW16) << _HALF_SHIFT
+    hi = (w & _HIGH16) << _HIGH_HALF_SHIFT
+    return lo | hi | _ONE_PLUS_HALF_STEP_PAIR
 
 
 @njit(inline="always", nogil=True, cache=True)
@@ -124,43 +156,79 @@ def _word(w0, w1, w2, w3, j):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True)
-def _fill_blocks(pairs, first, k0, k1, stream, shift, orbits):  # type: ignore[no-untyped-def]
+def _fill_blocks(pairs, first, k0, k1, stream):  # type: ignore[no-untyped-def]
     """Whole blocks ``first, first + 1, ...`` into ``pairs`` (``uint64``, two per block: words
-    0|1 and 2|3, little-endian), each word ``w`` as ``(w >> shift) | orbits``. The blocks must
-    share their counter's high word ``first >> 32``.
+    0|1 and 2|3, little-endian). The blocks must share their counter's high word ``first >> 32``.
 
     Why [CHOICE]: with ``c1``, ``c2``, ``c3`` loop-invariant LLVM hoists the first round's
     constant product out of the loop, and the loop over blocks vectorizes across blocks (one
-    block per SIMD lane, structure of arrays in registers). Two words are combined into one
-    ``uint64`` before the shift, then ``keep`` clears the bits the shift moved from the high word
-    into the low one: two operations per pair instead of per word, and two permutes per 8
-    blocks interleave them into the stream order."""
+    block per SIMD lane, structure of arrays in registers); two words are combined into one
+    ``uint64`` per store, so two permutes per 8 blocks interleave them into the stream order."""
     c1 = first >> _S32
     c2 = np.uint64(stream)
     c3 = np.uint64(0)
-    sh = np.uint64(shift)
-    keep = (_LOW32 >> sh) * _PAIR
-    ob = np.uint64(orbits) * _PAIR
     for blk in range(pairs.size // 2):
         w0, w1, w2, w3 = philox_rounds(first + np.uint64(blk), c1, c2, c3, k0, k1)
-        pairs[2 * blk] = ((((w0 & _LOW32) | (w1 << _S32)) >> sh) & keep) | ob
-        pairs[2 * blk + 1] = ((((w2 & _LOW32) | (w3 << _S32)) >> sh) & keep) | ob
+        pairs[2 * blk] = (w0 & _LOW32) | (w1 << _S32)
+        pairs[2 * blk + 1] = (w2 & _LOW32) | (w3 << _S32)
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _store_uniforms(quads, j, w0, w1, w2, w3):  # type: ignore[no-untyped-def]
+    """The eight floats of one block's words into ``quads[j : j + 4]``."""
+    quads[j] = _uniform_pair(w0)
+    quads[j + 1] = _uniform_pair(w1)
+    quads[j + 2] = _uniform_pair(w2)
+    quads[j + 3] = _uniform_pair(w3)
 
 
 @njit(nogil=True, cache=True)
-def fill_stream(k0, k1, stream, offset, out, shift, orbits):  # type: ignore[no-untyped-def]
-    """Elements ``offset .. offset + out.size - 1`` of stream ``(k0, k1, stream)`` into ``out``
-    (``uint32``), each word ``w`` stored as ``(w >> shift) | orbits``; serial, for use inside
-    other kernels. The whole blocks in the middle go through :func:`_fill_blocks` (vectorized
-    across blocks); at most three words at each end are computed one at a time."""
+def _fill_uniform_blocks(quads, first, k0, k1, stream):  # type: ignore[no-untyped-def]
+    """Whole blocks ``first, first + 1, ...`` of a float stream into ``quads`` (``uint64``, four
+    per block, each the two float32 ``1 + u`` of one word: :func:`_uniform_pair`). The blocks
+    must share their counter's high word ``first >> 32``.
+
+    Why: the loop of :func:`_fill_blocks` (one block per SIMD lane), with eight floats per block
+    instead of four words, so the ten rounds are spent once per eight uniforms. Each iteration
+    runs two independent blocks, one from each half of the range [CHOICE]: a round is a chain of
+    dependent multiply, shift and xor, and the extra work of splitting and interleaving the
+    halves leaves the out-of-order core too little room to overlap successive iterations on its
+    own; two chains were about 15% faster than one (four spill registers and are much slower)."""
+    c1 = first >> _S32
+    c2 = np.uint64(stream)
+    c3 = np.uint64(0)
+    blocks = quads.size // 4
+    half = blocks // 2
+    for blk in range(half):
+        a0, a1, a2, a3 = philox_rounds(first + np.uint64(blk), c1, c2, c3, k0, k1)
+        b0, b1, b2, b3 = philox_rounds(first + np.uint64(half + blk), c1, c2, c3, k0, k1)
+        _store_uniforms(quads, 4 * blk, a0, a1, a2, a3)
+        _store_uniforms(quads, 4 * (half + blk), b0, b1, b2, b3)
+    if blocks > 2 * half:  # an odd count: the last block on its own
+        w0, w1, w2, w3 = philox_rounds(first + np.uint64(blocks - 1), c1, c2, c3, k0, k1)
+        _store_uniforms(quads, 4 * (blocks - 1), w0, w1, w2, w3)
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _block_words(k0, k1, s, b):  # type: ignore[no-untyped-def]
+    """The four words (``uint32``) of block ``b`` (any non-negative integer) of domain ``s``."""
+    b = np.uint64(b)
+    return philox4x32_10(b & _LOW32, b >> _S32, s, 0, k0, k1)
+
+
+@njit(nogil=True, cache=True)
+def fill_words(k0, k1, stream, offset, out):  # type: ignore[no-untyped-def]
+    """Words ``offset .. offset + out.size - 1`` of stream ``(k0, k1, stream)`` into ``out``
+    (``uint32``); serial, for use inside other kernels. The whole blocks in the middle go
+    through :func:`_fill_blocks` (vectorized across blocks); at most three words at each end
+    are computed one at a time."""
     n = out.size
     s = np.uint32(stream)
     head = min(n, (4 - offset % 4) % 4)
     for i in range(head):
         a = offset + i
-        b = np.uint64(a // 4)
-        w0, w1, w2, w3 = philox4x32_10(b & _LOW32, b >> _S32, s, 0, k0, k1)
-        out[i] = (_word(w0, w1, w2, w3, a % 4) >> shift) | orbits
+        w0, w1, w2, w3 = _block_words(k0, k1, s, a // 4)
+        out[i] = _word(w0, w1, w2, w3, a % 4)
     whole = (n - head) // 4
     first = (offset + head) // 4
     pairs = out[head : head + 4 * whole].view(np.uint64)
@@ -170,51 +238,102 @@ def fill_stream(k0, k1, stream, offset, out, shift, orbits):  # type: ignore[no-
         b = np.uint64(first + done)
         room = _BLOCKS_PER_HIGH_WORD - np.int64(b & _LOW32)
         count = min(whole - done, room)
-        _fill_blocks(pairs[2 * done : 2 * (done + count)], b, k0, k1, s, shift, orbits)
+        _fill_blocks(pairs[2 * done : 2 * (done + count)], b, k0, k1, s)
         done += count
     tail = head + 4 * whole
     if tail < n:
-        b = np.uint64(first + whole)
-        w0, w1, w2, w3 = philox4x32_10(b & _LOW32, b >> _S32, s, 0, k0, k1)
+        w0, w1, w2, w3 = _block_words(k0, k1, s, first + whole)
         for j in range(n - tail):
-            out[tail + j] = (_word(w0, w1, w2, w3, j) >> shift) | orbits
+            out[tail + j] = _word(w0, w1, w2, w3, j)
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _uniform_of_block(w0, w1, w2, w3, j):  # type: ignore[no-untyped-def]
+    """Bits of float element ``j`` (0..7) of a block: half ``j % 2`` of word ``j // 2``."""
+    w = np.uint64(_word(w0, w1, w2, w3, j // 2))
+    return one_plus_uniform_bits(w >> np.uint64(16 * (j % 2)))
+
+
+@njit(nogil=True, cache=True)
+def fill_uniform(k0, k1, stream, offset, out):  # type: ignore[no-untyped-def]
+    """Float elements ``offset .. offset + out.size - 1`` of stream ``(k0, k1, stream)`` into
+    ``out`` (``uint32``: the bit patterns of the float32 ``1 + u``; view it as ``float32``);
+    serial, for use inside other kernels. Element ``i`` is half ``i % 2`` of word ``i // 2``
+    (module docstring), so block ``b`` holds elements ``8b .. 8b + 7``: whole blocks go
+    through :func:`_fill_uniform_blocks`, at most seven elements at each end one at a time."""
+    n = out.size
+    s = np.uint32(stream)
+    head = min(n, (_FLOATS_PER_BLOCK - offset % _FLOATS_PER_BLOCK) % _FLOATS_PER_BLOCK)
+    for i in range(head):
+        a = offset + i
+        w0, w1, w2, w3 = _block_words(k0, k1, s, a // _FLOATS_PER_BLOCK)
+        out[i] = _uniform_of_block(w0, w1, w2, w3, a % _FLOATS_PER_BLOCK)
+    whole = (n - head) // _FLOATS_PER_BLOCK
+    first = (offset + head) // _FLOATS_PER_BLOCK
+    quads = out[head : head + _FLOATS_PER_BLOCK * whole].view(np.uint64)
+    done = 0
+    while done < whole:
+        # split where the counter's high word changes (at most once per 2**32 blocks)
+        b = np.uint64(first + done)
+        room = _BLOCKS_PER_HIGH_WORD - np.int64(b & _LOW32)
+        count = min(whole - done, room)
+        _fill_uniform_blocks(quads[4 * done : 4 * (done + count)], b, k0, k1, s)
+        done += count
+    tail = head + _FLOATS_PER_BLOCK * whole
+    if tail < n:
+        w0, w1, w2, w3 = _block_words(k0, k1, s, first + whole)
+        for j in range(n - tail):
+            out[tail + j] = _uniform_of_block(w0, w1, w2, w3, j)
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _bulk(k0, k1, stream, offset, out, shift, orbits):  # type: ignore[no-untyped-def]
-    """:func:`fill_stream` split into tasks of ``_TASK`` elements run in parallel; every element
+def _bulk_words(k0, k1, stream, offset, out):  # type: ignore[no-untyped-def]
+    """:func:`fill_words` split into tasks of ``_TASK`` elements run in parallel; every element
     is computed from its own index, so the result does not depend on the thread count."""
     n = out.size
     tasks = (n + _TASK - 1) // _TASK
     for t in prange(tasks):
         lo = t * _TASK
         hi = min(n, lo + _TASK)
-        fill_stream(k0, k1, stream, offset + lo, out[lo:hi], shift, orbits)
+        fill_words(k0, k1, stream, offset + lo, out[lo:hi])
 
 
-def _check(seed: int, stream: int, offset: int, n: int) -> None:
+@njit(nogil=True, cache=True, parallel=True)
+def _bulk_uniform(k0, k1, stream, offset, out):  # type: ignore[no-untyped-def]
+    """:func:`fill_uniform` in parallel tasks, as :func:`_bulk_words`."""
+    n = out.size
+    tasks = (n + _TASK - 1) // _TASK
+    for t in prange(tasks):
+        lo = t * _TASK
+        hi = min(n, lo + _TASK)
+        fill_uniform(k0, k1, stream, offset + lo, out[lo:hi])
+
+
+def _check(seed: int, stream: int, offset: int, n: int, per_block: int) -> None:
+    """Validate a request for ``n`` elements at ``offset`` of a stream with ``per_block``
+    elements per block (``2**64`` blocks in all)."""
     if not 0 <= seed < 2**64:
         raise ValueError(f"Philox seed must lie in [0, 2**64), got {seed}")
     if not 0 <= stream < 2**32:
         raise ValueError(f"Philox stream id must lie in [0, 2**32), got {stream}")
-    if n < 0 or offset < 0 or offset + n > 2**66:
+    if n < 0 or offset < 0 or offset + n > per_block * 2**64:
         raise ValueError(f"cannot draw {n} values at offset {offset} of a Philox stream")
 
 
 def philox_words(seed: int, stream: int, offset: int, n: int) -> np.ndarray:
     """``n`` raw 32-bit words (``uint32``) of stream ``(seed, stream)`` from element ``offset``."""
-    _check(seed, stream, offset, n)
+    _check(seed, stream, offset, n, 4)
     out = np.empty(n, dtype=np.uint32)
-    call_parallel(_bulk, seed & 0xFFFFFFFF, seed >> 32, stream, offset, out, *_AS_WORD)
+    call_parallel(_bulk_words, seed & 0xFFFFFFFF, seed >> 32, stream, offset, out)
     return out
 
 
 def philox_one_plus_uniform(seed: int, stream: int, offset: int, n: int) -> np.ndarray:
-    """``n`` float32 ``1 + u`` in ``[1, 2)`` of stream ``(seed, stream)`` from element
-    ``offset`` (``u`` has 23 random bits; exact)."""
-    _check(seed, stream, offset, n)
+    """``n`` float32 ``1 + u`` in ``(1, 2)`` of the float stream ``(seed, stream)`` from element
+    ``offset`` (``u`` one of the ``2**16`` midpoints ``(h + 1/2) * 2**-16``; exact)."""
+    _check(seed, stream, offset, n, _FLOATS_PER_BLOCK)
     out = np.empty(n, dtype=np.uint32)
-    call_parallel(_bulk, seed & 0xFFFFFFFF, seed >> 32, stream, offset, out, *_AS_FLOAT)
+    call_parallel(_bulk_uniform, seed & 0xFFFFFFFF, seed >> 32, stream, offset, out)
     return out.view(np.float32)
 
 

@@ -65,13 +65,23 @@ def philox_words_torch(
     return flat[start : start + n]
 
 
-def one_plus_uniform_from_words(words: torch.Tensor) -> torch.Tensor:
-    """The float32 ``1 + (w >> 9) * 2**-23`` of each word, by its bit pattern (exact)."""
-    return ((words >> 9) | 0x3F800000).to(torch.int32).view(torch.float32)
+def one_plus_uniform_from_halves(halves: torch.Tensor) -> torch.Tensor:
+    """The float32 ``1 + (h + 1/2) * 2**-16`` of each 16-bit half ``h`` (int64), by its bit
+    pattern ``0x3F800000 | (h << 7) | 0x40`` (exact; below ``2**31``, so int32 holds it)."""
+    return ((halves << 7) | 0x3F800040).to(torch.int32).view(torch.float32)
 
 
 def philox_one_plus_uniform_torch(
     seed: int, stream: int, offset: int, n: int, device: torch.device | str = "cpu"
 ) -> torch.Tensor:
-    """``n`` float32 ``1 + u`` in ``[1, 2)`` of stream ``(seed, stream)`` from ``offset``."""
-    return one_plus_uniform_from_words(philox_words_torch(seed, stream, offset, n, device))
+    """``n`` float32 ``1 + u`` in ``(1, 2)`` of the float stream ``(seed, stream)`` from element
+    ``offset``: element ``i`` is half ``i % 2`` (low half first) of word ``i // 2`` (see
+    :mod:`gradzip.kernels.philox`)."""
+    if n == 0:
+        return torch.empty(0, dtype=torch.float32, device=device)
+    first = offset // 2
+    count = (offset + n - 1) // 2 - first + 1
+    words = philox_words_torch(seed, stream, first, count, device)
+    halves = torch.stack((words & _LOW16, words >> 16), dim=1).reshape(-1)
+    start = offset % 2
+    return one_plus_uniform_from_halves(halves[start : start + n])

@@ -5,7 +5,7 @@ The tensor is cut into tiles of whole buckets (a multiple of 8 elements, so ever
 a byte of the packed stream); tiles run in parallel (``prange``). Per tile the encoder computes
 its buckets' max-abs scales (or reads given ones), draws its local uniforms into an L1-sized
 scratch buffer, rounds and packs; the decoder unpacks and rescales. Every element depends only on
-its own value, index, bucket scale and Philox word, so the bytes depend neither on the thread
+its own value, index, bucket scale and Philox uniform, so the bytes depend neither on the thread
 count nor on the tiling. No ``fastmath``: numba never contracts a multiply and an add into an
 FMA, so the results do not depend on the CPU's instruction set.
 
@@ -45,12 +45,10 @@ from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.kernels._threads import call_parallel
 from gradzip.kernels.bitpack import pack_tile, unpack_tile
 from gradzip.kernels.dithered import accumulator, bucket_absmax_bits, check_alphabet
-from gradzip.kernels.philox import LOCAL_UNIFORM, fill_stream
+from gradzip.kernels.philox import LOCAL_UNIFORM, fill_uniform
 
 _F32_MAX = float(np.finfo(np.float32).max)
 _TINY32 = np.float32(2.0**-149)
-_FLOAT_SHIFT = np.uint32(9)
-_ONE_BITS = np.uint32(0x3F800000)
 #: target elements per tile (rounded to whole buckets and a multiple of 8)
 TILE = 4096
 #: buckets larger than this get their scales from a separate pass and tiles of TILE elements
@@ -98,7 +96,7 @@ def encode_symmetric(  # type: ignore[no-untyped-def]
         hi = min(n, lo + unit)
         m = hi - lo
         words = np.empty(m, dtype=np.uint32)
-        fill_stream(k0, k1, LOCAL_UNIFORM, lo, words, _FLOAT_SHIFT, _ONE_BITS)
+        fill_uniform(k0, k1, LOCAL_UNIFORM, lo, words)
         ones_tile = words.view(np.float32)  # 1 + u, exactly
         cell = np.empty(1, dtype=np.uint32)
         a = lo
@@ -199,7 +197,7 @@ def encode_twos(x, steps, bucket_size, unit, bits, wide, k0, k1, symbols, packed
         hi = min(n, lo + unit)
         m = hi - lo
         words = np.empty(m, dtype=np.uint32)
-        fill_stream(k0, k1, LOCAL_UNIFORM, lo, words, _FLOAT_SHIFT, _ONE_BITS)
+        fill_uniform(k0, k1, LOCAL_UNIFORM, lo, words)
         ones = words.view(np.float32)
         a = lo
         while a < hi:
