@@ -28,7 +28,7 @@ from gradzip.comm.spawn import run_processes
 from gradzip.comm.transport import Send, Transport
 from gradzip.errors import CheckpointError, GradzipError, PayloadMismatchError
 from gradzip.integrations.ddp import GradzipHookState, gradzip_hook, register_gradzip_hook
-from gradzip.schemes import SCHEMES, RingRequantize, make_scheme
+from gradzip.schemes import SCHEMES, AllGatherDecode, RingRequantize, make_scheme
 from gradzip.schemes._ring_ints import slice_bounds
 from gradzip.schemes.base import Scheme
 
@@ -48,6 +48,9 @@ LOSSY_CONFIGS = [
     if cls.compatible(gradzip.create(comp, **gradzip.get(comp).example_params))
 ]
 NAN_STEP = 1  # the step at which rank 1 has a NaN gradient in the non-finite scenarios
+#: values per chunk of the chunked runs: buckets of about 25 values travel as several chunks
+CHUNK = 4
+CHUNKED = [("dqsg", False), ("onebit", True), ("topk", True)]
 
 
 # -- model, data, schemes (module level: the spawned processes import them) --------------------
@@ -130,7 +133,7 @@ class RecordingState(GradzipHookState):
 
 # -- what the spawned ranks run -------------------------------------------------------------
 def _train_ddp(
-    transport: Transport, hook_scheme: Scheme | None, steps: int
+    transport: Transport, hook_scheme: Scheme | None, steps: int, chunk: int | None = None
 ) -> tuple[bytes, list[Layout]]:
     net = model()
     ddp = DistributedDataParallel(net, bucket_cap_mb=BUCKET_MB)
@@ -139,7 +142,8 @@ def _train_ddp(
     if hook_scheme is not None and hook_scheme.compressor.name == "identity":
         state = register_gradzip_hook(ddp, hook_scheme, transport)
     elif hook_scheme is not None:
-        state = RecordingState(hook_scheme, ddp, transport)
+        options = {} if chunk is None else {"chunk_elements": chunk}
+        state = RecordingState(hook_scheme, ddp, transport, **options)
         ddp.register_comm_hook(state, gradzip_hook)
         layouts = state.layouts
     opt = torch.optim.SGD(ddp.parameters(), lr=LR)
@@ -238,6 +242,8 @@ def _all_ddp_runs(transport: Transport) -> dict[str, Any]:
         out["identity", name] = _train_ddp(transport, scheme(name, "identity", False), STEPS)
     for comp, ef, name in LOSSY_CONFIGS:
         out[comp, name] = _train_ddp(transport, scheme(name, comp, ef), STEPS)
+    for comp, ef in CHUNKED:
+        out["chunked", comp] = _train_ddp(transport, scheme("allgather", comp, ef), STEPS, CHUNK)
     out["raise"] = _non_finite(transport, "raise")
     out["skip"] = _non_finite(transport, "skip")
     # straight: 3 steps in one bucket layout, then 3 in another (same hook state, new wrapper);
@@ -282,10 +288,13 @@ def reduce_groups(
     layout: Layout,
     step: int,
     store: dict[str, torch.Tensor],
+    chunk: int | None = None,
 ) -> list[torch.Tensor]:
     """Each group's gradients flattened and reduced as one tensor (key: the group's smallest
     index), its residuals gathered from and scattered to ``store``, one model-length vector per
-    role indexed by element position in model order (zeros at first)."""
+    role indexed by element position in model order (zeros at first). ``chunk`` (all-gather
+    only): each group cut into ``ceil(n / chunk)`` nearly equal chunks, each reduced on its
+    own with its chunk number in its keys and residual slot, through the scheme's phases."""
     numels = [g.numel() for g in grads]
     starts = [sum(numels[:i]) for i in range(len(numels))]
     if not store:
@@ -295,6 +304,11 @@ def reduce_groups(
         positions = torch.cat([torch.arange(starts[i], starts[i] + numels[i]) for i in group])
         flat_grads = torch.cat([grads[i].reshape(-1) for i in group])
         slices = _reference_slices(sch, flat_grads.numel(), transport)
+        if chunk is not None:
+            parts = slice_bounds(flat_grads.numel(), -(-flat_grads.numel() // chunk))
+            slices = {
+                role: {c: range(lo, hi) for c, (lo, hi) in enumerate(parts)} for role in slices
+            }
         index = min(group)
         for role, feedback in sch.feedback.items():
             feedback.restore(
@@ -303,10 +317,14 @@ def reduce_groups(
                     for c, s in slices[role].items()
                 }
             )
-        mean = sch.reduce(transport, flat_grads, step, index)
+        mean = (
+            sch.reduce(transport, flat_grads, step, index)
+            if chunk is None
+            else _chunked_mean(transport, sch, flat_grads, step, index, chunk)
+        )
         for role, feedback in sch.feedback.items():
-            for (_, chunk), residual in feedback.snapshot().items():
-                s = slices[role][chunk]
+            for (_, number), residual in feedback.snapshot().items():
+                s = slices[role][number]
                 store[role][positions[s.start : s.stop]] = residual
             feedback.restore({})
         offset = 0
@@ -316,8 +334,29 @@ def reduce_groups(
     return means
 
 
+def _chunked_mean(
+    transport: Transport, sch: Scheme, flat_grads: torch.Tensor, step: int, index: int, chunk: int
+) -> torch.Tensor:
+    """The all-gather's mean of ``flat_grads`` chunk by chunk: each chunk encoded with its
+    number, gathered, and every rank's payload decoded (the rank's own included)."""
+    assert isinstance(sch, AllGatherDecode)
+    n = flat_grads.numel()
+    means = []
+    for number, (lo, hi) in enumerate(slice_bounds(n, -(-n // chunk))):
+        part = flat_grads[lo:hi]
+        outgoing = sch.encode_flagged(transport.rank, part, step, index, chunk=number)
+        payloads, down = sch.gather_flagged(transport, outgoing, step)
+        assert not down
+        means.append(sch.average(payloads, step, index, part.shape, outgoing.dtype, chunk=number))
+    return torch.cat(means)
+
+
 def _reference(
-    transport: Transport, sch: Scheme, plan: list[tuple[int, Layout]], poisoned: int = -1
+    transport: Transport,
+    sch: Scheme,
+    plan: list[tuple[int, Layout]],
+    poisoned: int = -1,
+    chunk: int | None = None,
 ) -> bytes:
     """Train with the scheme applied to the gradients grouped as DDP's buckets were, one
     ``(data step, layout)`` per applied step (``poisoned``: a data step whose NaN makes the
@@ -336,7 +375,7 @@ def _reference(
         if data_step == poisoned:
             continue
         grads = [p.grad for p in params if p.grad is not None]
-        means = reduce_groups(transport, sch, grads, layout, step, store)
+        means = reduce_groups(transport, sch, grads, layout, step, store, chunk)
         for grad, mean in zip(grads, means, strict=True):
             grad.copy_(mean)
         opt.step()
@@ -380,6 +419,27 @@ def test_hook_equals_the_scheme_on_flat_buckets_across_bucket_rebuilds(
     per_parameter = [(step, [(i,) for i in range(8)]) for step in range(STEPS)]
     separate = run_local(2, lambda t: _reference(t, scheme(name, comp, ef), per_parameter))
     assert separate[0] != reference[0]
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize(("comp", "ef"), CHUNKED)
+def test_chunked_hook_equals_the_scheme_chunk_by_chunk(
+    ddp_runs: list[dict[str, Any]], comp: str, ef: bool
+) -> None:
+    """Buckets cut into chunks that each travel as their own payload (keys and residual slots
+    numbered by chunk): the same training as the scheme run chunk by chunk on each bucket,
+    whose rank decodes its own payload too (the hook adds its own reconstruction instead)."""
+    trained, layouts = ddp_runs[0]["chunked", comp]
+    assert ddp_runs[1]["chunked", comp] == (trained, layouts)
+    assert max(sum(1 for _ in b) for b in layouts[1]) > 1
+    plan = list(enumerate(layouts))
+    reference = run_local(
+        2, lambda t: _reference(t, scheme("allgather", comp, ef), plan, chunk=CHUNK)
+    )
+    assert reference[0] == reference[1] == trained
+    # the chunks mattered: the same buckets unchunked train differently
+    whole = run_local(2, lambda t: _reference(t, scheme("allgather", comp, ef), plan))
+    assert whole[0] != trained
 
 
 def _non_finite_plan(run: dict[str, Any]) -> list[tuple[int, Layout]]:

@@ -27,10 +27,8 @@ class BucketJob:
     error: BaseException | None = None
     #: the error of this bucket's reduction (in whichever stage it happened)
     outcome: BaseException | None = None
-    #: the pipelined stages' hand-over: this rank's payload (encode stage), then every rank's
-    #: payloads (transfer stage; None when nothing is to be decoded)
-    outgoing: Outgoing | None = None
-    payloads: list[bytes] | None = None
+    #: whether the encode stage has handed on the bucket's last piece
+    sealed: bool = False
     #: set once the job has run through every stage; ``failure`` is then the step's error, if any
     done: threading.Event = field(default_factory=threading.Event)
     failure: BaseException | None = None
@@ -40,3 +38,25 @@ class BucketJob:
 
     def __post_init__(self) -> None:
         self.result = self.buffer
+
+
+@dataclass
+class Piece:
+    """What travels from stage to stage: one piece ``[lo, hi)`` of a bucket's buffer (the
+    pipelined all-gather cuts a bucket into chunks, numbered ``chunk``), or the whole bucket
+    (``chunk`` None: a scheme reduced in one piece, or a bucket that is not communicated).
+
+    ``last``: the bucket's last piece (its job is done once it leaves the decode stage).
+    ``error``: why this piece is not to be communicated, decided by the encode stage before the
+    piece is handed on (so the transfer stage never depends on a later stage's progress)."""
+
+    job: BucketJob
+    chunk: int | None
+    lo: int
+    hi: int
+    last: bool
+    error: BaseException | None = None
+    #: this rank's payload (encode stage), then every rank's payloads (transfer stage; None
+    #: when nothing is to be decoded)
+    outgoing: Outgoing | None = None
+    payloads: list[bytes] | None = None

@@ -65,14 +65,18 @@ class ResidualStore:
         flat: torch.Tensor,
         layout: BucketLayout,
         reduce: Reduction[Result],
+        slices: dict[str, list[FeedbackSlice]] | None = None,
     ) -> Result | None:
         """``reduce(flat, tensor_index)`` (a reduction through ``scheme``, or its encoding
         phase; ``None`` when the ranks skipped it) with this store's residuals installed in
-        ``scheme`` around it; the store changes only if the reduction returns a result."""
+        ``scheme`` around it; the store changes only if the reduction returns a result.
+        ``slices``: the residual slots the reduction keeps, per role (default: what
+        :func:`~gradzip.integrations._layout.feedback_slices` says of the scheme)."""
         index = layout.tensor_index
         if not scheme.feedback:
             return reduce(flat, index)
-        slices = feedback_slices(scheme, layout.numel, transport.world_size, transport.rank)
+        if slices is None:
+            slices = feedback_slices(scheme, layout.numel, transport.world_size, transport.rank)
         dtype = working_dtype(flat.dtype)
         installed: dict[str, dict[Slot, torch.Tensor]] = {}
         for role, feedback in scheme.feedback.items():

@@ -76,11 +76,12 @@ from gradzip.comm.distributed import DistributedTransport
 from gradzip.comm.transport import Transport
 from gradzip.errors import CheckpointError, GradzipError, NonFiniteInputError
 from gradzip.feedback import Slot
-from gradzip.integrations._job import BucketJob
+from gradzip.integrations._job import BucketJob, Piece
 from gradzip.integrations._layout import BucketLayout
 from gradzip.integrations._residuals import Entries, ResidualStore
 from gradzip.integrations._worker import BucketWorker
-from gradzip.schemes.allgather_decode import AllGatherDecode, Outgoing
+from gradzip.schemes._ring_ints import slice_bounds
+from gradzip.schemes.allgather_decode import AllGatherDecode
 from gradzip.schemes.base import Scheme
 from gradzip.stepping import (
     check_on_nonfinite,
@@ -94,6 +95,12 @@ from gradzip.stepping import (
 
 if TYPE_CHECKING:
     from torch.nn.parallel import DistributedDataParallel
+
+#: [CHOICE] values per chunk of a bucket in the pipelined all-gather (8 MB of float32): small
+#: enough that the wire starts after one chunk's encoding and only the last chunk's decoding
+#: follows the last byte (a few ms each), large enough that the per-message costs (a payload
+#: header, two round trips of the transport, a kernel launch) stay below 1% of a chunk's time
+CHUNK_ELEMENTS = 1 << 21
 
 _STATE_VERSION = 2  # 2: per-parameter residuals beside the scheme's (empty) buffers
 _ADVICE = (
@@ -156,7 +163,10 @@ class GradzipHookState:
         model: torch.nn.Module,
         transport: Transport | None = None,
         on_nonfinite: str = "raise",
+        chunk_elements: int = CHUNK_ELEMENTS,
     ) -> None:
+        if not isinstance(chunk_elements, int) or chunk_elements < 1:
+            raise ValueError(f"chunk_elements must be a positive integer, got {chunk_elements!r}")
         if not isinstance(scheme, Scheme):
             raise TypeError(f"GradzipHookState needs a gradzip Scheme, got {type(scheme).__name__}")
         if not isinstance(model, torch.nn.Module):
@@ -164,6 +174,7 @@ class GradzipHookState:
         self.scheme = scheme
         self.transport: Transport = DistributedTransport() if transport is None else transport
         self.on_nonfinite = check_on_nonfinite(on_nonfinite)
+        self.chunk_elements = chunk_elements
         self.step = 0
         self.skipped_steps = 0
         # the list keeps the parameters alive, so their ids stay theirs
@@ -254,9 +265,11 @@ class GradzipHookState:
                 "DDP wraps)"
             ) from None
 
-    # -- the stages (one thread each; a job goes through all three in order) -------------------
+    # -- the stages (one thread each; every piece goes through all three in order) ------------
     def _encode_stage(self, job: BucketJob) -> None:
-        """Stage 1: step bookkeeping and, pipelined, this rank's payload (no communication)."""
+        """Stage 1: step bookkeeping; pipelined, this rank's payloads, one chunk of the bucket
+        at a time, each handed to the transfer stage once encoded; else the bucket as one
+        piece."""
         try:
             _match_threads(job)
             if job.position == 0 or self._saved is None:
@@ -265,66 +278,82 @@ class GradzipHookState:
             if job.error is not None:
                 job.outcome = self._wrapped(job.error, job)
             elif self._pipelined and not self._halted:
-                job.outgoing = self._guarded(job, self._encode)
+                self._guarded(job, self._encode)
         except BaseException as err:  # bookkeeping itself failed: fail the bucket, stay alive
             job.outcome = job.outcome or err
         finally:
-            self._next_stage(1, job)
+            if not job.sealed:  # the bucket as one piece, or what is left after a failure
+                self._hand_on(Piece(job, None, 0, job.buffer.numel(), True, job.outcome))
 
-    def _transfer_stage(self, job: BucketJob) -> None:
-        """Stage 2: the bucket's communication; pipelined, the all-gather of the payloads and
-        the agreement on the flags, else the scheme's whole reduction.
+    def _hand_on(self, piece: Piece) -> None:
+        """Give ``piece`` to the transfer stage (the bucket's last piece seals the job)."""
+        assert self._stages is not None
+        piece.job.sealed = piece.job.sealed or piece.last
+        self._stages[1].submit(piece)
 
-        Whether a bucket is communicated depends only on what every rank learns at this stage
-        or before (its own bucket's refusal, the agreed flags, a transfer's failure), never on
-        a later stage's progress, so the ranks' collectives always pair up."""
+    def _transfer_stage(self, piece: Piece) -> None:
+        """Stage 2: the piece's communication; pipelined, the all-gather of its payloads and
+        the agreement on their flags, else the scheme's whole reduction of the bucket.
+
+        Whether a piece is communicated depends only on what every rank learns at this stage
+        or before (the encode stage's verdict on the piece, the agreed flags, this stage's own
+        failures), never on a later stage's progress, so the ranks' collectives always pair
+        up."""
+        job = piece.job
         try:
             _match_threads(job)
-            if job.outcome is None and not self._halted and not self._skipping:
-                if self._pipelined:
-                    self._guarded(job, self._exchange)
-                else:
-                    self._guarded(job, self._reduce)
-            if job.outcome is not None:
-                self._halted = True  # no later bucket of the step is communicated
+            failed = piece.error is not None
+            if not failed and not self._halted and not self._skipping:
+                if piece.chunk is not None:
+                    failed = not self._attempt(job, self._exchange, piece)
+                elif not self._pipelined:
+                    failed = not self._attempt(job, self._reduce, job)
+            if failed:
+                self._halted = True  # no later piece of the step is communicated
         except BaseException as err:
             job.outcome, self._halted = job.outcome or err, True
         finally:
-            self._next_stage(2, job)
+            assert self._stages is not None
+            self._stages[2].submit(piece)
 
-    def _decode_stage(self, job: BucketJob) -> None:
-        """Stage 3: pipelined, the decoding and averaging of the payloads (no communication);
-        then, after the step's last bucket, the step's end."""
+    def _decode_stage(self, piece: Piece) -> None:
+        """Stage 3: pipelined, the decoding and averaging of the piece's payloads into its
+        place in the bucket (no communication); after the step's last piece, the step's end."""
+        job = piece.job
+        ends_step = piece.last and job.last
         try:
             _match_threads(job)
-            if job.payloads is not None and not self._skipping and self._step_error() is None:
-                self._guarded(job, self._average)
-            if job.last:
+            if piece.payloads is not None and not self._skipping and self._step_error() is None:
+                self._attempt(job, self._average, piece)
+            if ends_step:
                 self._finish_step()
         except BaseException as err:
             job.outcome = job.outcome or err
-            if job.last:
+            if ends_step:
                 self._finish_step()
         finally:
-            job.done.set()
+            if piece.last:
+                job.done.set()
 
-    def _next_stage(self, stage: int, job: BucketJob) -> None:
-        assert self._stages is not None
-        self._stages[stage].submit(job)
-
-    def _guarded(self, job: BucketJob, work: Callable[[BucketJob], Any]) -> Any:
-        """``work(job)``, its error recorded as the bucket's outcome (a gradzip
-        ``NonFiniteInputError`` as it is, any other exception wrapped with the step and the
-        bucket); None then."""
+    def _attempt(self, job: BucketJob, work: Callable[[Any], Any], item: Any) -> bool:
+        """``work(item)``; whether it succeeded. A failure becomes the bucket's outcome unless
+        it has one already (a gradzip ``NonFiniteInputError`` as it is, any other exception
+        wrapped with the step and the bucket)."""
         try:
-            return work(job)
+            work(item)
+            return True
         except NonFiniteInputError as err:
-            job.outcome = err
+            failure: BaseException = err
         except Exception as err:
-            job.outcome = self._wrapped(err, job)
+            failure = self._wrapped(err, job)
         except BaseException as err:
-            job.outcome = err
-        return None
+            failure = err
+        job.outcome = job.outcome or failure
+        return False
+
+    def _guarded(self, job: BucketJob, work: Callable[[BucketJob], Any]) -> None:
+        """``work(job)``, its error recorded as the bucket's outcome (see :meth:`_attempt`)."""
+        self._attempt(job, work, job)
 
     def _wrapped(self, err: BaseException, job: BucketJob) -> GradzipError:
         failure = GradzipError(
@@ -335,46 +364,73 @@ class GradzipHookState:
         failure.__cause__ = err
         return failure
 
-    # pipelined: the three phases of AllGatherDecode
-    def _encode(self, job: BucketJob) -> Outgoing | None:
+    # pipelined: the three phases of AllGatherDecode, chunk by chunk
+    def _chunks(self, numel: int) -> list[tuple[int, int]]:
+        """The bucket's pieces: ``ceil(numel / chunk_elements)`` ranges of (nearly) equal size."""
+        return slice_bounds(numel, max(1, -(-numel // self.chunk_elements)))
+
+    def _encode(self, job: BucketJob) -> None:
+        """Encode the bucket chunk by chunk (each chunk its own payload, key ``chunk`` and
+        error-feedback slot), handing each chunk on as soon as it is encoded; the last one only
+        after the residuals are stored, so that the step cannot end before they are."""
         assert job.layout is not None and isinstance(self.scheme, AllGatherDecode)
-        scheme = self.scheme
-        return self._residuals.reduce(
+        scheme, rank = self.scheme, self.transport.rank
+        bounds = self._chunks(job.buffer.numel())
+        slots = [(chunk, lo, hi) for chunk, (lo, hi) in enumerate(bounds)]
+        held: list[Piece] = []
+
+        def encode_chunks(flat: torch.Tensor, index: int) -> bool:
+            for chunk, lo, hi in slots:
+                outgoing = scheme.encode_flagged(rank, flat[lo:hi], self.step, index, chunk=chunk)
+                piece = Piece(job, chunk, lo, hi, chunk == len(slots) - 1, outgoing=outgoing)
+                if piece.last:
+                    held.append(piece)
+                else:
+                    self._hand_on(piece)
+            return True
+
+        self._residuals.reduce(
             scheme,
             self.transport,
             job.buffer.detach(),
             job.layout,
-            lambda flat, index: scheme.encode_flagged(self.transport.rank, flat, self.step, index),
+            encode_chunks,
+            {role: slots for role in scheme.feedback},
         )
+        self._hand_on(held[0])
 
-    def _exchange(self, job: BucketJob) -> None:
-        assert job.outgoing is not None and isinstance(self.scheme, AllGatherDecode)
-        payloads, down = self.scheme.gather_flagged(self.transport, job.outgoing, self.step)
-        if nonfinite_verdict(down, self.step, self.on_nonfinite, _where(job), _ADVICE):
-            job.payloads = payloads
+    def _exchange(self, piece: Piece) -> None:
+        assert piece.outgoing is not None and isinstance(self.scheme, AllGatherDecode)
+        payloads, down = self.scheme.gather_flagged(self.transport, piece.outgoing, self.step)
+        if nonfinite_verdict(down, self.step, self.on_nonfinite, _where(piece.job), _ADVICE):
+            piece.payloads = payloads
         else:
             self._skip()
 
-    def _average(self, job: BucketJob) -> None:
-        assert job.payloads is not None and job.outgoing is not None and job.layout is not None
-        assert isinstance(self.scheme, AllGatherDecode)
-        outgoing = job.outgoing
+    def _average(self, piece: Piece) -> None:
+        """The piece's mean, built in its place in the bucket where it fits (CPU, the working
+        dtype), else copied there."""
+        job, outgoing = piece.job, piece.outgoing
+        assert piece.payloads is not None and outgoing is not None and job.layout is not None
+        assert isinstance(self.scheme, AllGatherDecode) and piece.chunk is not None
         own = None if outgoing.own is None else (self.transport.rank, outgoing.own)
-        buffer = job.buffer
-        # [CHOICE] the mean is built in the bucket itself where it fits (CPU, the working
-        # dtype): DDP then finds it in the gradients (they are views of the bucket) instead of
-        # copying the whole model's means after the last bucket, on the step's critical path
-        into = buffer if buffer.device.type == "cpu" else None
+        place = job.buffer[piece.lo : piece.hi]
+        # [CHOICE] the mean is built in the bucket itself where it fits: DDP then finds it in
+        # the gradients (they are views of the bucket) instead of copying the whole model's
+        # means after the last bucket, on the step's critical path
+        into = place if place.device.type == "cpu" else None
         mean = self.scheme.average(
-            job.payloads,
+            piece.payloads,
             self.step,
             job.layout.tensor_index,
-            buffer.shape,
+            place.shape,
             outgoing.dtype,
             own,
             into,
+            chunk=piece.chunk,
         )
-        self._deliver(job, mean)
+        if mean.dtype != place.dtype or mean.data_ptr() != place.data_ptr():
+            place.copy_(mean)  # into the bucket: its device and dtype
 
     # not pipelined: the scheme's reduction in one piece
     def _reduce(self, job: BucketJob) -> None:
@@ -535,10 +591,17 @@ def register_gradzip_hook(
     scheme: Scheme,
     transport: Transport | None = None,
     on_nonfinite: str = "raise",
+    chunk_elements: int = CHUNK_ELEMENTS,
 ) -> GradzipHookState:
     """Build a :class:`GradzipHookState` for ``ddp_model`` and register :func:`gradzip_hook`
     on it (DDP allows one hook per model, registered before the first backward pass)."""
-    state = GradzipHookState(scheme, ddp_model, transport=transport, on_nonfinite=on_nonfinite)
+    state = GradzipHookState(
+        scheme,
+        ddp_model,
+        transport=transport,
+        on_nonfinite=on_nonfinite,
+        chunk_elements=chunk_elements,
+    )
     ddp_model.register_comm_hook(state, gradzip_hook)
     return state
 

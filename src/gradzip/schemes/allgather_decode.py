@@ -85,20 +85,28 @@ class AllGatherDecode(Scheme):
 
     # -- the three phases of a reduction, for callers that pipeline them ---------------------
     def encode_flagged(
-        self, rank: int, tensor: torch.Tensor, step: int, tensor_index: int, finite: bool = True
+        self,
+        rank: int,
+        tensor: torch.Tensor,
+        step: int,
+        tensor_index: int,
+        finite: bool = True,
+        chunk: int = 0,
     ) -> Outgoing:
         """Phase 1 (no communication): this rank's payload, through its error-feedback residual.
 
         With ``finite`` down nothing is encoded. With ``finite`` up the encoder's own scan
         decides: a tensor it refuses (NaN, Inf, or an error-feedback sum ``g + e`` beyond the
         float32 range) raises :class:`~gradzip.errors.NonFiniteInputError` before any state
-        changes, and becomes an empty payload with the flag down.
+        changes, and becomes an empty payload with the flag down. ``chunk``: the payload's
+        chunk number (its key's, and its error-feedback slot's), for callers that cut a tensor
+        into pieces reduced one by one.
 
         [CHOICE] With error feedback the encoding reconstructs the payload anyway (``e = v -
         v_hat``), so the outgoing message keeps that ``v_hat`` for :meth:`average`: one decode
         of this rank's own payload per reduction less (at ``P = 2`` half the decoding)."""
         if finite:
-            key = self.key(rank, step, tensor_index)
+            key = self.key(rank, step, tensor_index, chunk)
             try:
                 if self.error_feedback:
                     payload, dtype, own = self.encode_own_reconstructed("worker", tensor, key)
@@ -140,6 +148,7 @@ class AllGatherDecode(Scheme):
         dtype: torch.dtype,
         own: tuple[int, torch.Tensor] | None = None,
         out: torch.Tensor | None = None,
+        chunk: int = 0,
     ) -> torch.Tensor:
         """Phase 3 (no communication): decode every rank's payload and average them in
         ascending rank order. ``own = (rank, v_hat)``: that rank's payload is not decoded,
@@ -147,7 +156,8 @@ class AllGatherDecode(Scheme):
         (it may become the sum). ``out``: a contiguous tensor of the working dtype and of
         ``shape``'s size to build the mean in (the same bits; e.g. the DDP bucket itself, so
         that DDP finds the mean in the gradients and copies nothing); its values are
-        overwritten, also when a later payload fails to decode.
+        overwritten, also when a later payload fails to decode. ``chunk``: the payloads'
+        chunk number (see :meth:`encode_flagged`).
 
         The sum starts from rank 0's decoded tensor (no zero-filled buffer: a decoded ``-0.0``
         stays ``-0.0`` where ``0.0 + -0.0`` gave ``+0.0``), the other ranks' are added to it in
@@ -166,7 +176,10 @@ class AllGatherDecode(Scheme):
             first = reconstruction
         else:
             first = self.compressor.decode(
-                payloads[0], expected_key=self.key(0, step, tensor_index), shape=shape, dtype=dtype
+                payloads[0],
+                expected_key=self.key(0, step, tensor_index, chunk),
+                shape=shape,
+                dtype=dtype,
             )
         if out is not None and out.dtype == work and out.is_contiguous():
             total = out.view(shape).copy_(first)  # copies bits, -0.0 included
@@ -177,6 +190,6 @@ class AllGatherDecode(Scheme):
             if rank == mine and reconstruction is not None:
                 total.add_(reconstruction)  # out + v, the float add decode_add_ makes
                 continue
-            key = self.key(rank, step, tensor_index)
+            key = self.key(rank, step, tensor_index, chunk)
             self.compressor.decode_add_(payloads[rank], total, expected_key=key, dtype=dtype)
         return total.div_(len(payloads)) if len(payloads) > 1 else total
