@@ -457,3 +457,26 @@ def test_fused_feedback_refuses_non_finite_input_and_keeps_its_state() -> None:
         with pytest.raises(NonFiniteInputError, match="NaN or Inf"):
             ef.encode(g2, KEY)
         assert torch.equal(ef.residual(KEY.tensor_index), before)
+
+
+@pytest.mark.parametrize("group", ["out", "in"])
+def test_sign_stream_is_built_on_request_and_equals_the_signs(group: str) -> None:
+    """The fixed packing rebuilds its entropy stream from the packed words when asked: the
+    signs ``1[V >= 0]`` of the grouped matrix, as the other packings write them eagerly."""
+    x = torch.randn(6, 45, generator=torch.Generator().manual_seed(8))
+    x[0, :9] = -0.0
+    fixed, dense = OneBit(group=group).encode(x), OneBit(group=group, packing="dense").encode(x)
+    assert torch.equal(fixed.streams[0].reshape(-1), dense.streams[0].reshape(-1))
+    matrix = x if group == "out" else x.t()
+    assert torch.equal(fixed.streams[0], (matrix >= 0).to(torch.uint8))
+    assert fixed.entropy_bits == dense.entropy_bits
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1e300])
+def test_encode_refuses_non_finite_input_in_its_packing_pass(bad: float) -> None:
+    """No separate scan runs before the packing: its pass refuses NaN, Inf and float64 values
+    beyond the float32 range (infinite once cast)."""
+    x = torch.randn(3, 70, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
+    x[2, 65] = bad
+    with pytest.raises(NonFiniteInputError, match="NaN or Inf"):
+        OneBit().encode(x)
