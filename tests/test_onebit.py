@@ -13,11 +13,13 @@ import gradzip.compressors.onebit as onebit_module
 from gradzip.compressors._onebit_kernels import (
     column_means,
     column_means_torch,
+    expand_add_signs,
     expand_signs,
     expand_signs_torch,
     pack_signs,
     pack_signs_torch,
     sign_sums_torch,
+    subtract_reconstruction,
 )
 from gradzip.compressors.onebit import OneBit
 from gradzip.errors import CorruptPayloadError, NonFiniteInputError, PayloadError
@@ -244,7 +246,21 @@ def _reference_pack(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.packbits(bits, axis=1, bitorder="little"), np.count_nonzero(bits, axis=1)
 
 
-SHAPES = [(1, 1), (1, 31), (1, 32), (1, 33), (3, 64), (5, 95), (7, 1000), (64, 3), (2, 4099)]
+#: the last two span several parallel tasks of 2**17 entries (a flat bucket is one column),
+#: one ending in a partial task and word, one in whole tasks
+SHAPES = [
+    (1, 1),
+    (1, 31),
+    (1, 32),
+    (1, 33),
+    (3, 64),
+    (5, 95),
+    (7, 1000),
+    (64, 3),
+    (2, 4099),
+    (1, 3 * 2**17 + 4099),
+    (2, 2**18),
+]
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -282,21 +298,44 @@ def test_sign_kernels_match_the_reference_and_the_torch_twin(
     assert torch.equal(out, torch.where(m >= 0, means[:, :1], means[:, 1:]))
 
 
-def test_sign_kernels_do_not_depend_on_the_thread_count() -> None:
-    m = torch.randn((37, 2000), generator=torch.Generator().manual_seed(4))
-    means = np.random.default_rng(0).standard_normal((37, 2)).astype(np.float32)
+@pytest.mark.parametrize("shape", [(37, 2000), (2, 5 * 2**17 + 17)])
+def test_sign_kernels_do_not_depend_on_the_thread_count(shape: tuple[int, int]) -> None:
+    m = torch.randn(shape, generator=torch.Generator().manual_seed(4))
+    means = np.random.default_rng(0).standard_normal((shape[0], 2)).astype(np.float32)
     results = []
     before = numba.get_num_threads()
     try:
         for threads in sorted({1, numba.config.NUMBA_NUM_THREADS}):
             numba.set_num_threads(threads)
             packed, counts, sums = pack_signs(m)
-            out = np.empty((37, 2000), dtype=np.float32)
+            out = np.empty(shape, dtype=np.float32)
             assert expand_signs(packed, means, out)
             results.append((packed.tobytes(), counts.tobytes(), sums.tobytes(), out.tobytes()))
     finally:
         numba.set_num_threads(before)
     assert all(r == results[0] for r in results)
+
+
+@pytest.mark.parametrize("shape", [(3, 70), (1, 2**17 + 33)])
+def test_expand_add_and_the_residual_equal_torch_operations(shape: tuple[int, int]) -> None:
+    """The adding decode is ``out + V_hat`` and the feedback step ``m - V_hat`` (and
+    ``V_hat``) bitwise, one float32 operation per entry, across whole and partial tasks."""
+    gen = torch.Generator().manual_seed(shape[1])
+    m = torch.randn(shape, generator=gen)
+    m.view(-1)[::7] = -0.0
+    means = torch.randn((shape[0], 2), generator=gen)
+    v_hat = torch.where(m >= 0, means[:, :1], means[:, 1:])
+    packed = pack_signs(m)[0]
+    out = torch.randn(shape, generator=gen)
+    expected = out + v_hat
+    assert expand_add_signs(packed, means.numpy(), out.numpy())
+    assert torch.equal(out, expected)
+    residual, kept = m.clone(), torch.full(shape, float("nan"))
+    subtract_reconstruction(residual.numpy(), means.numpy(), kept.numpy())
+    assert torch.equal(residual, m - v_hat) and torch.equal(kept, v_hat)
+    residual = m.clone()
+    subtract_reconstruction(residual.numpy(), means.numpy())
+    assert torch.equal(residual, m - v_hat)
 
 
 @pytest.mark.parametrize("rows", [5, 33])
@@ -305,7 +344,10 @@ def test_set_padding_bits_are_refused_by_both_paths(rows: int) -> None:
     packed[1, -1] |= 0x80
     out = np.empty((2, rows), dtype=np.float32)
     means = np.ones((2, 2), dtype=np.float32)
+    untouched = out.copy()
     assert not expand_signs(packed, means, out)
+    assert not expand_add_signs(packed, means, out)
+    assert out.tobytes() == untouched.tobytes()
     assert not expand_signs_torch(torch.from_numpy(packed), torch.from_numpy(means), rows)[1]
 
 
@@ -415,3 +457,26 @@ def test_fused_feedback_refuses_non_finite_input_and_keeps_its_state() -> None:
         with pytest.raises(NonFiniteInputError, match="NaN or Inf"):
             ef.encode(g2, KEY)
         assert torch.equal(ef.residual(KEY.tensor_index), before)
+
+
+@pytest.mark.parametrize("group", ["out", "in"])
+def test_sign_stream_is_built_on_request_and_equals_the_signs(group: str) -> None:
+    """The fixed packing rebuilds its entropy stream from the packed words when asked: the
+    signs ``1[V >= 0]`` of the grouped matrix, as the other packings write them eagerly."""
+    x = torch.randn(6, 45, generator=torch.Generator().manual_seed(8))
+    x[0, :9] = -0.0
+    fixed, dense = OneBit(group=group).encode(x), OneBit(group=group, packing="dense").encode(x)
+    assert torch.equal(fixed.streams[0].reshape(-1), dense.streams[0].reshape(-1))
+    matrix = x if group == "out" else x.t()
+    assert torch.equal(fixed.streams[0], (matrix >= 0).to(torch.uint8))
+    assert fixed.entropy_bits == dense.entropy_bits
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1e300])
+def test_encode_refuses_non_finite_input_in_its_packing_pass(bad: float) -> None:
+    """No separate scan runs before the packing: its pass refuses NaN, Inf and float64 values
+    beyond the float32 range (infinite once cast)."""
+    x = torch.randn(3, 70, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
+    x[2, 65] = bad
+    with pytest.raises(NonFiniteInputError, match="NaN or Inf"):
+        OneBit().encode(x)

@@ -12,7 +12,7 @@ Each payload reports three numbers:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 
 import numpy as np
@@ -40,20 +40,36 @@ def empirical_entropy_bits(symbols: torch.Tensor) -> float:
     return float(n * math.log2(n) - (counts * torch.log2(counts)).sum())
 
 
+#: symbol streams, or a function that builds them on first use
+Streams = Sequence[torch.Tensor] | Callable[[], Sequence[torch.Tensor]]
+
+
 class Encoded:
-    """One compressed tensor: the payload bytes and their bit accounting."""
+    """One compressed tensor: the payload bytes and their bit accounting.
+
+    ``streams`` may be a function building the symbol streams: a codec whose symbols can be
+    rebuilt from what it keeps anyway (one-bit's signs from its packed words) then spends no
+    pass and no memory on them unless ``streams`` or ``entropy_bits`` is read.
+    """
 
     def __init__(
         self,
         payload: bytes | memoryview,
         paper_bits: float,
-        streams: Sequence[torch.Tensor] = (),
+        streams: Streams = (),
         side_bits: int = 0,
     ) -> None:
         self.payload = payload
         self.paper_bits = float(paper_bits)
-        self.streams = tuple(streams)
+        self._streams = streams
         self.side_bits = side_bits
+
+    @cached_property
+    def streams(self) -> tuple[torch.Tensor, ...]:
+        """The symbol streams (built on first use where the codec gave a function)."""
+        streams = self._streams
+        self._streams = ()  # drop the builder and what it holds
+        return tuple(streams() if callable(streams) else streams)
 
     @property
     def wire_bits(self) -> int:

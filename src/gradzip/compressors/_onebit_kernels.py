@@ -6,7 +6,8 @@ The fixed packing touches every coordinate once per side, plus once more under e
   words per column, the count of set bits (and of negative entries) per column, and the
   float64 sums of the positive and of the negative entries per column, in one pass.
 * :func:`expand_signs`: ``V_hat_ic = mu+_c`` where the bit is set, else ``mu-_c``, written
-  straight into the output, refusing set padding bits, in one pass.
+  straight into the output, refusing set padding bits, in one pass;
+  :func:`expand_add_signs` adds it into the output instead (a receiver's ``decode_add_``).
 * :func:`subtract_reconstruction`: error feedback's ``e = V - V_hat`` in place (and, on
   request, ``V_hat`` itself), without packing or unpacking the bits again, in one pass.
 
@@ -21,8 +22,15 @@ zero padding changes no bit and the kernel may merge its complete subtrees as it
 counter) instead of padding. The pairwise error bound is ``O(log n)`` ulps, and the 32 lanes
 let the merges vectorize without fastmath.
 
-The numba kernels run one block of columns per task (``prange``); every column is computed by
-one thread in that fixed order, so the bytes do not depend on the thread count. [CHOICE] The
+The numba kernels split every column into tasks of ``2**12`` words (``prange``; short columns
+go 64 to a task), so a long column (a flat DDP bucket is one) uses every thread. A task's words
+start at a multiple of a power of two, so each task but a column's last yields one complete
+subtree of the order above; the last yields its incomplete subtrees folded smallest first, and
+the tasks' results are then combined by the same binary counter. Every addition is the one the
+definition makes, so the bytes do not depend on the thread count. The inner loops are
+branch-free (bits as ORs of shifted comparisons, sums as selects of ``x`` or ``+0.0``, 8 words'
+lanes summed in registers as the order's 3 lowest levels) so that LLVM vectorizes them; the
+float64 additions stay separate IEEE operations (no fastmath, no contraction). [CHOICE] The
 torch twins (:func:`pack_signs_torch`, :func:`expand_signs_torch`) use integer and select
 operations and the same float64 tree of adjacent pairs (separate additions, no fused
 multiply-add), so they are bit-identical to the kernels on any device; they serve tensors that
@@ -38,8 +46,195 @@ import torch
 _LANES = 32
 #: enough levels for 2**40 words, far beyond the element limit of a payload
 _LEVELS = 41
-#: columns per parallel task: the task's stacks are allocated once per block
+#: [CHOICE] words per parallel task: a power of two, so that every task but a column's last
+#: covers one complete subtree of the pairwise order, and long columns (a flat DDP bucket is
+#: one column) still split across threads; 2**12 words are 512 KB of float32
+_SEGMENT = 1 << 12
+#: words per leaf tree: 8 words' lanes are summed in registers (a complete subtree of 3
+#: levels), so the binary counter touches its stack once per 256 entries, not per 32
+_CHUNK = 8
+#: tasks per parallel block when every column is one task: the block's stacks are allocated
+#: once, not per (short) column
 _BLOCK = 64
+
+# The loops below index 1-D views that start at their task's first entry, with indices that
+# count up from 0: numba wraps negative indices around, and LLVM vectorizes a loop only where
+# it can prove the index non-negative (an index offset by a runtime start halved the speed).
+
+
+@numba.njit(inline="always")
+def _above(x: float) -> float:
+    """The entry's share of the positive sum: itself if ``> 0``, else ``+0.0`` (a select)."""
+    return np.float64(x) if x > 0 else 0.0
+
+
+@numba.njit(inline="always")
+def _below(x: float) -> float:
+    """The entry's share of the negative sum: itself if ``< 0``, else ``+0.0`` (a select)."""
+    return np.float64(x) if x < 0 else 0.0
+
+
+@numba.njit(inline="always")
+def _store_word(out: np.ndarray, w: int, word: np.uint32) -> None:
+    """Word ``w`` as 4 little-endian bytes whatever the host order (LLVM merges the four byte
+    stores into one 32-bit store on a little-endian host)."""
+    out[4 * w] = np.uint8(word & np.uint32(0xFF))
+    out[4 * w + 1] = np.uint8((word >> np.uint32(8)) & np.uint32(0xFF))
+    out[4 * w + 2] = np.uint8((word >> np.uint32(16)) & np.uint32(0xFF))
+    out[4 * w + 3] = np.uint8(word >> np.uint32(24))
+
+
+@numba.njit(inline="always")
+def _load_word(packed: np.ndarray, w: int) -> np.uint32:
+    """Word ``w`` from its 4 little-endian bytes (one 32-bit load on a little-endian host,
+    after LLVM combines the byte loads)."""
+    word: np.uint32 = np.uint32(
+        np.uint32(packed[4 * w])
+        | (np.uint32(packed[4 * w + 1]) << np.uint32(8))
+        | (np.uint32(packed[4 * w + 2]) << np.uint32(16))
+        | (np.uint32(packed[4 * w + 3]) << np.uint32(24))
+    )
+    return word
+
+
+@numba.njit(inline="always")
+def _popcount(word: np.uint32) -> int:
+    """The set bits of a 32-bit word (SWAR: numba exposes no popcount; its arithmetic widens
+    to 64 bits, so the byte sum is masked out of the product)."""
+    v = np.uint32(word)
+    v = v - ((v >> np.uint32(1)) & np.uint32(0x55555555))
+    v = (v & np.uint32(0x33333333)) + ((v >> np.uint32(2)) & np.uint32(0x33333333))
+    v = (v + (v >> np.uint32(4))) & np.uint32(0x0F0F0F0F)
+    return int(((v * np.uint32(0x01010101)) >> np.uint32(24)) & np.uint32(0xFF))
+
+
+@numba.njit(inline="always")
+def _pack_full_word(x: np.ndarray, out: np.ndarray, w: int) -> tuple[np.uint32, np.uint32]:
+    """Pack the 32 entries of full word ``w`` of the row ``x`` branch-free: the bit of lane
+    ``j`` is an OR of ``(x >= 0) << j``, and the negative entries make a second word the same
+    way (an integer sum of the comparisons instead kept LLVM from vectorizing the loop, at 1/5
+    the speed); returns both words."""
+    word = np.uint32(0)
+    negative = np.uint32(0)
+    for j in range(_LANES):
+        v = x[32 * w + j]
+        word |= np.uint32(1 if v >= 0 else 0) << np.uint32(j)
+        negative |= np.uint32(1 if v < 0 else 0) << np.uint32(j)
+    _store_word(out, w, word)
+    return word, negative
+
+
+@numba.njit(inline="always")
+def _chunk_leaves(
+    x: np.ndarray, out: np.ndarray, q: int, pos: np.ndarray, neg: np.ndarray
+) -> tuple[int, int]:
+    """Pack chunk ``q`` (8 full words) of the row ``x`` and write, per lane, the pairwise tree
+    of its 8 entries (``((w0 + w1) + (w2 + w3)) + ((w4 + w5) + (w6 + w7))``, the order's 3
+    lowest levels) into ``pos`` and ``neg``; returns the counts of entries ``>= 0`` and
+    ``< 0``."""
+    blk = x[256 * q : 256 * q + 256]
+    words = out[32 * q : 32 * q + 32]
+    n_ge = 0
+    n_lt = 0
+    for k in range(_CHUNK):
+        word, negative = _pack_full_word(blk, words, k)
+        n_ge += _popcount(word)
+        n_lt += _popcount(negative)
+    for j in range(_LANES):
+        a0 = blk[j]
+        a1 = blk[32 + j]
+        a2 = blk[64 + j]
+        a3 = blk[96 + j]
+        a4 = blk[128 + j]
+        a5 = blk[160 + j]
+        a6 = blk[192 + j]
+        a7 = blk[224 + j]
+        pos[j] = ((_above(a0) + _above(a1)) + (_above(a2) + _above(a3))) + (
+            (_above(a4) + _above(a5)) + (_above(a6) + _above(a7))
+        )
+        neg[j] = ((_below(a0) + _below(a1)) + (_below(a2) + _below(a3))) + (
+            (_below(a4) + _below(a5)) + (_below(a6) + _below(a7))
+        )
+    return n_ge, n_lt
+
+
+@numba.njit(inline="always")
+def _word_leaves(
+    x: np.ndarray, out: np.ndarray, w: int, pos: np.ndarray, neg: np.ndarray
+) -> tuple[int, int]:
+    """Word ``w`` of the row ``x`` (full, or the row's partial last one, padded with
+    ``+0.0``): its bits, its entries as the 32 lane leaves and its counts of entries ``>= 0``
+    and ``< 0``."""
+    start = 32 * w
+    word = np.uint32(0)
+    n_ge = 0
+    n_lt = 0
+    for j in range(_LANES):
+        pos[j] = 0.0
+        neg[j] = 0.0
+        if start + j < x.shape[0]:
+            v = x[start + j]
+            if v >= 0:
+                word |= np.uint32(1) << np.uint32(j)
+                n_ge += 1
+            elif v < 0:
+                n_lt += 1
+            pos[j] = _above(v)
+            neg[j] = _below(v)
+    _store_word(out, w, word)
+    return n_ge, n_lt
+
+
+@numba.njit(inline="always")
+def _merge_top(pos_stack: np.ndarray, neg_stack: np.ndarray, depth: int) -> int:
+    """Replace the two top subtrees by their sum (left + right, lane by lane); the new depth."""
+    for j in range(_LANES):
+        pos_stack[depth - 2, j] = pos_stack[depth - 2, j] + pos_stack[depth - 1, j]
+        neg_stack[depth - 2, j] = neg_stack[depth - 2, j] + neg_stack[depth - 1, j]
+    return depth - 1
+
+
+@numba.njit(inline="always")
+def _fold_stack(pos_stack: np.ndarray, neg_stack: np.ndarray, depth: int) -> None:
+    """Fold the stack's (incomplete) subtrees smallest first into row 0 (their zero-padded
+    right halves add ``+0.0``, so the padding is skipped)."""
+    while depth > 1:
+        depth = _merge_top(pos_stack, neg_stack, depth)
+
+
+@numba.njit(cache=True)
+def _pack_segment(
+    x: np.ndarray, out: np.ndarray, pos_stack: np.ndarray, neg_stack: np.ndarray
+) -> tuple[int, int, int]:
+    """Pack, count and sum per lane the row ``x`` (one task's entries, starting at a multiple
+    of ``_SEGMENT`` words) into ``out`` by the binary counter; returns the counts of entries
+    ``>= 0`` and ``< 0`` and the stack depth. A function of its own, not inlined into the
+    parallel loop, where LLVM left the loops scalar."""
+    n = x.shape[0]
+    words = (n + 31) // 32
+    chunks = (n // 32) // _CHUNK
+    n_ge = 0
+    n_lt = 0
+    depth = 0
+    for q in range(chunks):
+        ge, lt = _chunk_leaves(x, out, q, pos_stack[depth], neg_stack[depth])
+        n_ge += ge
+        n_lt += lt
+        depth += 1
+        k = q  # binary counter: chunk q completes one subtree per trailing one bit of q
+        while k & 1:
+            depth = _merge_top(pos_stack, neg_stack, depth)
+            k >>= 1
+    for w in range(chunks * _CHUNK, words):
+        ge, lt = _word_leaves(x, out, w, pos_stack[depth], neg_stack[depth])
+        n_ge += ge
+        n_lt += lt
+        depth += 1
+        k = w  # the same counter, one word at a time
+        while k & 1:
+            depth = _merge_top(pos_stack, neg_stack, depth)
+            k >>= 1
+    return n_ge, n_lt, depth
 
 
 @numba.njit(inline="always")
@@ -54,127 +249,223 @@ def _fold_lanes(acc: np.ndarray) -> float:
 
 
 @numba.njit(parallel=True, cache=True)
-def _pack_kernel(m: np.ndarray, out: np.ndarray, counts: np.ndarray, sums: np.ndarray) -> None:
+def _pack_kernel(
+    m: np.ndarray,
+    out: np.ndarray,
+    counts: np.ndarray,
+    sums: np.ndarray,
+    seg_counts: np.ndarray,
+    seg_sums: np.ndarray,
+) -> None:
     cols, rows = m.shape
     words = (rows + 31) // 32
-    blocks = (cols + _BLOCK - 1) // _BLOCK
+    nseg = max((words + _SEGMENT - 1) // _SEGMENT, 1)
+    tasks = cols * nseg
+    per_block = _BLOCK if nseg == 1 else 1
+    blocks = (tasks + per_block - 1) // per_block
     for b in numba.prange(blocks):
         pos_stack = np.empty((_LEVELS, _LANES), dtype=np.float64)
         neg_stack = np.empty((_LEVELS, _LANES), dtype=np.float64)
-        pos = np.empty(_LANES, dtype=np.float64)
-        neg = np.empty(_LANES, dtype=np.float64)
-        for c in range(b * _BLOCK, min((b + 1) * _BLOCK, cols)):
-            n_ge = 0
-            n_lt = 0
-            depth = 0
-            for w in range(words):
-                start = 32 * w
-                stop = min(start + 32, rows)
-                word = np.uint32(0)
-                pos[:] = 0.0
-                neg[:] = 0.0
-                for i in range(start, stop):
-                    x = m[c, i]
-                    if x >= 0:
-                        word |= np.uint32(1) << np.uint32(i - start)
-                        n_ge += 1
-                        if x > 0:
-                            pos[i - start] = x
-                    elif x < 0:
-                        n_lt += 1
-                        neg[i - start] = x
-                # little-endian whatever the host order
-                out[c, 4 * w] = np.uint8(word & np.uint32(0xFF))
-                out[c, 4 * w + 1] = np.uint8((word >> np.uint32(8)) & np.uint32(0xFF))
-                out[c, 4 * w + 2] = np.uint8((word >> np.uint32(16)) & np.uint32(0xFF))
-                out[c, 4 * w + 3] = np.uint8(word >> np.uint32(24))
-                # binary counter: word w completes one subtree per trailing one bit of w
-                k = w
-                while k & 1:
-                    depth -= 1
-                    for j in range(_LANES):
-                        pos[j] = pos_stack[depth, j] + pos[j]
-                        neg[j] = neg_stack[depth, j] + neg[j]
-                    k >>= 1
-                pos_stack[depth, :] = pos
-                neg_stack[depth, :] = neg
-                depth += 1
-            # the incomplete subtrees, smallest first (their zero-padded right halves add +0.0)
-            if depth > 0:
-                pos[:] = pos_stack[depth - 1, :]
-                neg[:] = neg_stack[depth - 1, :]
-                for d in range(depth - 2, -1, -1):
-                    for j in range(_LANES):
-                        pos[j] = pos_stack[d, j] + pos[j]
-                        neg[j] = neg_stack[d, j] + neg[j]
-                sums[c, 0] = _fold_lanes(pos)
-                sums[c, 1] = _fold_lanes(neg)
+        for t in range(b * per_block, min((b + 1) * per_block, tasks)):
+            c = t // nseg
+            w0 = (t % nseg) * _SEGMENT
+            w1 = min(w0 + _SEGMENT, words)
+            n_ge, n_lt, depth = _pack_segment(
+                m[c, 32 * w0 : min(32 * w1, rows)], out[c, 4 * w0 : 4 * w1], pos_stack, neg_stack
+            )
+            # a full segment leaves one complete subtree; a last one is folded smallest first
+            _fold_stack(pos_stack, neg_stack, depth)
+            if nseg == 1:
+                counts[c, 0] = n_ge
+                counts[c, 1] = n_lt
+                if depth > 0:
+                    sums[c, 0] = _fold_lanes(pos_stack[0])
+                    sums[c, 1] = _fold_lanes(neg_stack[0])
+                else:
+                    sums[c, 0] = 0.0
+                    sums[c, 1] = 0.0
             else:
-                sums[c, 0] = 0.0
-                sums[c, 1] = 0.0
-            counts[c, 0] = n_ge
-            counts[c, 1] = n_lt
+                seg_counts[t, 0] = n_ge
+                seg_counts[t, 1] = n_lt
+                seg_sums[t, 0, :] = pos_stack[0]
+                seg_sums[t, 1, :] = neg_stack[0]
 
 
 @numba.njit(parallel=True, cache=True)
-def _expand_kernel(packed: np.ndarray, means: np.ndarray, out: np.ndarray, bad: np.ndarray) -> None:
+def _combine_segments(
+    words: int,
+    nseg: int,
+    counts: np.ndarray,
+    sums: np.ndarray,
+    seg_counts: np.ndarray,
+    seg_sums: np.ndarray,
+) -> None:
+    """Per column, the segments' results in the defined order: the complete subtrees of the
+    full segments through the binary counter, then the incomplete ones smallest first (the
+    last segment's, already folded, then the counter's)."""
+    full = words // _SEGMENT
+    for c in numba.prange(counts.shape[0]):
+        pos_stack = np.empty((_LEVELS, _LANES), dtype=np.float64)
+        neg_stack = np.empty((_LEVELS, _LANES), dtype=np.float64)
+        depth = 0
+        for s in range(nseg):
+            t = c * nseg + s
+            pos_stack[depth, :] = seg_sums[t, 0]
+            neg_stack[depth, :] = seg_sums[t, 1]
+            depth += 1
+            k = s
+            while s < full and k & 1:
+                depth = _merge_top(pos_stack, neg_stack, depth)
+                k >>= 1
+        _fold_stack(pos_stack, neg_stack, depth)
+        counts[c, 0] = seg_counts[c * nseg : (c + 1) * nseg, 0].sum()
+        counts[c, 1] = seg_counts[c * nseg : (c + 1) * nseg, 1].sum()
+        sums[c, 0] = _fold_lanes(pos_stack[0])
+        sums[c, 1] = _fold_lanes(neg_stack[0])
+
+
+@numba.njit(cache=True)
+def _expand_segment(packed: np.ndarray, hi: float, lo: float, out: np.ndarray, add: bool) -> None:
+    """The row ``out`` from its bits ``packed``: each word read once, then 32 branch-free
+    selects of ``hi`` / ``lo`` written (``add``: added) into ``out``. A function of its own,
+    not inlined into the parallel loop, where LLVM left the selects scalar."""
+    n = out.shape[0]
+    full = n // 32
+    if add:
+        for w in range(full):
+            word = _load_word(packed, w)
+            dst = out[32 * w : 32 * w + 32]
+            for j in range(_LANES):
+                bit = word & (np.uint32(1) << np.uint32(j))
+                dst[j] = dst[j] + (hi if bit != np.uint32(0) else lo)
+    else:
+        for w in range(full):
+            word = _load_word(packed, w)
+            dst = out[32 * w : 32 * w + 32]
+            for j in range(_LANES):
+                bit = word & (np.uint32(1) << np.uint32(j))
+                dst[j] = hi if bit != np.uint32(0) else lo
+    if n > 32 * full:  # a partial last word
+        word = _load_word(packed, full)
+        for j in range(n - 32 * full):
+            sel = hi if (word >> np.uint32(j)) & np.uint32(1) else lo
+            out[32 * full + j] = out[32 * full + j] + sel if add else sel
+
+
+@numba.njit(parallel=True, cache=True)
+def _expand_kernel(packed: np.ndarray, means: np.ndarray, out: np.ndarray, add: bool) -> None:
     cols, rows = out.shape
     words = (rows + 31) // 32
+    nseg = max((words + _SEGMENT - 1) // _SEGMENT, 1)
+    for t in numba.prange(cols * nseg):
+        c = t // nseg
+        w0 = (t % nseg) * _SEGMENT
+        w1 = min(w0 + _SEGMENT, words)
+        _expand_segment(
+            packed[c, 4 * w0 : 4 * w1],
+            means[c, 0],
+            means[c, 1],
+            out[c, 32 * w0 : min(32 * w1, rows)],
+            add,
+        )
+
+
+@numba.njit(parallel=True, cache=True)
+def _padding_bits_set(packed: np.ndarray, rows: int) -> bool:
+    """Whether any column's last word has a bit set beyond ``rows`` (a corrupt payload)."""
+    cols = packed.shape[0]
+    tail = rows % 32
+    if tail == 0 or cols == 0:
+        return False
+    w = rows // 32
+    bad = 0
     for c in numba.prange(cols):
-        hi = means[c, 0]
-        lo = means[c, 1]
-        for w in range(words):
-            word = (
-                np.uint32(packed[c, 4 * w])
-                | (np.uint32(packed[c, 4 * w + 1]) << np.uint32(8))
-                | (np.uint32(packed[c, 4 * w + 2]) << np.uint32(16))
-                | (np.uint32(packed[c, 4 * w + 3]) << np.uint32(24))
-            )
-            start = 32 * w
-            stop = min(start + 32, rows)
-            for i in range(start, stop):
-                out[c, i] = hi if (word >> np.uint32(i - start)) & np.uint32(1) else lo
-            if stop - start < 32 and (word >> np.uint32(stop - start)) != 0:
-                bad[c] = True
+        bad += np.int64((_load_word(packed[c], w) >> np.uint32(tail)) != 0)
+    return bad > 0
+
+
+@numba.njit(cache=True)
+def _residual_segment(m: np.ndarray, hi: float, lo: float, v_hat: np.ndarray, keep: bool) -> None:
+    """The row ``m`` minus ``V_hat`` by its own signs, in place, and ``v_hat = V_hat`` when
+    ``keep``; a function of its own so that LLVM vectorizes it."""
+    if keep:
+        for i in range(m.shape[0]):
+            x = m[i]
+            sel = hi if x >= 0 else lo  # the sign bit the payload carries
+            v_hat[i] = sel
+            m[i] = x - sel  # float32 subtraction, as e = v - v_hat
+    else:
+        for i in range(m.shape[0]):
+            x = m[i]
+            m[i] = x - (hi if x >= 0 else lo)
 
 
 @numba.njit(parallel=True, cache=True)
 def _residual_kernel(m: np.ndarray, means: np.ndarray, v_hat: np.ndarray, keep: bool) -> None:
     cols, rows = m.shape
-    for c in numba.prange(cols):
-        hi = means[c, 0]
-        lo = means[c, 1]
-        for i in range(rows):
-            x = m[c, i]
-            sel = hi if x >= 0 else lo  # the sign bit the payload carries
-            if keep:
-                v_hat[c, i] = sel
-            m[c, i] = x - sel  # float32 subtraction, as e = v - v_hat
+    step = 32 * _SEGMENT
+    nseg = max((rows + step - 1) // step, 1)
+    for t in numba.prange(cols * nseg):
+        c = t // nseg
+        i0 = (t % nseg) * step
+        i1 = min(i0 + step, rows)
+        _residual_segment(
+            m[c, i0:i1], means[c, 0], means[c, 1], v_hat[c, i0:i1] if keep else v_hat[0, 0:0], keep
+        )
 
 
-def pack_signs(m: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pack_signs(
+    m: torch.Tensor, out: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(packed, counts, sums)`` for the ``(cols, rows)`` float32 matrix ``m`` (any strides):
-    ``packed`` is ``(cols, 4*ceil(rows/32))`` uint8; ``counts`` ``(cols, 2)`` int64, the
-    entries ``>= 0`` (the set bits) and ``< 0``; ``sums`` ``(cols, 2)`` float64, the sums of the
-    positive and of the negative entries in the order the module docstring defines. A NaN is
-    counted in neither column of ``counts``; an infinity makes its sum infinite."""
+    ``packed`` is ``(cols, 4*ceil(rows/32))`` uint8 (written into ``out`` when given, e.g. a
+    view of the payload's body); ``counts`` ``(cols, 2)`` int64, the entries ``>= 0`` (the set
+    bits) and ``< 0``; ``sums`` ``(cols, 2)`` float64, the sums of the positive and of the
+    negative entries in the order the module docstring defines. A NaN is counted in neither
+    column of ``counts``; an infinity makes its sum infinite."""
     if m.device.type != "cpu":
         packed_t, counts_t, sums_t = pack_signs_torch(m)
-        return packed_t.cpu().numpy(), counts_t.cpu().numpy(), sums_t.cpu().numpy()
+        if out is None:
+            return packed_t.cpu().numpy(), counts_t.cpu().numpy(), sums_t.cpu().numpy()
+        out[...] = packed_t.cpu().numpy()
+        return out, counts_t.cpu().numpy(), sums_t.cpu().numpy()
     cols, rows = m.shape
-    packed = np.empty((cols, 4 * (-(-rows // 32))), dtype=np.uint8)
+    words = -(-rows // 32)
+    packed = np.empty((cols, 4 * words), dtype=np.uint8) if out is None else out
     counts = np.empty((cols, 2), dtype=np.int64)
     sums = np.empty((cols, 2), dtype=np.float64)
-    _pack_kernel(m.numpy(), packed, counts, sums)
+    nseg = max(-(-words // _SEGMENT), 1)
+    tasks = cols * nseg if nseg > 1 else 0  # one task per column needs no scratch
+    seg_counts = np.empty((tasks, 2), dtype=np.int64)
+    seg_sums = np.empty((tasks, 2, _LANES), dtype=np.float64)
+    _pack_kernel(m.numpy(), packed, counts, sums, seg_counts, seg_sums)
+    if tasks:
+        _combine_segments(words, nseg, counts, sums, seg_counts, seg_sums)
     return packed, counts, sums
+
+
+def padding_clear(packed: np.ndarray, rows: int) -> bool:
+    """Whether every padding bit of ``packed`` (``(cols, 4*ceil(rows/32))`` uint8) is zero."""
+    return not _padding_bits_set(packed, rows)
 
 
 def expand_signs(packed: np.ndarray, means: np.ndarray, out: np.ndarray) -> bool:
     """Fill ``out`` (``(cols, rows)`` float32, any strides) with ``mu+``/``mu-`` by the bits of
-    ``packed``; ``means`` is ``(cols, 2)`` float32. Returns False if a padding bit is set."""
-    bad = np.zeros(out.shape[0], dtype=np.bool_)
-    _expand_kernel(packed, means, out, bad)
-    return not bool(bad.any())
+    ``packed``; ``means`` is ``(cols, 2)`` float32. Returns False, with ``out`` untouched, if a
+    padding bit is set."""
+    if not padding_clear(packed, out.shape[1]):
+        return False
+    _expand_kernel(packed, means, out, False)
+    return True
+
+
+def expand_add_signs(packed: np.ndarray, means: np.ndarray, out: np.ndarray) -> bool:
+    """:func:`expand_signs` added into ``out`` (``out += V_hat``, one float32 addition per
+    entry, the bits of adding the decoded tensor); False, ``out`` untouched, on set padding."""
+    if not padding_clear(packed, out.shape[1]):
+        return False
+    _expand_kernel(packed, means, out, True)
+    return True
 
 
 def subtract_reconstruction(
@@ -184,7 +475,7 @@ def subtract_reconstruction(
     :func:`expand_signs` decodes from ``m``'s packed signs), and ``v_hat[:] = V_hat`` when
     given; ``m`` and ``v_hat`` are ``(cols, rows)`` float32 of any strides."""
     keep = v_hat is not None
-    target = v_hat if v_hat is not None else np.empty((0, 0), np.float32)
+    target = v_hat if v_hat is not None else np.empty((1, 0), np.float32)
     _residual_kernel(m, means, target, keep)
 
 

@@ -10,7 +10,9 @@ Subclasses implement two hooks on flattened float32 data and declare their param
 
 * ``_encode_flat(x, key, absmax, shape) -> Body``: ``x`` is 1-D float32, finite, non-empty;
   ``absmax`` is ``max|x|`` (already computed by the finiteness scan); ``shape`` is the original
-  tensor's shape (for codecs that group by rows or columns).
+  tensor's shape (for codecs that group by rows or columns). A codec whose own pass sees every
+  entry sets ``checks_finite_input``: then ``x`` is not scanned first (``absmax`` is NaN) and
+  ``_encode_flat`` raises :class:`~gradzip.errors.NonFiniteInputError` itself.
 * ``_decode_flat(body, header, side) -> Tensor``: returns 1-D float32 of ``header.numel``; must
   raise :class:`~gradzip.errors.PayloadError` subclasses on a body of the wrong size.
 * ``wire_params()``: the parameters a receiver must share, written into the header and compared
@@ -31,7 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from gradzip.accounting import Encoded
+from gradzip.accounting import Encoded, Streams
 from gradzip.compressors._decode_guards import (
     allocation_guard,
     check_declared_size,
@@ -67,7 +69,9 @@ class Body:
 
     pieces: Sequence[bytes | bytearray | memoryview | torch.Tensor | Deferred]
     paper_bits: float
-    streams: Sequence[torch.Tensor] = field(default_factory=tuple)
+    #: the symbol streams, or a function building them when ``entropy_bits`` asks (see
+    #: :class:`~gradzip.accounting.Encoded`)
+    streams: Streams = field(default_factory=tuple)
     side_bits: int = 0
 
 
@@ -167,6 +171,9 @@ class Compressor(ABC):
     #: is made of, or checks each block while it is in cache, and raises CorruptPayloadError),
     #: so :meth:`decode` skips its own separate pass over the output
     checks_finite_output: ClassVar[bool] = False
+    #: ``_encode_flat`` needs no ``absmax`` and refuses non-finite input in its own pass (raising
+    #: NonFiniteInputError before anything is returned), so :meth:`encode` skips its scan
+    checks_finite_input: ClassVar[bool] = False
     #: ``_encode_flat`` runs on the tensor's own device (torch operations for non-CPU tensors,
     #: byte-identical to the CPU kernels, see :mod:`gradzip.kernels.backend`), so a CUDA
     #: gradient is compressed where it lives and only the packed body is copied to the host;
@@ -228,13 +235,16 @@ class Compressor(ABC):
         )
         if x.numel() == 0:
             return Encoded(b"", 0.0)
-        amin, amax = torch.aminmax(x)
-        absmax = max(-float(amin), float(amax))
-        if absmax != absmax or absmax == float("inf"):
-            raise NonFiniteInputError(
-                f"{self.name}: cannot encode a tensor holding NaN or Inf "
-                f"(or values beyond the float32 range); nothing was updated"
-            )
+        if self.checks_finite_input:
+            absmax = float("nan")  # unused: the codec's own pass refuses non-finite input
+        else:
+            amin, amax = torch.aminmax(x)
+            absmax = max(-float(amin), float(amax))
+            if absmax != absmax or absmax == float("inf"):
+                raise NonFiniteInputError(
+                    f"{self.name}: cannot encode a tensor holding NaN or Inf "
+                    f"(or values beyond the float32 range); nothing was updated"
+                )
         body = self._encode_flat(x, key, absmax, tuple(tensor.shape))
         pieces = [p if not isinstance(p, torch.Tensor) else tensor_bytes(p) for p in body.pieces]
         payload = frame_payload(header, pieces)

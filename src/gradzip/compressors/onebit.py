@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from gradzip.accounting import Encoded
+from gradzip.accounting import Encoded, Streams
 from gradzip.codecs.symbols import check_packing, pack_symbols, packed_symbol_bits, unpack_symbols
 from gradzip.compressors._groups import Grouping, check_group, sample_rows
 from gradzip.compressors._onebit_kernels import (
     column_means,
+    expand_add_signs,
     expand_signs,
     pack_signs,
     subtract_reconstruction,
@@ -33,6 +35,18 @@ from gradzip.payload import MAX_ELEMENTS, Header, frame_payload
 from gradzip.rng import local_generator
 
 SAMPLE_ROWS = 128
+
+
+def _unpacked_signs(packed: np.ndarray, rows: int) -> tuple[torch.Tensor]:
+    """The sign stream ``1[V_ic >= 0]`` as ``(cols, rows)`` uint8, from the packed words."""
+    bits = np.unpackbits(packed, axis=1, count=rows, bitorder="little")
+    return (torch.from_numpy(bits),)
+
+
+def _check_means(means: torch.Tensor) -> None:
+    """Every decoded value is one of the means: checking them checks the whole output."""
+    if not bool(torch.isfinite(means).all()):
+        raise CorruptPayloadError("onebit column means are not finite")
 
 
 @register
@@ -76,6 +90,7 @@ class OneBit(Compressor):
     name = "onebit"
     codec_id = 20
     checks_finite_output = True
+    checks_finite_input = True  # the packing pass sees NaN and Inf: no scan before it
     example_params: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, group: str = "out", sample: bool = False, packing: str = "fixed") -> None:
@@ -102,7 +117,13 @@ class OneBit(Compressor):
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
     ) -> Body:
-        return self._encode_body(x, key, shape)[0]
+        body, _, finite = self._encode_body(x, key, shape)
+        if not finite:
+            raise NonFiniteInputError(
+                f"{self.name}: cannot encode a tensor holding NaN or Inf "
+                f"(or values beyond the float32 range); nothing was updated"
+            )
+        return body
 
     def _encode_body(
         self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]
@@ -112,31 +133,35 @@ class OneBit(Compressor):
         g = Grouping.of(shape, self.group)
         m = g.matrix(x)  # a view: the kernels read any strides
         cols, rows = g.groups, g.size
-        # the sign stream, for the entropy accounting (and the symbol packings)
-        symbols = torch.ge(m, 0).view(torch.uint8)
-        # one pass: sign bits packed into words, signs counted and summed per column
-        packed, counts, sums = pack_signs(m)
+        # one pass: sign bits packed into words (straight into the fixed body, behind each
+        # column's means), signs counted and summed per column
+        out = np.empty((cols, 8 + 4 * -(-rows // 32)), dtype=np.uint8)
+        packed, counts, sums = pack_signs(m, out[:, 8:])
         means, finite = column_means(counts, sums, rows)
         if self.sample and rows > SAMPLE_ROWS:
             picks = local_generator(key).integers(0, rows, size=(cols, SAMPLE_ROWS))
             stats = sample_rows(m.contiguous(), torch.from_numpy(picks))
             _, s_counts, s_sums = pack_signs(stats)
             means = column_means(s_counts, s_sums, SAMPLE_ROWS)[0]
+        streams: Streams
         if self.packing == "fixed":
-            out = np.empty((cols, 8 + packed.shape[1]), dtype=np.uint8)
             out[:, :8] = means.view(np.uint8)
-            out[:, 8:] = packed
             pieces: list[memoryview | torch.Tensor] = [out.reshape(-1).data]
+            # the sign stream, for the entropy accounting, rebuilt from the words on request:
+            # writing it eagerly cost a pass over the input and a byte per entry
+            streams = partial(_unpacked_signs, packed, rows)
         else:
             # [CHOICE] the other packings put all the means first and the symbols last
+            symbols = torch.ge(m, 0).view(torch.uint8)
             pieces = [
                 torch.from_numpy(means),
                 pack_symbols(symbols.reshape(-1), 2, self.packing),
             ]
+            streams = (symbols,)
         body = Body(
             pieces=pieces,
             paper_bits=float(rows * cols + 64 * cols),
-            streams=(symbols,),
+            streams=streams,
             side_bits=64 * cols,
         )
         return body, means, finite
@@ -187,6 +212,20 @@ class OneBit(Compressor):
         )
         return encoded, None if v_hat is None else v_hat.reshape(shape)
 
+    def _decode_add_flat(
+        self, body: memoryview, header: Header, side: torch.Tensor | None, out: torch.Tensor
+    ) -> bool:
+        """The fixed packing adds each column's ``mu+`` / ``mu-`` into ``out`` by its bits in
+        one pass (no decoded temporary), after the means and the padding bits are checked."""
+        if self.packing != "fixed":
+            return False
+        g = Grouping.of(header.shape, self.group)
+        means, packed = self._read_fixed(body, g.groups, g.size)
+        _check_means(means)
+        if not expand_add_signs(packed, means.numpy(), g.matrix(out).numpy()):
+            raise CorruptPayloadError("onebit padding bits are set")
+        return True
+
     def _decode_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None
     ) -> torch.Tensor:
@@ -195,9 +234,7 @@ class OneBit(Compressor):
             means, packed = self._read_fixed(body, g.groups, g.size)
         else:
             means, positive = self._read_packed(body, g.groups, g.size)
-        # every output value is one of the means: checking them checks the output
-        if not bool(torch.isfinite(means).all()):
-            raise CorruptPayloadError("onebit column means are not finite")
+        _check_means(means)
         flat = empty_output(header.numel)
         if self.packing == "fixed":
             # one pass: each column's bits select its mu+ / mu- straight into the output
