@@ -32,10 +32,13 @@ in the order DDP hands them over (bucket index order, the same on every rank) an
 future with the bucket's mean (the scheme's result itself where it has the buffer's dtype and
 device, which DDP copies into the gradients; else copied into the bucket's buffer), so
 communication runs while backward computes the earlier layers' gradients. [CHOICE] With the
-allgather scheme the stages are a pipeline: the encode stage builds the next bucket's payload
-(through its error-feedback residual) while the transfer stage has the current one on the wire
-and the decode stage averages the previous one, so the codec's CPU time hides behind the
-transfer instead of adding to it; the transfer thread does nothing but communicate. Other
+allgather scheme the stages are a pipeline over chunks of at most ``chunk_elements`` values
+(default :data:`CHUNK_ELEMENTS`; each chunk its own payload, key ``chunk`` and residual slot):
+the encode stage builds the next chunk's payload (through its error-feedback residual) while
+the transfer stage has the current one on the wire and the decode stage averages the previous
+one into its place in the bucket, so the codec's CPU time hides behind the transfer instead of
+adding to it (the wire starts after one chunk's encoding, and only the last chunk's decoding
+follows the last byte); the transfer thread does nothing but communicate. Other
 schemes requantize between their messages, so their whole reduction runs in the transfer stage
 (still off the main thread). The call for the last bucket waits for the step to finish (DDP
 would wait for every future right after it anyway) and raises the step's error there, so it
