@@ -845,3 +845,29 @@ def test_a_refused_checkpoint_changes_nothing() -> None:
     )
     state.close()
     fresh.close()
+
+
+def test_timeline_records_every_piece_through_the_three_stages_in_order() -> None:
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    params = list(net.parameters())
+    shapes = [tuple(p.shape) for p in params]
+    grouping = [(3, 2), (1, 0)]  # 10 and 16 values: 4 and 6 chunks of at most 3
+
+    def body(transport: Transport) -> list[Any]:
+        sch = scheme("allgather", "dqsg", False)
+        assert GradzipHookState(sch, net, transport).timeline is None  # off by default
+        state = GradzipHookState(sch, net, transport, chunk_elements=3, record_timeline=True)
+        _run_step(state, params, _grads(transport.rank, 0, shapes), grouping)
+        state.close()
+        assert state.timeline is not None
+        return state.timeline.spans
+
+    for spans in run_local(2, body):
+        pieces = {(s.bucket, s.chunk) for s in spans}
+        assert pieces == {(0, c) for c in range(4)} | {(1, c) for c in range(6)}
+        for piece in pieces:
+            stages = {s.stage: s for s in spans if (s.bucket, s.chunk) == piece}
+            assert set(stages) == {"encode", "transfer", "decode"}
+            assert stages["encode"].end <= stages["transfer"].start
+            assert stages["transfer"].end <= stages["decode"].start
+            assert all(s.step == 0 and s.start <= s.end for s in stages.values())

@@ -66,6 +66,8 @@ Not supported: DDP's ``join()`` for uneven inputs, and sparse gradients.
 """
 
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager as ContextManager
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -82,6 +84,7 @@ from gradzip.feedback import Slot
 from gradzip.integrations._job import BucketJob, Piece
 from gradzip.integrations._layout import BucketLayout
 from gradzip.integrations._residuals import Entries, ResidualStore
+from gradzip.integrations._timeline import Timeline
 from gradzip.integrations._worker import BucketWorker
 from gradzip.schemes._ring_ints import slice_bounds
 from gradzip.schemes.allgather_decode import AllGatherDecode
@@ -167,6 +170,7 @@ class GradzipHookState:
         transport: Transport | None = None,
         on_nonfinite: str = "raise",
         chunk_elements: int = CHUNK_ELEMENTS,
+        record_timeline: bool = False,
     ) -> None:
         if not isinstance(chunk_elements, int) or chunk_elements < 1:
             raise ValueError(f"chunk_elements must be a positive integer, got {chunk_elements!r}")
@@ -178,6 +182,8 @@ class GradzipHookState:
         self.transport: Transport = DistributedTransport() if transport is None else transport
         self.on_nonfinite = check_on_nonfinite(on_nonfinite)
         self.chunk_elements = chunk_elements
+        #: with ``record_timeline``, when each stage worked on each piece (for profiling)
+        self.timeline: Timeline | None = Timeline() if record_timeline else None
         self.step = 0
         self.skipped_steps = 0
         # the list keeps the parameters alive, so their ids stay theirs
@@ -307,10 +313,11 @@ class GradzipHookState:
             _match_threads(job)
             failed = piece.error is not None
             if not failed and not self._halted and not self._skipping:
-                if piece.chunk is not None:
-                    failed = not self._attempt(job, self._exchange, piece)
-                elif not self._pipelined:
-                    failed = not self._attempt(job, self._reduce, job)
+                with self._span("transfer", job, piece.chunk):
+                    if piece.chunk is not None:
+                        failed = not self._attempt(job, self._exchange, piece)
+                    elif not self._pipelined:
+                        failed = not self._attempt(job, self._reduce, job)
             if failed:
                 self._halted = True  # no later piece of the step is communicated
         except BaseException as err:
@@ -327,7 +334,8 @@ class GradzipHookState:
         try:
             _match_threads(job)
             if piece.payloads is not None and not self._skipping and self._step_error() is None:
-                self._attempt(job, self._average, piece)
+                with self._span("decode", job, piece.chunk):
+                    self._attempt(job, self._average, piece)
             if ends_step:
                 self._finish_step()
         except BaseException as err:
@@ -337,6 +345,12 @@ class GradzipHookState:
         finally:
             if piece.last:
                 job.done.set()
+
+    def _span(self, stage: str, job: BucketJob, chunk: int | None) -> ContextManager[None]:
+        """Record the stage's work on the piece in :attr:`timeline` (when it is kept)."""
+        if self.timeline is None:
+            return nullcontext()
+        return self.timeline.span(self.step, stage, job.position, chunk)
 
     def _attempt(self, job: BucketJob, work: Callable[[Any], Any], item: Any) -> bool:
         """``work(item)``; whether it succeeded. A failure becomes the bucket's outcome unless
@@ -384,7 +398,10 @@ class GradzipHookState:
 
         def encode_chunks(flat: torch.Tensor, index: int) -> bool:
             for chunk, lo, hi in slots:
-                outgoing = scheme.encode_flagged(rank, flat[lo:hi], self.step, index, chunk=chunk)
+                with self._span("encode", job, chunk):
+                    outgoing = scheme.encode_flagged(
+                        rank, flat[lo:hi], self.step, index, chunk=chunk
+                    )
                 piece = Piece(job, chunk, lo, hi, chunk == len(slots) - 1, outgoing=outgoing)
                 if piece.last:
                     held.append(piece)
@@ -595,6 +612,7 @@ def register_gradzip_hook(
     transport: Transport | None = None,
     on_nonfinite: str = "raise",
     chunk_elements: int = CHUNK_ELEMENTS,
+    record_timeline: bool = False,
 ) -> GradzipHookState:
     """Build a :class:`GradzipHookState` for ``ddp_model`` and register :func:`gradzip_hook`
     on it (DDP allows one hook per model, registered before the first backward pass)."""
@@ -604,6 +622,7 @@ def register_gradzip_hook(
         transport=transport,
         on_nonfinite=on_nonfinite,
         chunk_elements=chunk_elements,
+        record_timeline=record_timeline,
     )
     ddp_model.register_comm_hook(state, gradzip_hook)
     return state
