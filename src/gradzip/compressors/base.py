@@ -185,6 +185,24 @@ class Compressor(ABC):
         self, body: memoryview, header: Header, side: torch.Tensor | None
     ) -> torch.Tensor: ...
 
+    def _encode_scanned(
+        self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]
+    ) -> Body | None:
+        """Optional hook: the body of ``x`` (as :meth:`_encode_flat`'s) from a pass that also
+        proves every element finite, raising :meth:`non_finite_input` otherwise (before
+        anything outside its own buffers is written), so that :meth:`encode` skips its separate
+        ``aminmax`` scan; or None where the codec has no such path for ``x`` (the default), and
+        :meth:`_encode_flat` runs after the scan. The fused bucketed kernels qualify: a bucket's
+        max-abs bit pattern is non-finite exactly when the bucket holds a NaN or an Inf."""
+        return None
+
+    def non_finite_input(self) -> NonFiniteInputError:
+        """The error :meth:`encode` raises for a tensor holding NaN or Inf."""
+        return NonFiniteInputError(
+            f"{self.name}: cannot encode a tensor holding NaN or Inf "
+            f"(or values beyond the float32 range); nothing was updated"
+        )
+
     def wire_params(self) -> dict[str, ParamValue]:
         """Parameters the receiver must share; written in the header, checked on decode."""
         return {}
@@ -228,14 +246,13 @@ class Compressor(ABC):
         )
         if x.numel() == 0:
             return Encoded(b"", 0.0)
-        amin, amax = torch.aminmax(x)
-        absmax = max(-float(amin), float(amax))
-        if absmax != absmax or absmax == float("inf"):
-            raise NonFiniteInputError(
-                f"{self.name}: cannot encode a tensor holding NaN or Inf "
-                f"(or values beyond the float32 range); nothing was updated"
-            )
-        body = self._encode_flat(x, key, absmax, tuple(tensor.shape))
+        body = self._encode_scanned(x, key, tuple(tensor.shape))
+        if body is None:
+            amin, amax = torch.aminmax(x)
+            absmax = max(-float(amin), float(amax))
+            if absmax != absmax or absmax == float("inf"):
+                raise self.non_finite_input()
+            body = self._encode_flat(x, key, absmax, tuple(tensor.shape))
         pieces = [p if not isinstance(p, torch.Tensor) else tensor_bytes(p) for p in body.pieces]
         payload = frame_payload(header, pieces)
         return Encoded(payload, body.paper_bits, body.streams, body.side_bits)

@@ -20,6 +20,7 @@ from gradzip.compressors._nested import (
 from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
 from gradzip.compressors.common import (
     DEFAULT_BUCKET_SIZE,
+    all_finite,
     bucket_absmax,
     check_bucket_size,
     check_scales,
@@ -137,6 +138,21 @@ class NDQSG(Compressor):
         return scaled_symbols_floor_bits(header.numel, self._bucket_size, self.k, self.packing)
 
     # -- encode --------------------------------------------------------------------------------
+    def _encode_scanned(
+        self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]
+    ) -> Body | None:
+        """Fixed packing of several buckets on the CPU: the fused kernel's max-abs scales prove
+        the input finite, with no separate scan."""
+        n, bs = x.numel(), self._bucket_size
+        if self.packing != "fixed" or use_torch_ops(x) or num_buckets(n, bs) == 1:
+            return None
+        scales, symbols, packed = fused_encode(
+            x, None, bs, **self._encode_args(key), bits=symbol_bits(self.k)
+        )
+        if not all_finite(scales):
+            raise self.non_finite_input()
+        return scaled_symbols_body(scales, symbols, self.k, self.packing, packed)
+
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
     ) -> Body:
