@@ -43,7 +43,7 @@ from numba import njit, prange
 from gradzip.codecs.bitpack import packed_bytes
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.kernels._threads import call_parallel
-from gradzip.kernels.bitpack import pack_tile, unpack_tile
+from gradzip.kernels.bitpack import pack_tile, unpack_tile, unpack_tile_narrow
 from gradzip.kernels.dithered import accumulator, bucket_absmax_bits, check_alphabet
 from gradzip.kernels.philox import LOCAL_UNIFORM, fill_uniform
 
@@ -163,22 +163,34 @@ def decode_symmetric(packed, bits, mults, bucket_size, unit, s, out, tops, accum
         lo = t * unit
         hi = min(n, lo + unit)
         m = hi - lo
-        sym = np.empty(m, dtype=np.uint32)
-        tops[t] = unpack_tile(packed, lo, m, bits, sym)
-        a = lo
-        while a < hi:
-            b = 0 if bucket_size == 0 else a // bucket_size
-            e = hi if bucket_size == 0 else min(hi, (b + 1) * bucket_size)
-            mult = mults[b]
-            src = sym[a - lo : e - lo]
-            dst = out[a:e]
-            if accumulate:
-                for j in range(e - a):
-                    dst[j] = dst[j] + (np.float32(src[j]) - s32) * mult
-            else:
-                for j in range(e - a):
-                    dst[j] = (np.float32(src[j]) - s32) * mult
-            a = e
+        if bits <= 8:  # a uint8 scratch buffer: a quarter of the bytes, the narrow unpackers
+            sym8 = np.empty(m, dtype=np.uint8)
+            tops[t] = unpack_tile_narrow(packed, lo, m, bits, sym8)
+            _rescale_slices(sym8, lo, hi, mults, bucket_size, s32, out, accumulate)
+        else:
+            sym = np.empty(m, dtype=np.uint32)
+            tops[t] = unpack_tile(packed, lo, m, bits, sym)
+            _rescale_slices(sym, lo, hi, mults, bucket_size, s32, out, accumulate)
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _rescale_slices(sym, lo, hi, mults, bucket_size, s32, out, accumulate):  # type: ignore[no-untyped-def]
+    """``out[a] = f32(sym[a - lo] - s) * mult`` (or added to ``out[a]``), one branch-free loop
+    per bucket slice of ``lo:hi``."""
+    a = lo
+    while a < hi:
+        b = 0 if bucket_size == 0 else a // bucket_size
+        e = hi if bucket_size == 0 else min(hi, (b + 1) * bucket_size)
+        mult = mults[b]
+        src = sym[a - lo : e - lo]
+        dst = out[a:e]
+        if accumulate:
+            for j in range(e - a):
+                dst[j] = dst[j] + (np.float32(src[j]) - s32) * mult
+        else:
+            for j in range(e - a):
+                dst[j] = (np.float32(src[j]) - s32) * mult
+        a = e
 
 
 # -- two's complement grid ---------------------------------------------------------------------
