@@ -148,6 +148,15 @@ def encode_tiles(  # type: ignore[no-untyped-def]
             base = ones[:m] - np.float32(1.0)
             for j in range(1, nsum):
                 base = base + (ones[j * m : (j + 1) * m] - np.float32(1.0))
+        if compute_scales and bucket_size > 0:
+            # every scale of the tile first, then the quantizing loops: a scan of the tile
+            # alone streams from memory faster than scans interleaved with the arithmetic
+            s = lo
+            while s < hi:
+                b = s // bucket_size
+                e = min(n, (b + 1) * bucket_size)
+                scale_bits[b] = bucket_absmax_bits(xbits, s, e)
+                s = e
         s = lo
         while s < hi:
             if bucket_size == 0:
@@ -156,8 +165,6 @@ def encode_tiles(  # type: ignore[no-untyped-def]
             else:
                 b = s // bucket_size
                 e = min(hi, (b + 1) * bucket_size)
-                if compute_scales:
-                    scale_bits[b] = bucket_absmax_bits(xbits, s, min(n, (b + 1) * bucket_size))
             sigma = np.float64(scales[b])
             f = numer / sigma if sigma > 0 else 0.0
             xs = x[s:e]
