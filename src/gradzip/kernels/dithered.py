@@ -408,15 +408,20 @@ def decode_nested_tiles(  # type: ignore[no-untyped-def]
     out,
     tops,
     accumulate,
+    absbits,
 ):
     """NDQSG decoding with side information ``y`` (see :mod:`gradzip.kernels.dithered_torch`
     for the formula): per element, with ``f = numer/sigma``, ``w = (s - (1 + u)) + y*(-f)``,
     ``m = floor(w*(1/k) + (K0/k + 1/2))``, ``g = ((w - m*k) + K0) * step + y``, ``step =
     sigma*step_factor``; float32 where ``k <= 256``, ``f`` fits float32 and ``f*ymax < 1e30``,
     else float64 (per bucket). Zero buckets give +0.0. Tiles and ``accumulate`` as in
-    :func:`decode_affine_tiles`."""
+    :func:`decode_affine_tiles`. Where ``absbits`` has one entry per tile (and not
+    ``accumulate``), ``absbits[t]`` is the bit pattern of the tile's largest ``|value|``, read
+    while the tile is in cache: ``>= 0x7F800000`` exactly when it holds a NaN or an Inf."""
     n = out.size
     tiles = (n + unit - 1) // unit
+    obits = out.view(np.uint32)
+    check = absbits.size == tiles and not accumulate
     for t in prange(tiles):
         lo = t * unit
         hi = min(n, lo + unit)
@@ -466,6 +471,8 @@ def decode_nested_tiles(  # type: ignore[no-untyped-def]
             )
         if accumulate:
             _add_tile(out, lo, dst)
+        elif check:
+            absbits[t] = bucket_absmax_bits(obits, lo, hi)
 
 
 # -- Python entry points ---------------------------------------------------------------------
@@ -654,9 +661,12 @@ def fused_decode_nested(
     y: torch.Tensor,
     what: str,
     out: torch.Tensor | None = None,
+    check_finite: bool = False,
 ) -> torch.Tensor:
     """NDQSG's unpack, dither and nested reconstruction in one parallel pass; with ``out``,
-    added into it after the alphabet check, as in :func:`fused_decode_affine`."""
+    added into it after the alphabet check, as in :func:`fused_decode_affine`. With
+    ``check_finite`` (and no ``out``), a decoded NaN or Inf raises
+    :class:`CorruptPayloadError`, found by the kernel while each tile is in cache."""
     bits = symbol_bits(k)
     check_packed(data, n, bits)
     bs = 0 if bucket_size == 0 or bucket_size >= n else bucket_size
@@ -666,6 +676,7 @@ def fused_decode_nested(
     if out is not None:
         check_alphabet(raw, n, bits, k, unit, what)
     tops = np.zeros(-(-n // unit), dtype=np.uint64)
+    absbits = np.zeros(tops.size if check_finite and out is None else 0, dtype=np.uint32)
     call_parallel(
         decode_nested_tiles,
         raw,
@@ -685,6 +696,11 @@ def fused_decode_nested(
         target,
         tops,
         out is not None,
+        absbits,
     )
     _checked_tops(tops, k, what)
+    if absbits.size and int(absbits.max()) >= 0x7F800000:
+        raise CorruptPayloadError(
+            f"{what} payload decodes to non-finite values (NaN or Inf): its body is corrupt"
+        )
     return torch.from_numpy(target) if out is None else out
