@@ -79,3 +79,21 @@ def test_multiply_shift_modulo_equals_the_remainder_for_every_byte() -> None:
     wide = np.arange(70000, dtype=np.int32)
     reduce(wide, 301, False)
     assert np.array_equal(wide, np.arange(70000) % 301)
+
+
+def test_nested_decoder_checks_its_output_finite_per_tile_when_asked() -> None:
+    """``check_finite``: a tile decoding to Inf raises; the values are otherwise unchanged."""
+    n = 3 * 4096 + 8
+    data = pack_bits(torch.full((n,), 2, dtype=torch.int64), 2)
+    y = torch.zeros(n)
+    big = torch.full((-(-n // 512),), 3.4e38)
+
+    def nested(scales: torch.Tensor, step_factor: float, check: bool) -> torch.Tensor:
+        consts = (3.0, step_factor, 0.5, 0.0, 5, 0)
+        return fused_decode_nested(data, n, 3, scales, 512, *consts, y, "t", check_finite=check)
+
+    assert not bool(torch.isfinite(nested(big, 10.0, False)).all())
+    with pytest.raises(CorruptPayloadError, match="non-finite"):
+        nested(big, 10.0, True)
+    ones = torch.ones_like(big)
+    assert torch.equal(nested(ones, 1 / 3, True), nested(ones, 1 / 3, False))

@@ -36,6 +36,7 @@ from gradzip.compressors._decode_guards import check_finite_output
 from gradzip.compressors._grid import CommonGrid
 from gradzip.compressors.base import Body, Compressor, body_tensor
 from gradzip.compressors.common import (
+    all_finite,
     bucket_absmax,
     check_bucket_size,
     check_scales,
@@ -323,17 +324,37 @@ class ScaledStochastic(Compressor, CommonGrid):
         """Whether :meth:`_scales` is the per-bucket ``max|x_B|`` (QSGD's l2 norm is not)."""
         return type(self)._scales is ScaledStochastic._scales
 
+    def _scans_in_kernel(self, x: torch.Tensor) -> bool:
+        """Whether :meth:`_encode_scanned` applies: the fused kernel computes the max-abs
+        scales of a fixed-packed CPU tensor, and :meth:`_encode_flat` would use nothing else of
+        the input scan (subclasses that clip or code differently say no)."""
+        return self.packing == "fixed" and use_kernels(x) and self._scales_in_kernel(x.numel())
+
+    def _encode_scanned(
+        self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]
+    ) -> Body | None:
+        """The fused kernel's max-abs scales prove the input finite, with no separate scan."""
+        if not self._scans_in_kernel(x):
+            return None
+        parts = symmetric_body(x, None, self.s, self.s, key, self._bucket, self.packing)
+        if not all_finite(parts[0]):
+            raise self.non_finite_input()
+        return self._body(*parts)
+
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
     ) -> Body:
         scales = None if self._scales_in_kernel(x.numel()) else self._all_scales(x, absmax)
-        scales, symbols, packed = symmetric_body(
-            x, scales, self.s, self.s, key, self._bucket, self.packing
+        return self._body(
+            *symmetric_body(x, scales, self.s, self.s, key, self._bucket, self.packing)
         )
+
+    def _body(self, scales: torch.Tensor, symbols: torch.Tensor, packed: torch.Tensor) -> Body:
+        """The body of :func:`symmetric_body`'s scales, symbols and packed bytes."""
         side = 32 * scales.numel()
         return Body(
             pieces=[scales, packed],
-            paper_bits=x.numel() * math.log2(self.alphabet) + side,
+            paper_bits=symbols.numel() * math.log2(self.alphabet) + side,
             streams=(symbols,),
             side_bits=side,
         )

@@ -11,8 +11,8 @@ Subclasses implement two hooks on flattened float32 data and declare their param
 * ``_encode_flat(x, key, absmax, shape) -> Body``: ``x`` is 1-D float32, finite, non-empty;
   ``absmax`` is ``max|x|`` (already computed by the finiteness scan); ``shape`` is the original
   tensor's shape (for codecs that group by rows or columns). A codec whose own pass sees every
-  entry sets ``checks_finite_input``: then ``x`` is not scanned first (``absmax`` is NaN) and
-  ``_encode_flat`` raises :class:`~gradzip.errors.NonFiniteInputError` itself.
+  entry implements ``_encode_scanned(x, key, shape)`` instead where it can: then ``x`` is not
+  scanned first, and that pass raises :class:`~gradzip.errors.NonFiniteInputError` itself.
 * ``_decode_flat(body, header, side) -> Tensor``: returns 1-D float32 of ``header.numel``; must
   raise :class:`~gradzip.errors.PayloadError` subclasses on a body of the wrong size.
 * ``wire_params()``: the parameters a receiver must share, written into the header and compared
@@ -171,9 +171,6 @@ class Compressor(ABC):
     #: is made of, or checks each block while it is in cache, and raises CorruptPayloadError),
     #: so :meth:`decode` skips its own separate pass over the output
     checks_finite_output: ClassVar[bool] = False
-    #: ``_encode_flat`` needs no ``absmax`` and refuses non-finite input in its own pass (raising
-    #: NonFiniteInputError before anything is returned), so :meth:`encode` skips its scan
-    checks_finite_input: ClassVar[bool] = False
     #: ``_encode_flat`` runs on the tensor's own device (torch operations for non-CPU tensors,
     #: byte-identical to the CPU kernels, see :mod:`gradzip.kernels.backend`), so a CUDA
     #: gradient is compressed where it lives and only the packed body is copied to the host;
@@ -191,6 +188,24 @@ class Compressor(ABC):
     def _decode_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None
     ) -> torch.Tensor: ...
+
+    def _encode_scanned(
+        self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]
+    ) -> Body | None:
+        """Optional hook: the body of ``x`` (as :meth:`_encode_flat`'s) from a pass that also
+        proves every element finite, raising :meth:`non_finite_input` otherwise (before
+        anything outside its own buffers is written), so that :meth:`encode` skips its separate
+        ``aminmax`` scan; or None where the codec has no such path for ``x`` (the default), and
+        :meth:`_encode_flat` runs after the scan. The fused bucketed kernels qualify: a bucket's
+        max-abs bit pattern is non-finite exactly when the bucket holds a NaN or an Inf."""
+        return None
+
+    def non_finite_input(self) -> NonFiniteInputError:
+        """The error :meth:`encode` raises for a tensor holding NaN or Inf."""
+        return NonFiniteInputError(
+            f"{self.name}: cannot encode a tensor holding NaN or Inf "
+            f"(or values beyond the float32 range); nothing was updated"
+        )
 
     def wire_params(self) -> dict[str, ParamValue]:
         """Parameters the receiver must share; written in the header, checked on decode."""
@@ -235,17 +250,13 @@ class Compressor(ABC):
         )
         if x.numel() == 0:
             return Encoded(b"", 0.0)
-        if self.checks_finite_input:
-            absmax = float("nan")  # unused: the codec's own pass refuses non-finite input
-        else:
+        body = self._encode_scanned(x, key, tuple(tensor.shape))
+        if body is None:
             amin, amax = torch.aminmax(x)
             absmax = max(-float(amin), float(amax))
             if absmax != absmax or absmax == float("inf"):
-                raise NonFiniteInputError(
-                    f"{self.name}: cannot encode a tensor holding NaN or Inf "
-                    f"(or values beyond the float32 range); nothing was updated"
-                )
-        body = self._encode_flat(x, key, absmax, tuple(tensor.shape))
+                raise self.non_finite_input()
+            body = self._encode_flat(x, key, absmax, tuple(tensor.shape))
         pieces = [p if not isinstance(p, torch.Tensor) else tensor_bytes(p) for p in body.pieces]
         payload = frame_payload(header, pieces)
         return Encoded(payload, body.paper_bits, body.streams, body.side_bits)

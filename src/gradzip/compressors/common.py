@@ -20,6 +20,12 @@ def check_scales(scales: torch.Tensor, what: str) -> None:
         raise CorruptPayloadError(f"{what} payload holds a negative or non-finite scale")
 
 
+def all_finite(scales: torch.Tensor) -> bool:
+    """Whether every scale is finite: for max-abs scales computed by a fused kernel, whether the
+    whole input was (see :meth:`gradzip.compressors.base.Compressor._encode_scanned`)."""
+    return bool(np.isfinite(scales.numpy()).all())
+
+
 def check_symbols(symbols: torch.Tensor, alphabet: int, what: str) -> None:
     """Reject symbols outside ``[0, alphabet)`` (possible in a corrupt fixed-width stream)."""
     if not symbols.numel():

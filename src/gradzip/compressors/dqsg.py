@@ -12,6 +12,7 @@ from gradzip.compressors._grid import CommonGrid
 from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
 from gradzip.compressors.common import (
     DEFAULT_BUCKET_SIZE,
+    all_finite,
     bucket_absmax,
     check_bucket_size,
     check_scales,
@@ -162,6 +163,26 @@ class DQSG(Compressor, CommonGrid):
         return scaled_symbols_floor_bits(n, self.bucket_size_for(n), self.alphabet, self.packing)
 
     # -- encode --------------------------------------------------------------------------------
+    def _encode_scanned(
+        self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]
+    ) -> Body | None:
+        """Fixed packing of several buckets on the CPU: the fused kernel's max-abs scales prove
+        the input finite, with no separate scan."""
+        n = x.numel()
+        bs = self.bucket_size_for(n)
+        if (
+            self.packing != "fixed"
+            or self.clip_std is not None
+            or use_torch_ops(x)
+            or num_buckets(n, bs) == 1
+        ):
+            return None
+        bits = symbol_bits(self.alphabet)
+        scales, symbols, packed = fused_encode(x, None, bs, **_encode_args(self.M, key), bits=bits)
+        if not all_finite(scales):
+            raise self.non_finite_input()
+        return scaled_symbols_body(scales, symbols, self.alphabet, self.packing, packed)
+
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
     ) -> Body:

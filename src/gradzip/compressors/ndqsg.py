@@ -9,6 +9,7 @@ import torch
 
 from gradzip.codecs.symbols import check_packing, symbol_bits
 from gradzip.compressors._bucket_math import clamp_to_dtype_, device_packed, device_unpacked
+from gradzip.compressors._decode_guards import check_finite_output
 from gradzip.compressors._nested import (
     chebyshev_failure_bound,
     check_odd_k,
@@ -20,6 +21,7 @@ from gradzip.compressors._nested import (
 from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
 from gradzip.compressors.common import (
     DEFAULT_BUCKET_SIZE,
+    all_finite,
     bucket_absmax,
     check_bucket_size,
     check_scales,
@@ -92,6 +94,8 @@ class NDQSG(Compressor):
     """
 
     computes_on_device = True
+    #: the fused kernel checks its output tile by tile, other paths check it after the clamp
+    checks_finite_output = True
 
     name = "ndqsg"
     codec_id = 12
@@ -137,6 +141,21 @@ class NDQSG(Compressor):
         return scaled_symbols_floor_bits(header.numel, self._bucket_size, self.k, self.packing)
 
     # -- encode --------------------------------------------------------------------------------
+    def _encode_scanned(
+        self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]
+    ) -> Body | None:
+        """Fixed packing of several buckets on the CPU: the fused kernel's max-abs scales prove
+        the input finite, with no separate scan."""
+        n, bs = x.numel(), self._bucket_size
+        if self.packing != "fixed" or use_torch_ops(x) or num_buckets(n, bs) == 1:
+            return None
+        scales, symbols, packed = fused_encode(
+            x, None, bs, **self._encode_args(key), bits=symbol_bits(self.k)
+        )
+        if not all_finite(scales):
+            raise self.non_finite_input()
+        return scaled_symbols_body(scales, symbols, self.k, self.packing, packed)
+
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
     ) -> Body:
@@ -191,6 +210,11 @@ class NDQSG(Compressor):
         ymax = max(-float(lo), float(hi))
         seed = derive_seed(header.key, domain="shared")
         consts = self._decode_consts()
+        reach = ymax + float(scales.max()) * self.alpha * self.k / self.L1
+        # no clamp below (finite ymax and scales, reach within the dtype's range): the kernel
+        # checks its float32 output while each tile is in cache; else a pass after the clamp
+        small = header.dtype in (torch.float16, torch.bfloat16)
+        in_kernel = reach < float(torch.finfo(header.dtype if small else torch.float32).max)
         if self.packing == "fixed" and not use_torch_ops():
             out = fused_decode_nested(
                 body_tensor(rest),
@@ -204,8 +228,10 @@ class NDQSG(Compressor):
                 SHARED_UNIFORM,
                 side,
                 self.name,
+                check_finite=in_kernel,
             )
         else:
+            in_kernel = False
             symbols = device_unpacked(body_tensor(rest), n, self.k, self.packing)
             check_symbols(symbols, self.k, self.name)
             out = decode_nested_torch(
@@ -220,8 +246,9 @@ class NDQSG(Compressor):
                 SHARED_UNIFORM,
                 side,
             )
-        reach = ymax + float(scales.max()) * self.alpha * self.k / self.L1
         clamp_to_dtype_(out, header.dtype, reach)
+        if not in_kernel:
+            check_finite_output(self.name, out)
         return out
 
     def _decode_consts(self) -> tuple[float, float, float]:

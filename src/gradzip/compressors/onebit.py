@@ -90,7 +90,6 @@ class OneBit(Compressor):
     name = "onebit"
     codec_id = 20
     checks_finite_output = True
-    checks_finite_input = True  # the packing pass sees NaN and Inf: no scan before it
     example_params: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, group: str = "out", sample: bool = False, packing: str = "fixed") -> None:
@@ -114,16 +113,18 @@ class OneBit(Compressor):
             return g.groups * (64 + 32 * -(-g.size // 32))
         return 64 * g.groups + symbols_floor_bits(header.numel, 2, self.packing)
 
+    def _encode_scanned(self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]) -> Body:
+        """The packing pass sees every entry and refuses NaN and Inf itself: no scan before
+        it."""
+        body, _, finite = self._encode_body(x, key, shape)
+        if not finite:
+            raise self.non_finite_input()
+        return body
+
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
     ) -> Body:
-        body, _, finite = self._encode_body(x, key, shape)
-        if not finite:
-            raise NonFiniteInputError(
-                f"{self.name}: cannot encode a tensor holding NaN or Inf "
-                f"(or values beyond the float32 range); nothing was updated"
-            )
-        return body
+        return self._encode_scanned(x, key, shape)
 
     def _encode_body(
         self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]

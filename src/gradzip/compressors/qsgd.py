@@ -107,6 +107,9 @@ class QSGD(ScaledStochastic):
     def _max_abs_scales(self) -> bool:
         return self.norm == "max"
 
+    def _scans_in_kernel(self, x: torch.Tensor) -> bool:
+        return self.coding == "symbols" and super()._scans_in_kernel(x)
+
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
     ) -> Body:

@@ -70,6 +70,9 @@ class TernGrad(ScaledStochastic):
         # receiver configured differently is told so)
         return {"clip_sigma": self.clip_sigma or 0.0, "packing": self.packing}
 
+    def _scans_in_kernel(self, x: torch.Tensor) -> bool:
+        return self.clip_sigma is None and super()._scans_in_kernel(x)
+
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
     ) -> Body:

@@ -20,7 +20,9 @@ def pack_tile(symbols, start, count, bits, out):  # type: ignore[no-untyped-def]
     groups = count // 8
     src = symbols[start : start + 8 * groups]
     dst = out[base : base + bits * groups]
-    if bits == 2:  # four whole symbols per byte (the ternary codecs)
+    if bits == 2 and symbols.itemsize == 1:  # four uint8 symbols per byte, as uint32 lanes
+        _pack2_lanes(src.view(np.uint32), dst)
+    elif bits == 2:  # four whole symbols per byte (the ternary codecs)
         for p in range(2 * groups):
             dst[p] = np.uint8(
                 (src[4 * p] & 3)
@@ -61,6 +63,22 @@ def pack_tile(symbols, start, count, bits, out):  # type: ignore[no-untyped-def]
     rest = count - 8 * groups
     if rest:
         _pack_wide_group(symbols, start + 8 * groups, rest, bits, out, base + groups * bits)
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _pack2_lanes(quads, dst):  # type: ignore[no-untyped-def]
+    """2-bit packing of ``uint8`` symbols read four at a time as little-endian ``uint32``
+    words ``s0 | s1 << 8 | s2 << 16 | s3 << 24``: after masking each to its two low bits,
+    ``w | w >> 6`` puts ``s1`` next to ``s0`` (bits 2-3) and ``s3`` next to ``s2`` (bits 18-19),
+    and ``| >> 12`` brings the pair ``s2, s3`` down to bits 4-7; the shifted-in bits land above
+    bit 7 or on zeros. One contiguous, branch-free loop over words that LLVM vectorizes, where
+    four strided byte loads per output byte did not."""
+    mask = np.uint32(0x03030303)
+    for p in range(quads.size):
+        w = quads[p] & mask
+        w = w | (w >> np.uint32(6))
+        w = w | (w >> np.uint32(12))
+        dst[p] = np.uint8(w & np.uint32(255))
 
 
 @njit(inline="always", nogil=True, cache=True)
