@@ -42,10 +42,11 @@ def test_each_count_sets_torch_and_numba_and_restores_them(
     assert seen == [(1, 1), (most, most)]
     assert (torch.get_num_threads(), numba.get_num_threads()) == before
     out = capsys.readouterr().out
-    summary = out[out.index("round trip, % of memcpy") :].splitlines()
+    summary = out[out.index("round trip (fresh output / into a buffer)") :].splitlines()
     assert summary[1].split()[0] == "compressor"
     assert [line.split()[0] for line in summary[2:4]] == ["dqsg", "qsgd"]
-    assert all(len(line.split()) == 3 and line.endswith("%") for line in summary[2:4])
+    # per thread count: "fresh% / buffer%"
+    assert all(len(line.split()) == 7 and line.endswith("%") for line in summary[2:4])
     figures = json.loads(path.read_text())
     assert [run["threads"] for run in figures["runs"]] == [1, most]
     assert figures["threads"] == 1 and figures["codecs"] == figures["runs"][0]["codecs"]

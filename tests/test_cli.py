@@ -56,6 +56,7 @@ def test_bench_codecs_measures_and_writes_json(
     # log2(3) bits per coordinate and one float32 scale per 512 coordinates
     assert rows["dqsg"]["paper_bits_per_coord"] == pytest.approx(1.585 + 32 / 512, abs=0.01)
     assert all(row["encode_gbps"] > 0 and row["decode_gbps"] > 0 for row in rows.values())
+    assert all(row["decode_into_gbps"] > 0 for row in rows.values())
 
 
 def test_bench_rejects_unknown_names_and_sizes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,7 +4,10 @@ Every figure is measured in this run, on this machine, at each requested thread 
 and numba's both set to it, in the one thread that runs every kernel; default one, 0 = every
 core): GB/s are float32 input bytes (4 per coordinate) over the best of ``repeat`` timed runs;
 bits per coordinate are measured payload sizes. The memcpy line is the yardstick (copy into a
-preallocated buffer, at the same thread count). Given several thread counts, a last table gives
+preallocated buffer, at the same thread count). Decoding is timed twice: into a fresh tensor
+(``decode``) and into a preallocated one (``decode_into_``, what the all-gather's mean and the
+DDP hook use, and what memcpy is timed as); "round trip" is encode plus the fresh decode,
+"round trip→buf" encode plus the decode into a buffer, each also as % of memcpy. Given several thread counts, a last table gives
 one line per codec with its round trip as % of memcpy at each. Each codec's first call on a
 small tensor is timed apart ("first call": loading or compiling its numba kernels, once per
 process) so that it stays out of the figures. Extra lines time the shared-randomness generator
@@ -42,6 +45,9 @@ class CodecRow:
     decode_gbps: float
     round_trip_gbps: float
     round_trip_vs_memcpy: float
+    decode_into_gbps: float
+    round_trip_into_gbps: float
+    round_trip_into_vs_memcpy: float
     wire_bits_per_coord: float
     paper_bits_per_coord: float
 
@@ -75,8 +81,13 @@ def bench_compressor(name: str, x: torch.Tensor, repeat: int, memcpy: float) -> 
     t_dec, _ = best_time(
         lambda: comp.decode(enc.payload, expected_key=KEY, shape=x.shape, side=side), repeat
     )
+    buffer = torch.empty_like(x).fill_(0.0)  # touched once: no page faults while timed
+    t_into, _ = best_time(
+        lambda: comp.decode_into_(enc.payload, buffer, expected_key=KEY, side=side), repeat
+    )
     nbytes = 4 * x.numel()
     round_trip = nbytes / (t_enc + t_dec) / 1e9
+    round_trip_into = nbytes / (t_enc + t_into) / 1e9
     return CodecRow(
         name=name,
         config=comp.describe(),
@@ -84,6 +95,9 @@ def bench_compressor(name: str, x: torch.Tensor, repeat: int, memcpy: float) -> 
         decode_gbps=nbytes / t_dec / 1e9,
         round_trip_gbps=round_trip,
         round_trip_vs_memcpy=round_trip / memcpy,
+        decode_into_gbps=nbytes / t_into / 1e9,
+        round_trip_into_gbps=round_trip_into,
+        round_trip_into_vs_memcpy=round_trip_into / memcpy,
         wire_bits_per_coord=enc.wire_bits / x.numel(),
         paper_bits_per_coord=enc.paper_bits / x.numel(),
     )
@@ -142,7 +156,8 @@ def _run_at(
         rows = []
         header = (
             f"{'compressor':<12} {'encode GB/s':>11} {'decode GB/s':>11} {'round trip':>10} "
-            f"{'% memcpy':>8} {'wire b/coord':>12} {'paper b/coord':>13}  config"
+            f"{'% memcpy':>8} {'decode→buf':>10} {'round trip→buf':>14} {'% memcpy':>8} "
+            f"{'wire b/coord':>12} {'paper b/coord':>13}  config"
         )
         print(header)
         for name in codecs:
@@ -153,6 +168,8 @@ def _run_at(
             print(
                 f"{row.name:<12} {row.encode_gbps:>11.3f} {row.decode_gbps:>11.3f} "
                 f"{row.round_trip_gbps:>10.3f} {100 * row.round_trip_vs_memcpy:>7.1f}% "
+                f"{row.decode_into_gbps:>10.3f} {row.round_trip_into_gbps:>14.3f} "
+                f"{100 * row.round_trip_into_vs_memcpy:>7.1f}% "
                 f"{row.wire_bits_per_coord:>12.4f} {row.paper_bits_per_coord:>13.4f}  {row.config}",
                 flush=True,
             )
@@ -181,11 +198,15 @@ def _run_at(
 def _print_summary(runs: list[dict[str, Any]]) -> None:
     """One line per codec: round trip as % of memcpy at each thread count of the run."""
     counts = [run["threads"] for run in runs]
-    print("round trip, % of memcpy at the same thread count:")
-    print(f"{'compressor':<12} " + " ".join(f"{f'{n} thread(s)':>12}" for n in counts))
+    print("round trip (fresh output / into a buffer), % of memcpy at the same thread count:")
+    print(f"{'compressor':<12} " + " ".join(f"{f'{n} thread(s)':>16}" for n in counts))
     for i, row in enumerate(runs[0]["codecs"]):
-        shares = [100 * run["codecs"][i]["round_trip_vs_memcpy"] for run in runs]
-        print(f"{row['name']:<12} " + " ".join(f"{share:>11.1f}%" for share in shares))
+        shares = [
+            f"{100 * run['codecs'][i]['round_trip_vs_memcpy']:.1f}% / "
+            f"{100 * run['codecs'][i]['round_trip_into_vs_memcpy']:.1f}%"
+            for run in runs
+        ]
+        print(f"{row['name']:<12} " + " ".join(f"{share:>16}" for share in shares))
 
 
 def run(

@@ -379,6 +379,13 @@ class ScaledStochastic(Compressor, CommonGrid):
             mults = (mults.to(torch.float64) * factor).to(torch.float32)
         return mults, rest
 
+    def _decode_into_flat(
+        self, body: memoryview, header: Header, side: torch.Tensor | None, out: torch.Tensor
+    ) -> bool:
+        """The fixed-packing symbols decoded straight into ``out`` where
+        :meth:`_decode_add_flat` would add them."""
+        return self._fused_decode(body, header, out, add=False)
+
     def _decode_add_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None, out: torch.Tensor
     ) -> bool:
@@ -387,6 +394,11 @@ class ScaledStochastic(Compressor, CommonGrid):
         checked first, then ``out + f32(symbol - s) * mult``), when the values are provably
         finite; other packings and codings (QSGD's Elias records), torch operations and
         scales near float32's limit decode and add."""
+        return self._fused_decode(body, header, out, add=True)
+
+    def _fused_decode(
+        self, body: memoryview, header: Header, out: torch.Tensor, *, add: bool
+    ) -> bool:
         if self.packing != "fixed" or getattr(self, "coding", "symbols") != "symbols":
             return False
         if use_torch_ops():
@@ -396,7 +408,7 @@ class ScaledStochastic(Compressor, CommonGrid):
             return False
         bits = symbol_bits(2 * self.s + 1)
         fused_symmetric_decode(
-            body_tensor(rest), header.numel, bits, mults, self._bucket, self.s, self.name, out
+            body_tensor(rest), header.numel, bits, mults, self._bucket, self.s, self.name, out, add
         )
         return True
 

@@ -227,6 +227,12 @@ class DQSG(Compressor, CommonGrid):
         clamp_to_dtype_(out, header.dtype, self._reach(scales))
         return out
 
+    def _decode_into_flat(
+        self, body: memoryview, header: Header, side: torch.Tensor | None, out: torch.Tensor
+    ) -> bool:
+        """Decoded straight into ``out`` where :meth:`_decode_add_flat` would add."""
+        return self._fused_decode(body, header, out, add=False)
+
     def _decode_add_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None, out: torch.Tensor
     ) -> bool:
@@ -234,6 +240,11 @@ class DQSG(Compressor, CommonGrid):
         (:func:`gradzip.kernels.dithered.fused_decode_affine` with ``out``: alphabet checked
         first, then ``out + v``); where the values may need the clamp (scales near float32's
         limit), or on other packings and devices, decode and add."""
+        return self._fused_decode(body, header, out, add=True)
+
+    def _fused_decode(
+        self, body: memoryview, header: Header, out: torch.Tensor, *, add: bool
+    ) -> bool:
         if self.packing != "fixed" or use_torch_ops():
             return False
         n = header.numel
@@ -242,7 +253,8 @@ class DQSG(Compressor, CommonGrid):
         check_scales(scales, self.name)
         if not self._reach(scales) < FLOAT32_LIMIT:
             return False
-        fused_decode_affine(body_tensor(rest), n, *self._affine_args(scales, bs, header), out=out)
+        args = self._affine_args(scales, bs, header)
+        fused_decode_affine(body_tensor(rest), n, *args, out=out, add=add)
         return True
 
     def _reach(self, scales: torch.Tensor) -> float:

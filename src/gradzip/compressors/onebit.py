@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any, ClassVar
 
@@ -213,17 +214,32 @@ class OneBit(Compressor):
         )
         return encoded, None if v_hat is None else v_hat.reshape(shape)
 
+    def _decode_into_flat(
+        self, body: memoryview, header: Header, side: torch.Tensor | None, out: torch.Tensor
+    ) -> bool:
+        """The fixed packing writes each column's ``mu+`` / ``mu-`` straight into ``out``."""
+        return self._expand_into(body, header, out, expand_signs)
+
     def _decode_add_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None, out: torch.Tensor
     ) -> bool:
         """The fixed packing adds each column's ``mu+`` / ``mu-`` into ``out`` by its bits in
         one pass (no decoded temporary), after the means and the padding bits are checked."""
+        return self._expand_into(body, header, out, expand_add_signs)
+
+    def _expand_into(
+        self,
+        body: memoryview,
+        header: Header,
+        out: torch.Tensor,
+        expand: Callable[[np.ndarray, np.ndarray, np.ndarray], bool],
+    ) -> bool:
         if self.packing != "fixed":
             return False
         g = Grouping.of(header.shape, self.group)
         means, packed = self._read_fixed(body, g.groups, g.size)
         _check_means(means)
-        if not expand_add_signs(packed, means.numpy(), g.matrix(out).numpy()):
+        if not expand(packed, means.numpy(), g.matrix(out).numpy()):
             raise CorruptPayloadError("onebit padding bits are set")
         return True
 

@@ -604,13 +604,15 @@ def fused_decode_affine(
     wide: bool,
     what: str,
     out: torch.Tensor | None = None,
+    add: bool = True,
 ) -> torch.Tensor:
     """Unpack, regenerate the dither and reconstruct in one parallel pass (DQSG, half dither).
 
     With ``out`` (contiguous float32, CPU), the values are added into it instead
     (``out[i] + v_i``, the bits of decoding and then adding) and ``out`` is returned; the
     symbols are checked against the alphabet first (:func:`check_alphabet`), so a corrupt
-    stream raises with ``out`` untouched. [CHOICE] A check pass over the packed bytes before
+    stream raises with ``out`` untouched. With ``out`` and ``add=False`` they are written into
+    ``out`` (no fresh output; a corrupt stream raises with ``out`` partly written). [CHOICE] A check pass over the packed bytes before
     the single decoding pass, rather than decoding into a dense buffer and adding once the
     stream is validated: the check reads ``bits/8`` bytes per element (nothing for full
     alphabets), the buffer would cost a write and a read of 4.
@@ -621,7 +623,8 @@ def fused_decode_affine(
     unit = tile_elements(bs, n)
     raw = data.contiguous().numpy()
     target = accumulator(out, n)
-    if out is not None:
+    accumulate = out is not None and add
+    if accumulate:
         check_alphabet(raw, n, bits, alphabet, unit, what)
     tops = np.zeros(-(-n // unit), dtype=np.uint64)
     call_parallel(
@@ -640,7 +643,7 @@ def fused_decode_affine(
         wide,
         target,
         tops,
-        out is not None,
+        accumulate,
     )
     _checked_tops(tops, alphabet, what)
     return torch.from_numpy(target) if out is None else out

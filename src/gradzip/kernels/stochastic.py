@@ -373,8 +373,11 @@ def fused_symmetric_decode(
     s: int,
     what: str,
     out: torch.Tensor | None = None,
+    add: bool = True,
 ) -> torch.Tensor:
     """Unpack and rescale ``f32(symbol - s) * mult`` in one parallel pass (float32, CPU).
+    With ``out`` and ``add=False`` the values are written into ``out`` (no fresh output; a
+    corrupt stream raises with ``out`` partly written).
 
     With ``out`` (contiguous float32, CPU) the values are added into it and ``out`` is
     returned: the product is rounded to float32 before the add (numba contracts nothing without
@@ -385,14 +388,13 @@ def fused_symmetric_decode(
     raw = check_packed(data, n, bits)
     bs = _normal_bucket(n, bucket_size)
     unit = TILE  # decoding needs no whole buckets per tile
-    if out is None:
-        target = np.empty(n, dtype=np.float32)
-    else:
-        target = accumulator(out, n)
+    accumulate = out is not None and add
+    target = np.empty(n, dtype=np.float32) if out is None else accumulator(out, n)
+    if accumulate:
         check_alphabet(raw, n, bits, 2 * s + 1, unit, what)
     tops = np.zeros(-(-n // unit), dtype=np.uint64)
     mult = mults.to(torch.float32).contiguous().numpy()
-    call_parallel(decode_symmetric, raw, bits, mult, bs, unit, s, target, tops, out is not None)
+    call_parallel(decode_symmetric, raw, bits, mult, bs, unit, s, target, tops, accumulate)
     _check_tops(tops, 2 * s + 1, what)
     return torch.from_numpy(target) if out is None else out
 

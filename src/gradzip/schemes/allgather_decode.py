@@ -172,18 +172,24 @@ class AllGatherDecode(Scheme):
             reconstruction.dtype != work or reconstruction.shape != shape
         ):
             mine, reconstruction = -1, None  # not the sum's dtype or shape: decode as usual
-        if mine == 0 and reconstruction is not None:
-            first = reconstruction
-        else:
-            first = self.compressor.decode(
-                payloads[0],
-                expected_key=self.key(0, step, tensor_index, chunk),
-                shape=shape,
-                dtype=dtype,
-            )
+        first_key = self.key(0, step, tensor_index, chunk)
         if out is not None and out.dtype == work and out.is_contiguous():
-            total = out.view(shape).copy_(first)  # copies bits, -0.0 included
+            # rank 0's values written into ``out`` itself: no fresh tensor (whose first touch
+            # costs page faults) and no copy
+            total = out.view(shape)
+            if mine == 0 and reconstruction is not None:
+                total.copy_(reconstruction)  # copies bits, -0.0 included
+            else:
+                self.compressor.decode_into_(
+                    payloads[0], total, expected_key=first_key, dtype=dtype
+                )
         else:
+            if mine == 0 and reconstruction is not None:
+                first = reconstruction
+            else:
+                first = self.compressor.decode(
+                    payloads[0], expected_key=first_key, shape=shape, dtype=dtype
+                )
             # the decoded tensor is fresh: it becomes the sum (a copy only where the dtype widens)
             total = first if first.dtype == work else first.to(work)
         for rank in range(1, len(payloads)):
