@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from gradzip.accounting import Encoded, Streams
+from gradzip.buffers import fresh_array
 from gradzip.compressors._decode_guards import (
     allocation_guard,
     check_declared_size,
@@ -130,9 +131,9 @@ def body_view(body: memoryview, dtype: torch.dtype) -> torch.Tensor:
 
 
 def empty_output(n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """An uninitialised 1-D CPU tensor allocated by NumPy, which advises huge pages for large
-    buffers: writing it costs about a quarter of the page faults of a fresh torch tensor."""
-    return torch.from_numpy(np.empty(n, dtype=_NUMPY_DTYPES[dtype]))
+    """An uninitialised 1-D CPU tensor in recycled memory (:func:`gradzip.buffers.fresh_array`:
+    a large one costs no page faults once the pool holds an idle array of its size)."""
+    return torch.from_numpy(fresh_array(n, _NUMPY_DTYPES[dtype]))
 
 
 def encode_params(params: Mapping[str, ParamValue]) -> bytes:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gradzip.buffers import fresh_array
 from gradzip.codecs.symbols import pack_symbols, packed_symbol_bits
 from gradzip.compressors.base import Body, body_tensor
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
@@ -53,18 +54,17 @@ def clip_to_std(x: torch.Tensor, absmax: float, c: float) -> tuple[torch.Tensor,
 
 
 def fresh_uint8(n: int) -> torch.Tensor:
-    """An uninitialised uint8 tensor in NumPy-allocated memory.
+    """An uninitialised uint8 tensor in recycled NumPy memory.
 
-    NumPy advises the kernel to back large arrays with transparent huge pages; torch's CPU
-    allocator does not (unless ``THP_MEM_ALLOC_ENABLE=1``), and a fresh 64 MB torch tensor then
-    costs several times more in page faults than the arithmetic that fills it.
+    A fresh 64 MB tensor costs more in page faults than the arithmetic that fills it; the pool
+    of :mod:`gradzip.buffers` hands out large arrays that are already mapped.
     """
-    return torch.from_numpy(np.empty(n, dtype=np.uint8))
+    return torch.from_numpy(fresh_array(n, np.uint8))
 
 
 def fresh_float32(n: int) -> torch.Tensor:
-    """An uninitialised float32 tensor in NumPy memory (see :func:`fresh_uint8`)."""
-    return torch.from_numpy(np.empty(n, dtype=np.float32))
+    """An uninitialised float32 tensor in recycled NumPy memory (see :func:`fresh_uint8`)."""
+    return torch.from_numpy(fresh_array(n, np.float32))
 
 
 #: Elements per float32 scale of the max-norm quantizers (dqsg, ndqsg, half_dither, qsgd,

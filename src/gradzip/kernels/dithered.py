@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
+from gradzip.buffers import fresh_array
 from gradzip.codecs.bitpack import check_packed, packed_bytes
 from gradzip.codecs.symbols import symbol_bits
 from gradzip.errors import CorruptPayloadError
@@ -580,9 +581,10 @@ def check_alphabet(raw: np.ndarray, n: int, bits: int, alphabet: int, unit: int,
 
 
 def accumulator(out: torch.Tensor | None, n: int) -> np.ndarray:
-    """The float32 array a kernel writes: a fresh one, or ``out``'s memory to add into."""
+    """The float32 array a kernel writes: a fresh one (recycled memory, see
+    :mod:`gradzip.buffers`), or ``out``'s memory to write or add into."""
     if out is None:
-        return np.empty(n, dtype=np.float32)
+        return fresh_array(n, np.float32)
     if out.dtype != torch.float32 or out.device.type != "cpu" or not out.is_contiguous():
         raise ValueError("a fused decode adds only into a contiguous float32 CPU tensor")
     if out.numel() != n:

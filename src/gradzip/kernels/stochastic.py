@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
+from gradzip.buffers import fresh_array
 from gradzip.codecs.bitpack import packed_bytes
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.kernels._threads import call_parallel
@@ -389,7 +390,7 @@ def fused_symmetric_decode(
     bs = _normal_bucket(n, bucket_size)
     unit = TILE  # decoding needs no whole buckets per tile
     accumulate = out is not None and add
-    target = np.empty(n, dtype=np.float32) if out is None else accumulator(out, n)
+    target = accumulator(out, n)
     if accumulate:
         check_alphabet(raw, n, bits, 2 * s + 1, unit, what)
     tops = np.zeros(-(-n // unit), dtype=np.uint64)
@@ -432,7 +433,7 @@ def fused_twos_decode(
     raw = check_packed(data, n, bits)
     bs = _normal_bucket(n, bucket_size)
     unit = TILE
-    out = np.empty(n, dtype=np.float32)
+    out = fresh_array(n, np.float32)
     call_parallel(
         decode_twos, raw, bits, steps.to(torch.float32).contiguous().numpy(), bs, unit, out
     )
