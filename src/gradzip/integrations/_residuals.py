@@ -94,8 +94,8 @@ class ResidualStore:
         if result is None:
             return None
         updates = self._check(scheme, produced, slices, installed, index)
-        for role, lo, hi, residual in updates:
-            self._scatter(role, layout, lo, hi, residual)
+        for role in scheme.feedback:
+            self._scatter(role, layout, [u[1:] for u in updates if u[0] == role])
         return result
 
     def _check(
@@ -131,6 +131,12 @@ class ResidualStore:
         parts: list[tuple[Piece | None, int, int]] = [
             (entries.get(param), oa - a, ob - a) for param, a, _, oa, ob in layout.overlaps(lo, hi)
         ]
+        only = parts[0][0] if len(parts) == 1 else None
+        if only is not None and only.values.dtype == dtype:
+            # the slot lies within one parameter's residual: a view of it (the scheme reads
+            # residuals, it never writes them), whether the parameter spans several slots or
+            # the slot is exactly the tensor the scheme produced last time
+            return only.values[parts[0][1] : parts[0][2]]
         # steady state: the slot is exactly the tensor the scheme produced last time
         first = parts[0][0] if parts else None
         if first is not None:
@@ -152,21 +158,44 @@ class ResidualStore:
         )
 
     def _scatter(
-        self, role: str, layout: BucketLayout, lo: int, hi: int, residual: torch.Tensor
+        self, role: str, layout: BucketLayout, residuals: list[tuple[int, int, torch.Tensor]]
     ) -> None:
+        """Install the new residuals ``(lo, hi, values)`` of one role's slots, parameter by
+        parameter: a parameter that one slot covers exactly keeps a view of that slot; one that
+        several slots share (a chunked bucket) or that a slot covers in part is rebuilt once,
+        from the new pieces and, where no slot covered it, its old values."""
         # entries are replaced, never written in place, so a snapshot is a dict copy
         entries = self._entries[role]
-        for param, a, b, oa, ob in layout.overlaps(lo, hi):
-            if (oa, ob) == (a, b):
-                entries[param] = Piece(residual[oa - lo : ob - lo], residual, oa - lo)
+        # per parameter: (start, end) within it, the slot's tensor, and where the piece starts
+        # in that tensor
+        pieces: dict[int, list[tuple[int, int, torch.Tensor, int]]] = {}
+        sizes: dict[int, int] = {}
+        for lo, _, residual in residuals:
+            for param, a, b, oa, ob in layout.overlaps(lo, lo + residual.numel()):
+                pieces.setdefault(param, []).append((oa - a, ob - a, residual, oa - lo))
+                sizes[param] = b - a
+        for param, parts in pieces.items():
+            size = sizes[param]
+            if len(parts) == 1 and parts[0][:2] == (0, size):
+                _, _, residual, offset = parts[0]
+                entries[param] = Piece(residual[offset : offset + size], residual, offset)
                 continue
-            old = entries.get(param)
-            values = (
-                torch.zeros(b - a, dtype=residual.dtype)
-                if old is None
-                else old.values.to(residual.dtype, copy=True)
-            )
-            values[oa - a : ob - a] = residual[oa - lo : ob - lo]
+            parts.sort(key=lambda part: part[0])
+            slices = [
+                residual[offset : offset + end - start] for start, end, residual, offset in parts
+            ]
+            if sum(end - start for start, end, _, _ in parts) == size:
+                values = torch.cat(slices)  # the slots cover the parameter: one copy
+            else:
+                old = entries.get(param)
+                dtype = slices[0].dtype
+                values = (
+                    torch.zeros(size, dtype=dtype)
+                    if old is None
+                    else old.values.to(dtype, copy=True)
+                )
+                for (start, end, _, _), piece in zip(parts, slices, strict=True):
+                    values[start:end] = piece
             entries[param] = Piece(values, values, 0)
 
     # -- restore points and checkpoints -------------------------------------------------------
