@@ -185,7 +185,11 @@ def start_and_signal(
             time.sleep(0.05)
         os.kill(proc.pid, signum)
         _, err = proc.communicate(timeout=wait)
-        left = [m for m in group_members(proc.pid) if "resource_tracker" not in m]
+        # a member without a command line has already exited and is releasing its memory
+        # (the resource tracker, which exits once its parent is gone, was seen so)
+        left = [
+            m for m in group_members(proc.pid) if "resource_tracker" not in m and len(m.split()) > 1
+        ]
         deadline = time.monotonic() + wait
         while group_members(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
