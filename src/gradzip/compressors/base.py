@@ -26,7 +26,7 @@ from __future__ import annotations
 import struct
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -312,15 +312,8 @@ class Compressor(ABC):
         if len(payload) == 0:
             return out.add_(self._decode_empty(out.shape, dtype, out.device))
         header, body, side = self._parsed(payload, expected_key, out.shape, dtype, side)
-        if (
-            header.dtype == torch.float32
-            and out.dtype == torch.float32
-            and out.device.type == "cpu"
-            and out.is_contiguous()
-        ):
-            with allocation_guard(self.name, header.shape):
-                if self._decode_add_flat(body, header, side, out.view(-1)):
-                    return out
+        if self._fused_into(self._decode_add_flat, header, body, side, out):
+            return out
         return out.add_(self._decoded(header, body, side).to(out.device))
 
     def decode_into_(
@@ -344,16 +337,30 @@ class Compressor(ABC):
         if len(payload) == 0:
             return out.copy_(self._decode_empty(out.shape, dtype, out.device))
         header, body, side = self._parsed(payload, expected_key, out.shape, dtype, side)
-        if (
+        if self._fused_into(self._decode_into_flat, header, body, side, out):
+            return out
+        return out.copy_(self._decoded(header, body, side))
+
+    def _fused_into(
+        self,
+        fused: Callable[[memoryview, Header, torch.Tensor | None, torch.Tensor], bool],
+        header: Header,
+        body: memoryview,
+        side: torch.Tensor | None,
+        out: torch.Tensor,
+    ) -> bool:
+        """Whether ``fused`` (:meth:`_decode_add_flat` or :meth:`_decode_into_flat`) took the
+        payload straight into ``out``: only for a float32 payload and a contiguous float32 CPU
+        ``out``."""
+        if not (
             header.dtype == torch.float32
             and out.dtype == torch.float32
             and out.device.type == "cpu"
             and out.is_contiguous()
         ):
-            with allocation_guard(self.name, header.shape):
-                if self._decode_into_flat(body, header, side, out.view(-1)):
-                    return out
-        return out.copy_(self._decoded(header, body, side))
+            return False
+        with allocation_guard(self.name, header.shape):
+            return fused(body, header, side, out.view(-1))
 
     def _decode_into_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None, out: torch.Tensor
