@@ -433,7 +433,6 @@ class GradzipHookState:
         job, outgoing = piece.job, piece.outgoing
         assert piece.payloads is not None and outgoing is not None and job.layout is not None
         assert isinstance(self.scheme, AllGatherDecode) and piece.chunk is not None
-        own = None if outgoing.own is None else (self.transport.rank, outgoing.own)
         place = job.buffer[piece.lo : piece.hi]
         # [CHOICE] the mean is built in the bucket itself where it fits: DDP then finds it in
         # the gradients (they are views of the bucket) instead of copying the whole model's
@@ -445,7 +444,7 @@ class GradzipHookState:
             job.layout.tensor_index,
             place.shape,
             outgoing.dtype,
-            own,
+            outgoing.own_term(self.transport.rank),
             into,
             chunk=piece.chunk,
         )

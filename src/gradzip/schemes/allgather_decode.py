@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from gradzip.comm.transport import Transport
+from gradzip.compressors.base import empty_output
 from gradzip.errors import NonFiniteInputError
 from gradzip.schemes.base import Scheme, working_dtype
 
@@ -22,6 +23,11 @@ class Outgoing:
     finite: bool
     dtype: torch.dtype
     own: torch.Tensor | None = None
+
+    def own_term(self, rank: int) -> tuple[int, torch.Tensor] | None:
+        """``(rank, reconstruction)`` for :meth:`AllGatherDecode.average`, where the encoding
+        kept the reconstruction of this rank's payload."""
+        return None if self.own is None else (rank, self.own)
 
 
 class AllGatherDecode(Scheme):
@@ -75,13 +81,8 @@ class AllGatherDecode(Scheme):
             tensor_index,
             tensor.shape,
             outgoing.dtype,
-            own=self._own(transport, outgoing),
+            own=outgoing.own_term(transport.rank),
         )
-
-    @staticmethod
-    def _own(transport: Transport, outgoing: Outgoing) -> tuple[int, torch.Tensor] | None:
-        """``(rank, reconstruction)`` of this rank's payload where the encoding kept it."""
-        return None if outgoing.own is None else (transport.rank, outgoing.own)
 
     # -- the three phases of a reduction, for callers that pipeline them ---------------------
     def encode_flagged(
@@ -152,11 +153,11 @@ class AllGatherDecode(Scheme):
     ) -> torch.Tensor:
         """Phase 3 (no communication): decode every rank's payload and average them in
         ascending rank order. ``own = (rank, v_hat)``: that rank's payload is not decoded,
-        ``v_hat`` (bitwise its decoding, see :class:`Outgoing`) stands for it; it is consumed
-        (it may become the sum). ``out``: a contiguous tensor of the working dtype and of
-        ``shape``'s size to build the mean in (the same bits; e.g. the DDP bucket itself, so
-        that DDP finds the mean in the gradients and copies nothing); its values are
-        overwritten, also when a later payload fails to decode. ``chunk``: the payloads'
+        ``v_hat`` (bitwise its decoding, see :class:`Outgoing`) stands for it. ``out``: a
+        contiguous tensor of the working dtype and of ``shape``'s size to build the mean in
+        (the same bits; e.g. the DDP bucket itself, so that DDP finds the mean in the gradients
+        and copies nothing), else a recycled one (:func:`~gradzip.compressors.base.empty_output`);
+        its values are overwritten, also when a later payload fails to decode. ``chunk``: the payloads'
         chunk number (see :meth:`encode_flagged`).
 
         The sum starts from rank 0's decoded tensor (no zero-filled buffer: a decoded ``-0.0``
@@ -167,34 +168,20 @@ class AllGatherDecode(Scheme):
         real transport, so both give the same bits.
         """
         work = working_dtype(dtype)
-        mine, reconstruction = own if own is not None else (-1, None)
-        if reconstruction is not None and (
-            reconstruction.dtype != work or reconstruction.shape != shape
-        ):
-            mine, reconstruction = -1, None  # not the sum's dtype or shape: decode as usual
-        first_key = self.key(0, step, tensor_index, chunk)
-        if out is not None and out.dtype == work and out.is_contiguous():
-            # rank 0's values written into ``out`` itself: no fresh tensor (whose first touch
-            # costs page faults) and no copy
-            total = out.view(shape)
-            if mine == 0 and reconstruction is not None:
-                total.copy_(reconstruction)  # copies bits, -0.0 included
-            else:
-                self.compressor.decode_into_(
-                    payloads[0], total, expected_key=first_key, dtype=dtype
-                )
+        # this rank's reconstruction stands in for its payload where it fits the sum
+        known = {} if own is None or own[1].dtype != work or own[1].shape != shape else dict([own])
+        if out is None or out.dtype != work or not out.is_contiguous():
+            out = empty_output(shape.numel(), work)
+        # rank 0's values written into the sum itself: no fresh tensor and no copy
+        total = out.view(shape)
+        if 0 in known:
+            total.copy_(known[0])  # copies bits, -0.0 included
         else:
-            if mine == 0 and reconstruction is not None:
-                first = reconstruction
-            else:
-                first = self.compressor.decode(
-                    payloads[0], expected_key=first_key, shape=shape, dtype=dtype
-                )
-            # the decoded tensor is fresh: it becomes the sum (a copy only where the dtype widens)
-            total = first if first.dtype == work else first.to(work)
+            key = self.key(0, step, tensor_index, chunk)
+            self.compressor.decode_into_(payloads[0], total, expected_key=key, dtype=dtype)
         for rank in range(1, len(payloads)):
-            if rank == mine and reconstruction is not None:
-                total.add_(reconstruction)  # out + v, the float add decode_add_ makes
+            if rank in known:
+                total.add_(known[rank])  # out + v, the float add decode_add_ makes
                 continue
             key = self.key(rank, step, tensor_index, chunk)
             self.compressor.decode_add_(payloads[rank], total, expected_key=key, dtype=dtype)
