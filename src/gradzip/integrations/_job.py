@@ -41,8 +41,8 @@ class BucketJob:
 
 
 @dataclass
-class Piece:
-    """What travels from stage to stage: one piece ``[lo, hi)`` of a bucket's buffer (the
+class BucketPart:
+    """What travels from stage to stage: one part ``[lo, hi)`` of a bucket's buffer (the
     pipelined all-gather cuts a bucket into chunks, numbered ``chunk``), or the whole bucket
     (``chunk`` None: a scheme reduced in one piece, or a bucket that is not communicated).
 

@@ -81,7 +81,7 @@ from gradzip.comm.distributed import DistributedTransport
 from gradzip.comm.transport import Transport
 from gradzip.errors import CheckpointError, GradzipError, NonFiniteInputError
 from gradzip.feedback import Slot
-from gradzip.integrations._job import BucketJob, Piece
+from gradzip.integrations._job import BucketJob, BucketPart
 from gradzip.integrations._layout import BucketLayout
 from gradzip.integrations._residuals import Entries, ResidualStore
 from gradzip.integrations._timeline import Timeline
@@ -104,8 +104,10 @@ if TYPE_CHECKING:
 
 #: [CHOICE] values per chunk of a bucket in the pipelined all-gather (8 MB of float32): small
 #: enough that the wire starts after one chunk's encoding and only the last chunk's decoding
-#: follows the last byte (a few ms each), large enough that the per-message costs (a payload
-#: header, two round trips of the transport, a kernel launch) stay below 1% of a chunk's time
+#: follows the last byte (a few ms each on one core of the development machine), large enough
+#: that each chunk's fixed costs (a payload header, the transport's round trips, a kernel
+#: launch) are paid a few times per 16M-value bucket rather than per thousand values. Not
+#: tuned beyond that: measure other sizes with ``benchmarks/hook_timeline.py``
 CHUNK_ELEMENTS = 1 << 21
 
 _STATE_VERSION = 2  # 2: per-parameter residuals beside the scheme's (empty) buffers
@@ -287,20 +289,20 @@ class GradzipHookState:
             if job.error is not None:
                 job.outcome = self._wrapped(job.error, job)
             elif self._pipelined and not self._halted:
-                self._guarded(job, self._encode)
+                self._attempt(job, self._encode, job)
         except BaseException as err:  # bookkeeping itself failed: fail the bucket, stay alive
             job.outcome = job.outcome or err
         finally:
             if not job.sealed:  # the bucket as one piece, or what is left after a failure
-                self._hand_on(Piece(job, None, 0, job.buffer.numel(), True, job.outcome))
+                self._hand_on(BucketPart(job, None, 0, job.buffer.numel(), True, job.outcome))
 
-    def _hand_on(self, piece: Piece) -> None:
+    def _hand_on(self, piece: BucketPart) -> None:
         """Give ``piece`` to the transfer stage (the bucket's last piece seals the job)."""
         assert self._stages is not None
         piece.job.sealed = piece.job.sealed or piece.last
         self._stages[1].submit(piece)
 
-    def _transfer_stage(self, piece: Piece) -> None:
+    def _transfer_stage(self, piece: BucketPart) -> None:
         """Stage 2: the piece's communication; pipelined, the all-gather of its payloads and
         the agreement on their flags, else the scheme's whole reduction of the bucket.
 
@@ -326,7 +328,7 @@ class GradzipHookState:
             assert self._stages is not None
             self._stages[2].submit(piece)
 
-    def _decode_stage(self, piece: Piece) -> None:
+    def _decode_stage(self, piece: BucketPart) -> None:
         """Stage 3: pipelined, the decoding and averaging of the piece's payloads into its
         place in the bucket (no communication); after the step's last piece, the step's end."""
         job = piece.job
@@ -368,10 +370,6 @@ class GradzipHookState:
         job.outcome = job.outcome or failure
         return False
 
-    def _guarded(self, job: BucketJob, work: Callable[[BucketJob], Any]) -> None:
-        """``work(job)``, its error recorded as the bucket's outcome (see :meth:`_attempt`)."""
-        self._attempt(job, work, job)
-
     def _wrapped(self, err: BaseException, job: BucketJob) -> GradzipError:
         failure = GradzipError(
             f"gradzip DDP hook: step {self.step}, bucket {job.position} failed "
@@ -394,22 +392,21 @@ class GradzipHookState:
         scheme, rank = self.scheme, self.transport.rank
         bounds = self._chunks(job.buffer.numel())
         slots = [(chunk, lo, hi) for chunk, (lo, hi) in enumerate(bounds)]
-        held: list[Piece] = []
 
-        def encode_chunks(flat: torch.Tensor, index: int) -> bool:
+        def encode_chunks(flat: torch.Tensor, index: int) -> BucketPart:
+            """Hand on every chunk but the last, which it returns."""
             for chunk, lo, hi in slots:
                 with self._span("encode", job, chunk):
                     outgoing = scheme.encode_flagged(
                         rank, flat[lo:hi], self.step, index, chunk=chunk
                     )
-                piece = Piece(job, chunk, lo, hi, chunk == len(slots) - 1, outgoing=outgoing)
-                if piece.last:
-                    held.append(piece)
-                else:
-                    self._hand_on(piece)
-            return True
+                part = BucketPart(job, chunk, lo, hi, chunk == len(slots) - 1, outgoing=outgoing)
+                if part.last:
+                    return part
+                self._hand_on(part)
+            raise AssertionError("a bucket has at least one chunk")
 
-        self._residuals.reduce(
+        last = self._residuals.reduce(
             scheme,
             self.transport,
             job.buffer.detach(),
@@ -417,9 +414,10 @@ class GradzipHookState:
             encode_chunks,
             {role: slots for role in scheme.feedback},
         )
-        self._hand_on(held[0])
+        assert last is not None  # encode_chunks never skips
+        self._hand_on(last)
 
-    def _exchange(self, piece: Piece) -> None:
+    def _exchange(self, piece: BucketPart) -> None:
         assert piece.outgoing is not None and isinstance(self.scheme, AllGatherDecode)
         payloads, down = self.scheme.gather_flagged(self.transport, piece.outgoing, self.step)
         if nonfinite_verdict(down, self.step, self.on_nonfinite, _where(piece.job), _ADVICE):
@@ -427,7 +425,7 @@ class GradzipHookState:
         else:
             self._skip()
 
-    def _average(self, piece: Piece) -> None:
+    def _average(self, piece: BucketPart) -> None:
         """The piece's mean, built in its place in the bucket where it fits (CPU, the working
         dtype), else copied there."""
         job, outgoing = piece.job, piece.outgoing
