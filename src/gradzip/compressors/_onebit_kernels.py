@@ -43,6 +43,8 @@ import numba
 import numpy as np
 import torch
 
+from gradzip.kernels._threads import call_parallel
+
 _LANES = 32
 #: enough levels for 2**40 words, far beyond the element limit of a payload
 _LEVELS = 41
@@ -438,7 +440,7 @@ def pack_signs(
     tasks = cols * nseg if nseg > 1 else 0  # one task per column needs no scratch
     seg_counts = np.empty((tasks, 2), dtype=np.int64)
     seg_sums = np.empty((tasks, 2, _LANES), dtype=np.float64)
-    _pack_kernel(m.numpy(), packed, counts, sums, seg_counts, seg_sums)
+    call_parallel(_pack_kernel, m.numpy(), packed, counts, sums, seg_counts, seg_sums)
     if tasks:
         _combine_segments(words, nseg, counts, sums, seg_counts, seg_sums)
     return packed, counts, sums
@@ -446,7 +448,7 @@ def pack_signs(
 
 def padding_clear(packed: np.ndarray, rows: int) -> bool:
     """Whether every padding bit of ``packed`` (``(cols, 4*ceil(rows/32))`` uint8) is zero."""
-    return not _padding_bits_set(packed, rows)
+    return not call_parallel(_padding_bits_set, packed, rows)
 
 
 def expand_signs(packed: np.ndarray, means: np.ndarray, out: np.ndarray) -> bool:
@@ -455,7 +457,7 @@ def expand_signs(packed: np.ndarray, means: np.ndarray, out: np.ndarray) -> bool
     padding bit is set."""
     if not padding_clear(packed, out.shape[1]):
         return False
-    _expand_kernel(packed, means, out, False)
+    call_parallel(_expand_kernel, packed, means, out, False)
     return True
 
 
@@ -464,7 +466,7 @@ def expand_add_signs(packed: np.ndarray, means: np.ndarray, out: np.ndarray) -> 
     entry, the bits of adding the decoded tensor); False, ``out`` untouched, on set padding."""
     if not padding_clear(packed, out.shape[1]):
         return False
-    _expand_kernel(packed, means, out, True)
+    call_parallel(_expand_kernel, packed, means, out, True)
     return True
 
 
@@ -476,7 +478,7 @@ def subtract_reconstruction(
     given; ``m`` and ``v_hat`` are ``(cols, rows)`` float32 of any strides."""
     keep = v_hat is not None
     target = v_hat if v_hat is not None else np.empty((1, 0), np.float32)
-    _residual_kernel(m, means, target, keep)
+    call_parallel(_residual_kernel, m, means, target, keep)
 
 
 _SHIFTS = torch.arange(32, dtype=torch.int64)

@@ -25,6 +25,8 @@ import numba
 import numpy as np
 import torch
 
+from gradzip.kernels._threads import call_parallel
+
 _CHUNK = 1 << 16  # elements per compaction task: fixed, so task boundaries never move
 
 
@@ -120,7 +122,8 @@ def topk_select(x: np.ndarray, k: int) -> np.ndarray:
     if k >= d:
         return np.arange(d, dtype=np.int64)
     tasks = max(1, min(numba.get_num_threads(), d // _CHUNK))
-    return _select(x.view(np.uint32), np.int64(k), np.int64(tasks))
+    selected: np.ndarray = call_parallel(_select, x.view(np.uint32), np.int64(k), np.int64(tasks))
+    return selected
 
 
 def topk_select_torch(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -144,7 +147,7 @@ def _gather(src: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
 
 def gather_values(x: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
     """Write the bit patterns of ``x[idx]`` (float32) into the uint8 array ``out`` (4 per value)."""
-    _gather(x.view(np.uint32), idx, out.view(np.uint32))
+    call_parallel(_gather, x.view(np.uint32), idx, out.view(np.uint32))
 
 
 @numba.njit(parallel=True, cache=True)
@@ -170,7 +173,7 @@ def _pack(idx: np.ndarray, bits: np.int64, out: np.ndarray) -> None:
 def pack_indices(idx: np.ndarray, bits: int, out: np.ndarray) -> None:
     """Pack int64 ``idx`` (each below ``2**bits``, ``1 <= bits <= 32``) LSB-first into the
     uint8 ``out`` of ``ceil(n bits / 8)`` bytes, padding bits zero (as ``pack_bits``)."""
-    _pack(idx, np.int64(bits), out)
+    call_parallel(_pack, idx, np.int64(bits), out)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -209,7 +212,7 @@ def unpack_indices(data: np.ndarray, n: int, bits: int, d: int) -> tuple[np.ndar
     increase."""
     idx = np.empty(n, dtype=np.int64)
     bad = np.zeros((n + 7) // 8, dtype=np.bool_)
-    _unpack(data, np.int64(bits), np.int64(d), idx, bad)
+    call_parallel(_unpack, data, np.int64(bits), np.int64(d), idx, bad)
     return idx, not bool(bad.any())
 
 
@@ -231,7 +234,7 @@ def scatter_add(out: torch.Tensor, idx: torch.Tensor, values: torch.Tensor) -> N
             torch.float64,
         )
     ):
-        _scatter_add(out.numpy(), idx.cpu().numpy(), values.cpu().numpy())
+        call_parallel(_scatter_add, out.numpy(), idx.cpu().numpy(), values.cpu().numpy())
     else:
         out.index_add_(0, idx.to(out.device), values.to(out.device))
 
