@@ -174,8 +174,8 @@ class ErrorFeedback:
             )
         dtype = _working_dtype(tensor.dtype)
         g = tensor.detach().to(device="cpu", dtype=dtype)
-        # NumPy's huge-page-advised memory: a fresh torch tensor takes far more page faults
-        # (about 5% of the one-bit DDP hook's CPU time went to them)
+        # recycled memory (gradzip.buffers): a fresh tensor of a large gradient costs more in
+        # page faults than the addition that fills it
         v = empty_output(tensor.numel(), dtype).view(tensor.shape)
         if residual is None:
             v.copy_(g)

@@ -177,9 +177,15 @@ class DQSG(Compressor, CommonGrid):
             or num_buckets(n, bs) == 1
         ):
             return None
+        return self._fused_body(x, key, None)
+
+    def _fused_body(self, x: torch.Tensor, key: StreamKey, given: torch.Tensor | None) -> Body:
+        """The fixed-packed body from the fused kernel: scales ``given`` (one bucket) or
+        computed by the kernel, which then proves the input finite or raises."""
+        bs = self.bucket_size_for(x.numel())
         bits = symbol_bits(self.alphabet)
-        scales, symbols, packed = fused_encode(x, None, bs, **_encode_args(self.M, key), bits=bits)
-        if not all_finite(scales):
+        scales, symbols, packed = fused_encode(x, given, bs, **_encode_args(self.M, key), bits=bits)
+        if given is None and not all_finite(scales):
             raise self.non_finite_input()
         return scaled_symbols_body(scales, symbols, self.alphabet, self.packing, packed)
 
@@ -193,11 +199,7 @@ class DQSG(Compressor, CommonGrid):
         if self.packing == "fixed" and not use_torch_ops(x):
             one = num_buckets(n, bs) == 1
             given = torch.tensor([absmax], dtype=torch.float32) if one else None
-            bits = symbol_bits(self.alphabet)
-            scales, symbols, packed = fused_encode(
-                x, given, bs, **_encode_args(self.M, key), bits=bits
-            )
-            return scaled_symbols_body(scales, symbols, self.alphabet, self.packing, packed)
+            return self._fused_body(x, key, given)
         scales = bucket_absmax(x, bs, absmax)
         symbols = dither_symbols(x, scales, bs, self.M, key)
         return scaled_symbols_body(

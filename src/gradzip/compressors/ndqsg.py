@@ -149,10 +149,15 @@ class NDQSG(Compressor):
         n, bs = x.numel(), self._bucket_size
         if self.packing != "fixed" or use_torch_ops(x) or num_buckets(n, bs) == 1:
             return None
+        return self._fused_body(x, key, None)
+
+    def _fused_body(self, x: torch.Tensor, key: StreamKey, given: torch.Tensor | None) -> Body:
+        """The fixed-packed body from the fused kernel: scales ``given`` (one bucket) or
+        computed by the kernel, which then proves the input finite or raises."""
         scales, symbols, packed = fused_encode(
-            x, None, bs, **self._encode_args(key), bits=symbol_bits(self.k)
+            x, given, self._bucket_size, **self._encode_args(key), bits=symbol_bits(self.k)
         )
-        if not all_finite(scales):
+        if given is None and not all_finite(scales):
             raise self.non_finite_input()
         return scaled_symbols_body(scales, symbols, self.k, self.packing, packed)
 
@@ -161,11 +166,9 @@ class NDQSG(Compressor):
     ) -> Body:
         n, bs = x.numel(), self._bucket_size
         if self.packing == "fixed" and not use_torch_ops(x):
-            given = torch.tensor([absmax], dtype=torch.float32) if num_buckets(n, bs) == 1 else None
-            scales, symbols, packed = fused_encode(
-                x, given, bs, **self._encode_args(key), bits=symbol_bits(self.k)
-            )
-            return scaled_symbols_body(scales, symbols, self.k, self.packing, packed)
+            one = num_buckets(n, bs) == 1
+            given = torch.tensor([absmax], dtype=torch.float32) if one else None
+            return self._fused_body(x, key, given)
         scales = bucket_absmax(x, bs, absmax)
         symbols = self._symbols(x, scales, key)
         packed = device_packed(symbols, self.k, self.packing)

@@ -246,18 +246,13 @@ class OneBit(Compressor):
     def _decode_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None
     ) -> torch.Tensor:
-        g = Grouping.of(header.shape, self.group)
-        if self.packing == "fixed":
-            means, packed = self._read_fixed(body, g.groups, g.size)
-        else:
-            means, positive = self._read_packed(body, g.groups, g.size)
-        _check_means(means)
         flat = empty_output(header.numel)
-        if self.packing == "fixed":
-            # one pass: each column's bits select its mu+ / mu- straight into the output
-            if not expand_signs(packed, means.numpy(), g.matrix(flat).numpy()):
-                raise CorruptPayloadError("onebit padding bits are set")
+        # the fixed packing: one pass, each column's bits select its mu+ / mu- into the output
+        if self._decode_into_flat(body, header, side, flat):
             return flat
+        g = Grouping.of(header.shape, self.group)
+        means, positive = self._read_packed(body, g.groups, g.size)
+        _check_means(means)
         # select mu+ or mu- bitwise: mu- ^ (bit * (mu+ ^ mu-)) on the float32 bit patterns is
         # exact and takes two passes (a where() with broadcasting is several times slower)
         pattern = means.numpy().view(np.int32)
