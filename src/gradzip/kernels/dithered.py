@@ -73,6 +73,19 @@ def bucket_absmax_bits(xbits, lo, hi):  # type: ignore[no-untyped-def]
 
 
 @njit(inline="always", nogil=True, cache=True)
+def tile_scales(xbits, scale_bits, lo, hi, bucket_size):  # type: ignore[no-untyped-def]
+    """The max-abs bit pattern of every bucket of the tile ``lo:hi`` (whole buckets) into
+    ``scale_bits``, before the tile is quantized: a scan of the tile alone streams from memory
+    faster than scans interleaved with the arithmetic."""
+    s = lo
+    while s < hi:
+        b = s // bucket_size
+        e = min(hi, (b + 1) * bucket_size)
+        scale_bits[b] = bucket_absmax_bits(xbits, s, e)
+        s = e
+
+
+@njit(inline="always", nogil=True, cache=True)
 def _quantize_fast(xs, base, f32, c32, top, out):  # type: ignore[no-untyped-def]
     """``out = min(trunc((base + x*f32) + c32), top)``, float32, one operation at a time.
 
@@ -150,14 +163,7 @@ def encode_tiles(  # type: ignore[no-untyped-def]
             for j in range(1, nsum):
                 base = base + (ones[j * m : (j + 1) * m] - np.float32(1.0))
         if compute_scales and bucket_size > 0:
-            # every scale of the tile first, then the quantizing loops: a scan of the tile
-            # alone streams from memory faster than scans interleaved with the arithmetic
-            s = lo
-            while s < hi:
-                b = s // bucket_size
-                e = min(n, (b + 1) * bucket_size)
-                scale_bits[b] = bucket_absmax_bits(xbits, s, e)
-                s = e
+            tile_scales(xbits, scale_bits, lo, hi, bucket_size)
         s = lo
         while s < hi:
             if bucket_size == 0:

@@ -45,28 +45,20 @@ from gradzip.codecs.bitpack import packed_bytes
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.kernels._threads import call_parallel
 from gradzip.kernels.bitpack import pack_tile, unpack_tile, unpack_tile_narrow
-from gradzip.kernels.dithered import accumulator, bucket_absmax_bits, check_alphabet
+from gradzip.kernels.dithered import (
+    TILE,
+    accumulator,
+    bucket_absmax_bits,
+    check_alphabet,
+    tile_elements,
+    tile_scales,
+)
 from gradzip.kernels.philox import LOCAL_UNIFORM, fill_uniform
 
 _F32_MAX = float(np.finfo(np.float32).max)
 _TINY32 = np.float32(2.0**-149)
-#: target elements per tile (rounded to whole buckets and a multiple of 8). [CHOICE] 32768
-#: (128 KB of input and of dither, L2-sized): each tile restarts the stream of reads of ``x``
-#: after its dither is generated, and on one thread 4096-element tiles cost about 1.4 ms more
-#: per 2**24 elements than 65536-element ones; 32768 keeps 16 tiles for 2**19 elements
-TILE = 32768
 #: buckets larger than this get their scales from a separate pass and tiles of TILE elements
 _LARGE_BUCKET = 1 << 13
-
-
-def tile_elements(bucket_size: int) -> int:
-    """Elements per tile: whole buckets of ``bucket_size`` (0: one bucket), a multiple of 8."""
-    if bucket_size == 0:
-        return TILE
-    per = 8 // int(np.gcd(bucket_size, 8))  # buckets per tile making a multiple of 8 elements
-    buckets = max(per, -(-TILE // bucket_size))
-    buckets = -(-buckets // per) * per
-    return int(buckets * bucket_size)
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -104,14 +96,7 @@ def encode_symmetric(  # type: ignore[no-untyped-def]
         fill_uniform(k0, k1, LOCAL_UNIFORM, lo, words)
         ones_tile = words.view(np.float32)  # 1 + u, exactly
         if compute_scales and bucket_size > 0:
-            # every scale of the tile first, then the rounding loops: a scan of the tile alone
-            # streams from memory faster than scans interleaved with the arithmetic
-            a = lo
-            while a < hi:
-                b = a // bucket_size
-                e = min(hi, (b + 1) * bucket_size)
-                scale_bits[b] = bucket_absmax_bits(xbits, a, e)
-                a = e
+            tile_scales(xbits, scale_bits, lo, hi, bucket_size)
         a = lo
         while a < hi:
             if bucket_size == 0:
@@ -314,7 +299,7 @@ def fused_symmetric_encode(
         sc = np.empty(nb, dtype=np.float32)
     else:
         sc = scales.to(torch.float32).contiguous().numpy().copy()
-    unit = tile_elements(bs) if compute else TILE
+    unit = tile_elements(bs, n) if compute else TILE
     if compute and bs > _LARGE_BUCKET:
         call_parallel(bucket_absmax, xs.view(np.uint32), bs, sc.view(np.uint32))
         compute, unit = False, TILE
