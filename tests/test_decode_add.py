@@ -1,4 +1,5 @@
-"""``decode_add_``: bitwise ``out + decode(payload)``, or a PayloadError with ``out`` untouched.
+"""``decode_add_``: bitwise ``out + decode(payload)``, or a PayloadError with ``out`` untouched;
+``decode_into_``: bitwise ``decode(payload)`` written into ``out``, or ``decode``'s refusal.
 
 The fused codecs (DQSG, half dither, the stochastic family, LPC) add into ``out`` inside the
 decoding kernel; these tests pin that to the bits of decoding and then adding, and check that a
@@ -99,21 +100,66 @@ def test_a_symbol_outside_the_alphabet_in_the_last_tile_leaves_out_untouched(
     assert refused or alphabet_is_full, f"{comp.describe()}: no damaged payload was refused"
 
 
+def registry_payloads(name: str) -> tuple[Any, torch.Tensor | None, list[bytes]]:
+    """``name``'s compressor (example parameters), the side information it needs, and the
+    payload of a 600-value gradient followed by copies with one body byte overwritten (the
+    CRC recomputed, so only the codec's own checks can refuse them)."""
+    cls = get(name)
+    comp = cls(**cls.example_params)
+    x = _gradient(600)
+    side = x + 0.01 if comp.needs_side_information else None
+    header, body = parse_payload(comp.encode(x, KEY).payload)
+    raw = bytes(body)
+    damaged = [
+        raw[:pos] + b"\xff" + raw[pos + 1 :] for pos in range(0, len(raw), max(1, len(raw) // 16))
+    ]
+    return comp, side, [build_payload(header, [body]) for body in [raw, *damaged]]
+
+
 @pytest.mark.parametrize("name", names())
 def test_every_codec_adds_exactly_or_refuses(name: str) -> None:
     """Registry-wide: the decode_add_ contract on a valid payload and on payloads whose body has
     one byte overwritten (valid CRC). No -0.0 in ``out``: the sparse codecs add only their kept
     values, which is decode-then-add for every ``out`` but ``-0.0`` (their documented
     precondition)."""
-    cls = get(name)
-    comp = cls(**cls.example_params)
-    n = 600
+    comp, side, payloads = registry_payloads(name)
+    base = _base(600, negative_zeros=False)
+    for payload in payloads:
+        _check(comp, payload, base, side)
+
+
+# -- decode_into_: decode's bits written into a caller's tensor ---------------------------------
+def _check_into(comp: Any, payload: bytes, n: int, side: torch.Tensor | None) -> None:
+    """``decode_into_`` refuses what ``decode`` refuses, else writes exactly its bits, whatever
+    ``out`` held (-0.0 included: a decoded value is written, not added)."""
+    out = _base(n)
+    try:
+        decoded = comp.decode(payload, expected_key=KEY, shape=(n,), side=side)
+    except PayloadError:
+        with pytest.raises(PayloadError):
+            comp.decode_into_(payload, out, expected_key=KEY, side=side)
+        return
+    assert comp.decode_into_(payload, out, expected_key=KEY, side=side) is out
+    assert torch.equal(_bits(out), _bits(decoded)), f"{comp.describe()}: not decode's bits"
+
+
+@pytest.mark.parametrize(("name", "params"), [*FUSED, ("onebit", {})], ids=lambda v: str(v))
+def test_decode_into_writes_decodes_bits(name: str, params: dict[str, Any]) -> None:
+    comp = get(name)(**params)
+    n = 70_001  # several tiles, a partial last one
     x = _gradient(n)
+    x[5] = -0.0
     side = x + 0.01 if comp.needs_side_information else None
-    header, body = parse_payload(comp.encode(x, KEY).payload)
-    raw = bytes(body)
-    base = _base(n, negative_zeros=False)
-    _check(comp, build_payload(header, [raw]), base, side)
-    for pos in range(0, len(raw), max(1, len(raw) // 16)):
-        damaged = raw[:pos] + b"\xff" + raw[pos + 1 :]
-        _check(comp, build_payload(header, [damaged]), base, side)
+    _check_into(comp, comp.encode(x, KEY).payload, n, side)
+
+
+@pytest.mark.parametrize("name", names())
+def test_every_codec_decodes_into_exactly_or_refuses(name: str) -> None:
+    comp, side, payloads = registry_payloads(name)
+    for payload in payloads:
+        _check_into(comp, payload, 600, side)
+
+
+def test_an_empty_payload_decodes_into_an_empty_tensor() -> None:
+    out = torch.empty(0)
+    assert get("dqsg")().decode_into_(b"", out) is out
