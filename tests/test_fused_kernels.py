@@ -11,7 +11,7 @@ from gradzip.compressors import create
 from gradzip.errors import CorruptPayloadError
 from gradzip.kernels.backend import forced_torch_ops
 from gradzip.kernels.bitpack_torch import pack_bits_torch, unpack_bits_torch
-from gradzip.kernels.dithered import tile_elements
+from gradzip.kernels.dithered import DITHER_SPAN, tile_elements
 from gradzip.keys import StreamKey
 
 KEY = StreamKey(run_seed=3, rank=1, step=9, tensor_index=4)
@@ -68,6 +68,32 @@ def test_fused_kernels_equal_torch_operations(
             assert torch.equal(fused.streams[0].long(), ref.streams[0].long()), where
             assert torch.equal(fused_out, ref_out), where
             assert fused_out.view(torch.int32).equal(ref_out.view(torch.int32)), where
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [("dqsg", {"M": 1}), ("ndqsg", {"L1": 3, "k": 3}), ("half_dither", {"M": 2, "dither_sum": 2})],
+)
+def test_fused_kernels_equal_torch_operations_across_tiles_and_dither_spans(
+    name: str, params: dict[str, float]
+) -> None:
+    """Several tiles, with buckets of 100 that the decoders' dither spans of DITHER_SPAN cut
+    through: the spans and the tiles must not show in the bytes or the values."""
+    comp = create(name, **params, bucket_size=100)
+    n = 2 * tile_elements(100, 10**6) + 1234
+    assert DITHER_SPAN % 100 != 0
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(n, generator=gen)
+    y = x + 0.05 * torch.randn(n, generator=gen)
+    side = y if comp.needs_side_information else None
+    fused = comp.encode(x, KEY)
+    fused_out = comp.decode(fused.payload, side=side)
+    with forced_torch_ops():
+        ref = comp.encode(x, KEY)
+        ref_out = comp.decode(fused.payload, side=side)
+    assert fused.payload == ref.payload
+    assert torch.equal(fused.streams[0].long(), ref.streams[0].long())
+    assert fused_out.view(torch.int32).equal(ref_out.view(torch.int32))
 
 
 def test_fused_result_does_not_depend_on_the_thread_count() -> None:

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
 from gradzip.buffers import fresh_array
-from gradzip.codecs.symbols import pack_symbols, packed_symbol_bits
+from gradzip.codecs.bitpack import packed_bytes
+from gradzip.codecs.symbols import pack_symbols, packed_symbol_bits, symbol_bits, unpack_symbols
 from gradzip.compressors.base import Body, body_tensor
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
+from gradzip.payload import Deferred
 
 
 def check_scales(scales: torch.Tensor, what: str) -> None:
@@ -21,10 +23,11 @@ def check_scales(scales: torch.Tensor, what: str) -> None:
         raise CorruptPayloadError(f"{what} payload holds a negative or non-finite scale")
 
 
-def all_finite(scales: torch.Tensor) -> bool:
+def all_finite(scales: torch.Tensor | np.ndarray) -> bool:
     """Whether every scale is finite: for max-abs scales computed by a fused kernel, whether the
     whole input was (see :meth:`gradzip.compressors.base.Compressor._encode_scanned`)."""
-    return bool(np.isfinite(scales.numpy()).all())
+    values = scales.numpy() if isinstance(scales, torch.Tensor) else scales
+    return bool(np.isfinite(values).all())
 
 
 def check_symbols(symbols: torch.Tensor, alphabet: int, what: str) -> None:
@@ -161,6 +164,35 @@ def scaled_symbols_body(
         pieces=[scales, packed],
         paper_bits=symbols.numel() * math.log2(alphabet) + side,
         streams=(symbols,),
+        side_bits=side,
+    )
+
+
+def written_scaled_body(
+    n: int, num_scales: int, alphabet: int, write: Callable[[np.ndarray], None]
+) -> Body:
+    """:func:`scaled_symbols_body`'s body (float32 scales, then the fixed-packed symbols) as one
+    :class:`~gradzip.payload.Deferred` piece that a fused kernel writes straight into the
+    payload: ``write(out)`` fills all ``4*num_scales + packed`` bytes of ``out`` (or raises,
+    e.g. when its scales prove the input non-finite). Nothing is copied, and no symbol array of
+    the tensor's size exists: the symbol stream is unpacked from the payload's bytes only if
+    ``entropy_bits`` asks for it."""
+    nbytes = 4 * num_scales + packed_bytes(n, symbol_bits(alphabet))
+    written: list[np.ndarray] = []
+
+    def write_and_keep(out: np.ndarray) -> None:
+        write(out)
+        written.append(out)
+
+    def streams() -> tuple[torch.Tensor, ...]:
+        packed = torch.from_numpy(written[0][4 * num_scales :])
+        return (unpack_symbols(packed, n, alphabet, "fixed"),)
+
+    side = 32 * num_scales
+    return Body(
+        pieces=[Deferred(nbytes, write_and_keep)],
+        paper_bits=n * math.log2(alphabet) + side,
+        streams=streams,
         side_bits=side,
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from gradzip.codecs.symbols import check_packing, symbol_bits
@@ -23,10 +24,11 @@ from gradzip.compressors.common import (
     scaled_symbols_bits,
     scaled_symbols_body,
     scaled_symbols_floor_bits,
+    written_scaled_body,
 )
 from gradzip.compressors.registry import register
 from gradzip.kernels.backend import use_torch_ops
-from gradzip.kernels.dithered import fused_decode_affine, fused_encode
+from gradzip.kernels.dithered import encoded_layout, fused_decode_affine, fused_encode
 from gradzip.kernels.dithered_torch import decode_affine_torch, encode_symbols_torch
 from gradzip.kernels.philox import SHARED_UNIFORM
 from gradzip.keys import StreamKey
@@ -182,12 +184,16 @@ class DQSG(Compressor, CommonGrid):
     def _fused_body(self, x: torch.Tensor, key: StreamKey, given: torch.Tensor | None) -> Body:
         """The fixed-packed body from the fused kernel: scales ``given`` (one bucket) or
         computed by the kernel, which then proves the input finite or raises."""
-        bs = self.bucket_size_for(x.numel())
+        n = x.numel()
+        bs = self.bucket_size_for(n)
         bits = symbol_bits(self.alphabet)
-        scales, symbols, packed = fused_encode(x, given, bs, **_encode_args(self.M, key), bits=bits)
-        if given is None and not all_finite(scales):
-            raise self.non_finite_input()
-        return scaled_symbols_body(scales, symbols, self.alphabet, self.packing, packed)
+
+        def write(out: np.ndarray) -> None:
+            scales, _ = fused_encode(x, given, bs, **_encode_args(self.M, key), bits=bits, out=out)
+            if given is None and not all_finite(scales):
+                raise self.non_finite_input()
+
+        return written_scaled_body(n, encoded_layout(n, bs, bits)[0], self.alphabet, write)
 
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]

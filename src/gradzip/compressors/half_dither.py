@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from gradzip.codecs.symbols import check_packing, symbol_bits
@@ -21,11 +22,12 @@ from gradzip.compressors.common import (
     scaled_symbols_bits,
     scaled_symbols_body,
     scaled_symbols_floor_bits,
+    written_scaled_body,
 )
 from gradzip.compressors.dqsg import FLOAT32_LIMIT, rounded_bound
 from gradzip.compressors.registry import register
 from gradzip.kernels.backend import use_torch_ops
-from gradzip.kernels.dithered import fused_decode_affine, fused_encode
+from gradzip.kernels.dithered import encoded_layout, fused_decode_affine, fused_encode
 from gradzip.kernels.dithered_torch import decode_affine_torch, encode_symbols_torch
 from gradzip.kernels.philox import LOCAL_UNIFORM
 from gradzip.keys import StreamKey
@@ -151,10 +153,12 @@ class HalfDither(Compressor):
         n, bs = x.numel(), self._bucket_size
         if self.packing == "fixed" and not use_torch_ops(x):
             given = torch.tensor([absmax], dtype=torch.float32) if num_buckets(n, bs) == 1 else None
-            scales, symbols, packed = fused_encode(
-                x, given, bs, **self._encode_args(key), bits=symbol_bits(self.alphabet)
-            )
-            return scaled_symbols_body(scales, symbols, self.alphabet, self.packing, packed)
+            bits = symbol_bits(self.alphabet)
+
+            def write(out: np.ndarray) -> None:
+                fused_encode(x, given, bs, **self._encode_args(key), bits=bits, out=out)
+
+            return written_scaled_body(n, encoded_layout(n, bs, bits)[0], self.alphabet, write)
         scales = bucket_absmax(x, bs, absmax)
         symbols = encode_symbols_torch(x, scales, bs, **self._encode_args(key))
         packed = device_packed(symbols, self.alphabet, self.packing)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from gradzip.codecs.symbols import check_packing, symbol_bits
@@ -31,10 +32,11 @@ from gradzip.compressors.common import (
     scaled_symbols_bits,
     scaled_symbols_body,
     scaled_symbols_floor_bits,
+    written_scaled_body,
 )
 from gradzip.compressors.registry import register
 from gradzip.kernels.backend import use_torch_ops
-from gradzip.kernels.dithered import fused_decode_nested, fused_encode
+from gradzip.kernels.dithered import encoded_layout, fused_decode_nested, fused_encode
 from gradzip.kernels.dithered_torch import decode_nested_torch, encode_symbols_torch
 from gradzip.kernels.philox import SHARED_UNIFORM
 from gradzip.keys import StreamKey
@@ -154,12 +156,14 @@ class NDQSG(Compressor):
     def _fused_body(self, x: torch.Tensor, key: StreamKey, given: torch.Tensor | None) -> Body:
         """The fixed-packed body from the fused kernel: scales ``given`` (one bucket) or
         computed by the kernel, which then proves the input finite or raises."""
-        scales, symbols, packed = fused_encode(
-            x, given, self._bucket_size, **self._encode_args(key), bits=symbol_bits(self.k)
-        )
-        if given is None and not all_finite(scales):
-            raise self.non_finite_input()
-        return scaled_symbols_body(scales, symbols, self.k, self.packing, packed)
+        n, bs, bits = x.numel(), self._bucket_size, symbol_bits(self.k)
+
+        def write(out: np.ndarray) -> None:
+            scales, _ = fused_encode(x, given, bs, **self._encode_args(key), bits=bits, out=out)
+            if given is None and not all_finite(scales):
+                raise self.non_finite_input()
+
+        return written_scaled_body(n, encoded_layout(n, bs, bits)[0], self.k, write)
 
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]

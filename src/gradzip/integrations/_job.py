@@ -29,6 +29,9 @@ class BucketJob:
     outcome: BaseException | None = None
     #: whether the encode stage has handed on the bucket's last piece
     sealed: bool = False
+    #: set once the encode stage is done with the bucket (its residuals stored, or its failure
+    #: in ``outcome``): the last piece may travel before, but its job may not end before
+    encoded: threading.Event = field(default_factory=threading.Event)
     #: set once the job has run through every stage; ``failure`` is then the step's error, if any
     done: threading.Event = field(default_factory=threading.Event)
     failure: BaseException | None = None

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import torch
 
 from gradzip.comm.transport import Transport
+from gradzip.compressors.base import empty_output
 from gradzip.errors import CheckpointError, GradzipError
 from gradzip.feedback import Slot, is_count
 from gradzip.integrations._layout import BucketLayout, FeedbackSlice, feedback_slices
@@ -185,7 +186,10 @@ class ResidualStore:
                 residual[offset : offset + end - start] for start, end, residual, offset in parts
             ]
             if sum(end - start for start, end, _, _ in parts) == size:
-                values = torch.cat(slices)  # the slots cover the parameter: one copy
+                # the slots cover the parameter: one copy, into recycled memory (a fresh
+                # 64 MB tensor cost 10-70 ms of page faults here, on the critical path: the
+                # bucket's last chunk is handed on only after this)
+                values = torch.cat(slices, out=empty_output(size, slices[0].dtype))
             else:
                 old = entries.get(param)
                 dtype = slices[0].dtype

@@ -295,6 +295,7 @@ class GradzipHookState:
         finally:
             if not job.sealed:  # the bucket as one piece, or what is left after a failure
                 self._hand_on(BucketPart(job, None, 0, job.buffer.numel(), True, job.outcome))
+            job.encoded.set()
 
     def _hand_on(self, piece: BucketPart) -> None:
         """Give ``piece`` to the transfer stage (the bucket's last piece seals the job)."""
@@ -335,6 +336,8 @@ class GradzipHookState:
         ends_step = piece.last and job.last
         try:
             _match_threads(job)
+            if piece.last:  # the encode stage may still be storing the bucket's residuals
+                job.encoded.wait()
             if piece.payloads is not None and not self._skipping and self._step_error() is None:
                 with self._span("decode", job, piece.chunk):
                     self._attempt(job, self._average, piece)
@@ -386,27 +389,27 @@ class GradzipHookState:
 
     def _encode(self, job: BucketJob) -> None:
         """Encode the bucket chunk by chunk (each chunk its own payload, key ``chunk`` and
-        error-feedback slot), handing each chunk on as soon as it is encoded; the last one only
-        after the residuals are stored, so that the step cannot end before they are."""
+        error-feedback slot), handing each chunk on as soon as it is encoded. The residuals are
+        stored while the last chunk travels (the decode stage ends the bucket only once
+        ``job.encoded`` is set): storing them copies every parameter that several chunks share,
+        which delayed the last chunk by 10-70 ms when it came first."""
         assert job.layout is not None and isinstance(self.scheme, AllGatherDecode)
         scheme, rank = self.scheme, self.transport.rank
         bounds = self._chunks(job.buffer.numel())
         slots = [(chunk, lo, hi) for chunk, (lo, hi) in enumerate(bounds)]
 
-        def encode_chunks(flat: torch.Tensor, index: int) -> BucketPart:
-            """Hand on every chunk but the last, which it returns."""
+        def encode_chunks(flat: torch.Tensor, index: int) -> bool:
+            """Hand on every chunk as soon as it is encoded."""
             for chunk, lo, hi in slots:
                 with self._span("encode", job, chunk):
                     outgoing = scheme.encode_flagged(
                         rank, flat[lo:hi], self.step, index, chunk=chunk
                     )
-                part = BucketPart(job, chunk, lo, hi, chunk == len(slots) - 1, outgoing=outgoing)
-                if part.last:
-                    return part
-                self._hand_on(part)
-            raise AssertionError("a bucket has at least one chunk")
+                last = chunk == len(slots) - 1
+                self._hand_on(BucketPart(job, chunk, lo, hi, last, outgoing=outgoing))
+            return True
 
-        last = self._residuals.reduce(
+        self._residuals.reduce(
             scheme,
             self.transport,
             job.buffer.detach(),
@@ -414,8 +417,6 @@ class GradzipHookState:
             encode_chunks,
             {role: slots for role in scheme.feedback},
         )
-        assert last is not None  # encode_chunks never skips
-        self._hand_on(last)
 
     def _exchange(self, piece: BucketPart) -> None:
         assert piece.outgoing is not None and isinstance(self.scheme, AllGatherDecode)

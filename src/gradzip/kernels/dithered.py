@@ -46,6 +46,12 @@ _ABS_MASK = np.uint32(0x7FFFFFFF)
 #: after its dither is generated, and on one thread 4096-element tiles cost about 1.4 ms more
 #: per 2**24 elements than 65536-element ones; 32768 keeps 16 tiles for 2**19 elements
 TILE = 32768
+#: elements whose dither a decoder draws at a time inside a tile. [CHOICE] 1024 (4 KB of
+#: uniforms): the dither is read back while it is still in L1; read from a tile-sized (L2)
+#: buffer while the output streams to memory it cost about 1 ms more per 2**24 elements on
+#: one thread. The encoder draws a whole tile's (spans made it about 1 ms slower: its stream
+#: of reads of ``x`` restarts after each draw)
+DITHER_SPAN = 1024
 
 
 def tile_elements(bucket_size: int, n: int) -> int:
@@ -135,13 +141,15 @@ def encode_tiles(  # type: ignore[no-untyped-def]
     top,
     modk,
     fast_ok,
-    symbols,
+    kind,
     packed,
     bits,
 ):
-    """Scales (when ``compute_scales``), dither, symbols and packed bytes of ``x`` (see the
-    module docstring for the arithmetic). ``nsum == 0``: base ``1 + u``; else the sum of
-    ``nsum`` uniforms ``u`` of elements ``i, i + n, ...``."""
+    """Scales (when ``compute_scales``), dither and packed bytes of ``x`` (see the module
+    docstring for the arithmetic). ``nsum == 0``: base ``1 + u``; else the sum of ``nsum``
+    uniforms ``u`` of elements ``i, i + n, ...``. A tile's symbols live in a scratch buffer of
+    ``kind``'s dtype (``uint8``, or ``int32`` for alphabets beyond a byte) that stays in cache
+    until it is packed: no symbol array of the tensor's size is written and read back."""
     n = x.size
     tiles = (n + unit - 1) // unit
     c32 = np.float32(c)
@@ -164,6 +172,7 @@ def encode_tiles(  # type: ignore[no-untyped-def]
                 base = base + (ones[j * m : (j + 1) * m] - np.float32(1.0))
         if compute_scales and bucket_size > 0:
             tile_scales(xbits, scale_bits, lo, hi, bucket_size)
+        sym = np.empty(m, dtype=kind.dtype)
         s = lo
         while s < hi:
             if bucket_size == 0:
@@ -175,7 +184,7 @@ def encode_tiles(  # type: ignore[no-untyped-def]
             sigma = np.float64(scales[b])
             f = numer / sigma if sigma > 0 else 0.0
             xs = x[s:e]
-            out = symbols[s:e]
+            out = sym[s - lo : e - lo]
             if fast_ok and f <= _F32_MAX:
                 _quantize_fast(xs, base[s - lo : e - lo], np.float32(f), c32, top, out)
             else:
@@ -192,7 +201,7 @@ def encode_tiles(  # type: ignore[no-untyped-def]
             if modk > 0:
                 _reduce_mod(out, modk, top <= 255)
             s = e
-        pack_tile(symbols, lo, m, bits, packed)
+        pack_tile(sym, 0, m, bits, packed[lo * bits // 8 :])  # lo is a multiple of 8
 
 
 @njit(inline="always", nogil=True, cache=True)
@@ -271,24 +280,53 @@ def decode_affine_tiles(  # type: ignore[no-untyped-def]
         lo = t * unit
         hi = min(n, lo + unit)
         m = hi - lo
-        words = np.empty(m if dithered else 0, dtype=np.uint32)
-        if dithered:
-            fill_uniform(k0, k1, stream, lo, words)
+        span = min(m, DITHER_SPAN) if dithered else m
+        words = np.empty(span if dithered else 0, dtype=np.uint32)
         ones = words.view(np.float32)
         dst = np.empty(m, dtype=np.float32) if accumulate else out
         base = lo if accumulate else 0
         if bits <= 8:
             sym8 = np.empty(m, dtype=np.uint8)
             tops[t] = unpack_tile_narrow(packed, lo, m, bits, sym8)
-            _affine_slices(
-                sym8, ones, lo, hi, scales, bucket_size, divisor, c, dithered, wide, dst, base
-            )
         else:
             sym32 = np.empty(m, dtype=np.uint32)
             tops[t] = unpack_tile(packed, lo, m, bits, sym32)
-            _affine_slices(
-                sym32, ones, lo, hi, scales, bucket_size, divisor, c, dithered, wide, dst, base
-            )
+        a = lo
+        while a < hi:  # the dither one span at a time (see DITHER_SPAN)
+            z = min(hi, a + span)
+            if dithered:
+                fill_uniform(k0, k1, stream, a, words[: z - a])
+            if bits <= 8:
+                _affine_slices(
+                    sym8[a - lo :],
+                    ones,
+                    a,
+                    z,
+                    scales,
+                    bucket_size,
+                    divisor,
+                    c,
+                    dithered,
+                    wide,
+                    dst,
+                    base,
+                )
+            else:
+                _affine_slices(
+                    sym32[a - lo :],
+                    ones,
+                    a,
+                    z,
+                    scales,
+                    bucket_size,
+                    divisor,
+                    c,
+                    dithered,
+                    wide,
+                    dst,
+                    base,
+                )
+            a = z
         if accumulate:
             _add_tile(out, lo, dst)
 
@@ -433,49 +471,31 @@ def decode_nested_tiles(  # type: ignore[no-untyped-def]
         lo = t * unit
         hi = min(n, lo + unit)
         m = hi - lo
-        words = np.empty(m, dtype=np.uint32)
-        fill_uniform(k0, k1, stream, lo, words)
+        words = np.empty(min(m, DITHER_SPAN), dtype=np.uint32)
         ones = words.view(np.float32)
         dst = np.empty(m, dtype=np.float32) if accumulate else out
         base = lo if accumulate else 0
         if bits <= 8:
             sym8 = np.empty(m, dtype=np.uint8)
             tops[t] = unpack_tile_narrow(packed, lo, m, bits, sym8)
-            _nested_slices(
-                sym8,
-                ones,
-                lo,
-                hi,
-                scales,
-                bucket_size,
-                numer,
-                step_factor,
-                k,
-                K0,
-                ymax,
-                y,
-                dst,
-                base,
-            )
         else:
             sym32 = np.empty(m, dtype=np.uint32)
             tops[t] = unpack_tile(packed, lo, m, bits, sym32)
-            _nested_slices(
-                sym32,
-                ones,
-                lo,
-                hi,
-                scales,
-                bucket_size,
-                numer,
-                step_factor,
-                k,
-                K0,
-                ymax,
-                y,
-                dst,
-                base,
-            )
+        a = lo
+        while a < hi:  # the dither one span at a time (see DITHER_SPAN)
+            z = min(hi, a + DITHER_SPAN)
+            fill_uniform(k0, k1, stream, a, words[: z - a])
+            if bits <= 8:
+                _nested_slices(
+                    sym8[a - lo :], ones, a, z, scales, bucket_size, numer, step_factor, k, K0,
+                    ymax, y, dst, base,
+                )  # fmt: skip
+            else:
+                _nested_slices(
+                    sym32[a - lo :], ones, a, z, scales, bucket_size, numer, step_factor, k, K0,
+                    ymax, y, dst, base,
+                )  # fmt: skip
+            a = z
         if accumulate:
             _add_tile(out, lo, dst)
         elif check:
@@ -483,6 +503,14 @@ def decode_nested_tiles(  # type: ignore[no-untyped-def]
 
 
 # -- Python entry points ---------------------------------------------------------------------
+
+
+def encoded_layout(n: int, bucket_size: int, bits: int) -> tuple[int, int]:
+    """``(buckets, bytes)`` of what :func:`fused_encode` writes for ``n`` elements: the
+    buckets' float32 scales, then the ``bits``-bit packed symbols."""
+    bs = 0 if bucket_size == 0 or bucket_size >= n else bucket_size
+    nb = 1 if bs == 0 else -(-n // bs)
+    return nb, 4 * nb + packed_bytes(n, bits)
 
 
 def fused_encode(
@@ -498,25 +526,30 @@ def fused_encode(
     modk: int,
     fast_ok: bool,
     bits: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Scales, symbols and fixed-packed bytes of a CPU float32 ``x`` in one parallel pass.
+    out: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Scales and fixed-packed symbols of a CPU float32 ``x`` in one parallel pass, written
+    into ``out`` (``uint8``, :func:`encoded_layout`'s bytes, 4-byte aligned: the scales, then
+    the packed symbols; a payload's body, so nothing is copied) or into a fresh buffer. Returns
+    the two parts as views: float32 scales, ``uint8`` packed symbols.
 
     ``scales``: the single scale of a one-bucket tensor (computed by the caller), or None to
     compute every bucket's in the kernel. ``bucket_size`` 0 means one bucket.
     """
     n = x.numel()
     bs = 0 if bucket_size == 0 or bucket_size >= n else bucket_size
-    nb = 1 if bs == 0 else -(-n // bs)
-    xs = x.contiguous().numpy()
-    if scales is None:
-        sc = np.empty(nb, dtype=np.float32)
-    else:
-        sc = scales.to(torch.float32).contiguous().numpy().copy()
-    symbols = np.empty(n, dtype=np.uint8 if top <= 255 else np.int32)
-    packed = np.empty(packed_bytes(n, bits), dtype=np.uint8)
+    nb, nbytes = encoded_layout(n, bs, bits)
+    if out is None:
+        out = fresh_array(nbytes, np.uint8)
+    if out.size != nbytes:
+        raise ValueError(f"the encoding of {n} elements takes {nbytes} bytes, not {out.size}")
+    sc = out[: 4 * nb].view(np.float32)
+    packed = out[4 * nb :]
+    if scales is not None:
+        sc[:] = scales.to(torch.float32).numpy()
     call_parallel(
         encode_tiles,
-        xs,
+        x.contiguous().numpy(),
         sc,
         scales is None,
         bs,
@@ -530,11 +563,11 @@ def fused_encode(
         top,
         modk,
         fast_ok,
-        symbols,
+        np.empty(0, dtype=np.uint8 if top <= 255 else np.int32),
         packed,
         bits,
     )
-    return torch.from_numpy(sc), torch.from_numpy(symbols), torch.from_numpy(packed)
+    return sc, packed
 
 
 def _checked_tops(tops: np.ndarray, alphabet: int, what: str) -> None:
