@@ -87,6 +87,19 @@ def test_own_reconstruction_stands_in_for_decoding_the_own_payload(name: str) ->
             assert results[rank][step] == expected.numpy().tobytes(), (rank, step)
 
 
+@pytest.mark.parametrize(("name", "kept"), [("dqsg", True), ("qsgd", True), ("onebit", False)])
+def test_error_feedback_keeps_the_reconstruction_unless_decoding_is_cheap(
+    name: str, kept: bool
+) -> None:
+    """A codec that decodes cheaply (one-bit: 1/32 of the bytes, no randomness) re-decodes its
+    own payload instead of writing and re-reading a dense reconstruction; the others keep it."""
+    cls = gradzip.get(name)
+    assert cls.decodes_cheaply is not kept
+    scheme = AllGatherDecode(cls(**cls.example_params), run_seed=RUN_SEED, error_feedback=True)
+    outgoing = scheme.encode_flagged(0, gradient(0, 0), 0, 0)
+    assert outgoing.finite and (outgoing.own is not None) == kept
+
+
 def test_bytes_per_rank_are_the_other_payloads() -> None:
     def run(transport: Transport) -> tuple[int, int, int]:
         scheme = AllGatherDecode(gradzip.create("dqsg"))

@@ -178,6 +178,11 @@ class Compressor(ABC):
     #: other codecs move their input to the CPU first. [CHOICE] Untested on a real GPU: the
     #: device path is checked on CPU tensors through ``forced_torch_ops``.
     computes_on_device: ClassVar[bool] = False
+    #: decoding a payload into a tensor costs less than copying a dense tensor of its values
+    #: (the body is a small fraction of the values' bytes and decoding draws no randomness), so
+    #: a rank re-decodes its own payload rather than keeping its reconstruction (see
+    #: :meth:`gradzip.schemes.allgather_decode.AllGatherDecode.encode_flagged`)
+    decodes_cheaply: ClassVar[bool] = False
 
     # -- hooks -------------------------------------------------------------------------------
     @abstractmethod

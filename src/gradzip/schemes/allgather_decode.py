@@ -105,11 +105,14 @@ class AllGatherDecode(Scheme):
 
         [CHOICE] With error feedback the encoding reconstructs the payload anyway (``e = v -
         v_hat``), so the outgoing message keeps that ``v_hat`` for :meth:`average`: one decode
-        of this rank's own payload per reduction less (at ``P = 2`` half the decoding)."""
+        of this rank's own payload per reduction less (at ``P = 2`` half the decoding). Not for
+        a compressor that :attr:`~gradzip.compressors.base.Compressor.decodes_cheaply`
+        (one-bit): writing ``v_hat`` and reading it back cost more than expanding its payload
+        again (at 1 bit a value, the residual pass then writes ``e`` alone)."""
         if finite:
             key = self.key(rank, step, tensor_index, chunk)
             try:
-                if self.error_feedback:
+                if self.error_feedback and not self.compressor.decodes_cheaply:
                     payload, dtype, own = self.encode_own_reconstructed("worker", tensor, key)
                     return Outgoing(payload, True, dtype, own)
                 payload, dtype = self.encode_own("worker", tensor, key)
