@@ -13,6 +13,7 @@ from gradzip.compressors.base import Compressor, empty_output
 from gradzip.compressors.dqsg import DQSG
 from gradzip.compressors.identity import Identity
 from gradzip.compressors.ndqsg import NDQSG
+from gradzip.kernels.running_mean import update_running_mean_
 from gradzip.schemes._messages import serve
 from gradzip.schemes.base import Scheme, working_dtype
 
@@ -139,12 +140,11 @@ class NestedScheme(Scheme):
     ) -> torch.Tensor:
         shape, dtype = tensor.shape, tensor.dtype
         work = working_dtype(dtype)
-        # [CHOICE] the running mean and its update term live in recycled memory and are updated
-        # in place, one operation per pass (the bits of ``mean += (g_hat - mean) / cnt``): the
-        # fresh tensors of the expression (and of the zeros and of the side information's
-        # copy) cost a 2**24-value step about 200 ms of page faults, 87% of the scheme's time
+        # [CHOICE] the running mean lives in recycled memory and is updated in place, in one
+        # pass (update_running_mean_, the bits of ``mean += (g_hat - mean) / cnt``): the
+        # expression's fresh tensors (and the zeros' and the side information's copy) cost a
+        # 2**24-value step about 200 ms of page faults, 87% of the scheme's time
         mean = empty_output(shape.numel(), work).view(shape).zero_()
-        term = empty_output(shape.numel(), work).view(shape)
         first = self.first_group(len(payloads))
         decoded, sides = [], []
         for rank, payload in enumerate(payloads):
@@ -153,8 +153,7 @@ class NestedScheme(Scheme):
             side = None if rank < first else mean.clone() if self.record else mean
             codec = self.coarse if rank < first else self.compressor
             g_hat = codec.decode(payload, expected_key=key, shape=shape, dtype=dtype, side=side)
-            torch.sub(g_hat.to(work), mean, out=term)
-            mean.add_(term.div_(rank + 1))
+            update_running_mean_(mean, g_hat.to(work), rank + 1)
             if self.record:
                 decoded.append(g_hat)
                 sides.append(side)
