@@ -8,6 +8,7 @@ import torch
 
 from gradzip.codecs.bitpack import pack_bits
 from gradzip.compressors import create
+from gradzip.compressors.base import Compressor
 from gradzip.errors import CorruptPayloadError
 from gradzip.kernels.backend import forced_torch_ops
 from gradzip.kernels.bitpack_torch import pack_bits_torch, unpack_bits_torch
@@ -48,6 +49,23 @@ def inputs(n: int) -> dict[str, torch.Tensor]:
     return out
 
 
+def assert_fused_equals_torch(
+    comp: Compressor, x: torch.Tensor, y: torch.Tensor, where: object
+) -> None:
+    """The fused kernels and the torch operations give the same payload, symbol stream and
+    decoded bits for ``x`` (``y``: the side information, for the codecs that take one)."""
+    side = y if comp.needs_side_information else None
+    fused = comp.encode(x, KEY)
+    fused_out = comp.decode(fused.payload, side=side)
+    with forced_torch_ops():
+        ref = comp.encode(x, KEY)
+        ref_out = comp.decode(fused.payload, side=side)
+    assert fused.payload == ref.payload, where
+    assert torch.equal(fused.streams[0].long(), ref.streams[0].long()), where
+    assert torch.equal(fused_out, ref_out), where
+    assert fused_out.view(torch.int32).equal(ref_out.view(torch.int32)), where
+
+
 @pytest.mark.parametrize(("name", "params"), CODECS)
 @pytest.mark.parametrize("bucket_size", [None, 7, 100])
 def test_fused_kernels_equal_torch_operations(
@@ -57,17 +75,7 @@ def test_fused_kernels_equal_torch_operations(
     for n in (5, 1003) if bucket_size != 100 else (1, 8, 4099):
         for label, x in inputs(n).items():
             y = x + 0.05 * torch.randn(n, generator=torch.Generator().manual_seed(1))
-            side = y if comp.needs_side_information else None
-            fused = comp.encode(x, KEY)
-            fused_out = comp.decode(fused.payload, side=side)
-            with forced_torch_ops():
-                ref = comp.encode(x, KEY)
-                ref_out = comp.decode(fused.payload, side=side)
-            where = (name, params, bucket_size, n, label)
-            assert fused.payload == ref.payload, where
-            assert torch.equal(fused.streams[0].long(), ref.streams[0].long()), where
-            assert torch.equal(fused_out, ref_out), where
-            assert fused_out.view(torch.int32).equal(ref_out.view(torch.int32)), where
+            assert_fused_equals_torch(comp, x, y, (name, params, bucket_size, n, label))
 
 
 @pytest.mark.parametrize(
@@ -84,16 +92,7 @@ def test_fused_kernels_equal_torch_operations_across_tiles_and_dither_spans(
     assert DITHER_SPAN % 100 != 0
     gen = torch.Generator().manual_seed(5)
     x = torch.randn(n, generator=gen)
-    y = x + 0.05 * torch.randn(n, generator=gen)
-    side = y if comp.needs_side_information else None
-    fused = comp.encode(x, KEY)
-    fused_out = comp.decode(fused.payload, side=side)
-    with forced_torch_ops():
-        ref = comp.encode(x, KEY)
-        ref_out = comp.decode(fused.payload, side=side)
-    assert fused.payload == ref.payload
-    assert torch.equal(fused.streams[0].long(), ref.streams[0].long())
-    assert fused_out.view(torch.int32).equal(ref_out.view(torch.int32))
+    assert_fused_equals_torch(comp, x, x + 0.05 * torch.randn(n, generator=gen), (name, n))
 
 
 def test_fused_result_does_not_depend_on_the_thread_count() -> None:

@@ -21,8 +21,18 @@ def test_running_mean_update_is_the_torch_expression_bitwise() -> None:
         assert got.view(torch.int32).equal(expected.view(torch.int32)), cnt
 
 
-def test_other_dtypes_take_the_torch_expression() -> None:
-    g = torch.randn(1000, dtype=torch.float64)
-    mean = torch.zeros(1000, dtype=torch.float64)
-    expected = mean + (g - mean) / 3
-    assert update_running_mean_(mean, g, 3).equal(expected)
+def test_strided_and_float64_means_update_in_place_with_the_same_bits() -> None:
+    """Tensors the kernel does not take (a strided view, float64) are updated in place by the
+    torch expression: the same bits as the kernel gives a contiguous copy (float32), and the
+    float64 expression's own."""
+    gen = torch.Generator().manual_seed(9)
+    g = torch.randn(2 * 5_000, generator=gen)[::2]
+    mean = torch.randn(2 * 5_000, generator=gen)[::2]
+    wide, g64 = mean.double(), g.double()
+    expected = wide + (g64 - wide) / 3
+    kernel = update_running_mean_(mean.contiguous(), g.contiguous(), 3)
+    assert not mean.is_contiguous()
+    assert update_running_mean_(mean, g, 3) is mean
+    assert mean.view(torch.int32).equal(kernel.view(torch.int32))
+    assert update_running_mean_(wide, g64, 3) is wide
+    assert wide.equal(expected)

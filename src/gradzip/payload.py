@@ -28,9 +28,9 @@ random indices did not change, but a version-2 payload is refused all the same).
 into one NumPy buffer (recycled from :mod:`gradzip.buffers` when large: a payload of the same
 size as an earlier, released one costs no page faults), a :class:`Deferred` piece is
 written there by its producer directly (no intermediate array), and the CRC runs over
-zero-copy memoryviews (:func:`gradzip.checksum.crc32`, 13x faster than the standard
-library's on the development machine). :func:`parse_payload` returns the body as a zero-copy view; a decoder
-copies it at most once, into its output.
+zero-copy memoryviews (:func:`gradzip.checksum.crc32`, 13x faster than the standard library's
+on the development machine). :func:`parse_payload` returns the body as a zero-copy view; a
+decoder copies it at most once, into its output.
 
 The header is read with bounds checks on every field, so truncated or corrupt bytes raise a
 :class:`~gradzip.errors.PayloadError` that names the problem; they never crash, hang or decode to

@@ -3,16 +3,16 @@
 Every figure is measured in this run, on this machine, at each requested thread count (torch's
 and numba's both set to it, in the one thread that runs every kernel; default one, 0 = every
 core): GB/s are float32 input bytes (4 per coordinate) over the best of ``repeat`` timed runs;
-bits per coordinate are measured payload sizes. The memcpy line is the yardstick (best of at least 20 copies into a
-preallocated buffer, at the same thread count). Decoding is timed twice: into a fresh tensor
-(``decode``) and into a preallocated one (``decode_into_``, what the all-gather's mean and the
-DDP hook use, and what memcpy is timed as); "round trip" is encode plus the fresh decode,
-"round trip→buf" encode plus the decode into a buffer, each also as % of memcpy. Given several thread counts, a last table gives
-one line per codec with its round trip as % of memcpy at each. Each codec's first call on a
-small tensor is timed apart ("first call": loading or compiling its numba kernels, once per
-process) so that it stays out of the figures. Extra lines time the shared-randomness generator
-and the entropy coder (symbols/s), which every dithered encode and every entropy-coded payload
-pay for.
+bits per coordinate are measured payload sizes. The memcpy line is the yardstick (the best of
+at least 20 copies into a preallocated buffer, at the same thread count). Decoding is timed
+twice: into a fresh tensor (``decode``) and into a preallocated one (``decode_into_``, what the
+all-gather's mean and the DDP hook use, and what memcpy is timed as); "round trip" is encode
+plus the fresh decode, "round trip→buf" encode plus the decode into a buffer, each also as % of
+memcpy. Given several thread counts, a last table gives one line per codec with its round trip
+as % of memcpy at each. Each codec's first call on a small tensor is timed apart ("first
+call": loading or compiling its numba kernels, once per process) so that it stays out of the
+figures. Extra lines time the shared-randomness generator and the entropy coder (symbols/s),
+which every dithered encode and every entropy-coded payload pay for.
 """
 
 from __future__ import annotations

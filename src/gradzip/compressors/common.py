@@ -14,6 +14,7 @@ from gradzip.codecs.bitpack import packed_bytes
 from gradzip.codecs.symbols import pack_symbols, packed_symbol_bits, symbol_bits, unpack_symbols
 from gradzip.compressors.base import Body, body_tensor
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
+from gradzip.kernels.dithered import fused_encode
 from gradzip.payload import Deferred
 
 
@@ -168,20 +169,29 @@ def scaled_symbols_body(
     )
 
 
-def written_scaled_body(
-    n: int, num_scales: int, alphabet: int, write: Callable[[np.ndarray], None]
+def fused_scaled_body(
+    x: torch.Tensor,
+    given: torch.Tensor | None,
+    bucket_size: int,
+    alphabet: int,
+    encode_args: Mapping[str, Any],
+    refuse: Callable[[], Exception],
 ) -> Body:
-    """:func:`scaled_symbols_body`'s body (float32 scales, then the fixed-packed symbols) as one
-    :class:`~gradzip.payload.Deferred` piece that a fused kernel writes straight into the
-    payload: ``write(out)`` fills all ``4*num_scales + packed`` bytes of ``out`` (or raises,
-    e.g. when its scales prove the input non-finite). Nothing is copied, and no symbol array of
-    the tensor's size exists: the symbol stream is unpacked from the payload's bytes only if
-    ``entropy_bits`` asks for it."""
-    nbytes = 4 * num_scales + packed_bytes(n, symbol_bits(alphabet))
+    """:func:`scaled_symbols_body`'s body (float32 scales, then the fixed-packed symbols) from
+    :func:`~gradzip.kernels.dithered.fused_encode` (``encode_args``: its arithmetic), as one
+    :class:`~gradzip.payload.Deferred` piece the kernel writes straight into the payload.
+    ``given``: the scale of a one-bucket tensor, or None: the kernel computes every bucket's,
+    and a non-finite one (the input was not finite) raises ``refuse()``. Nothing is copied, and
+    no symbol array of the tensor's size exists: the symbol stream is unpacked from the
+    payload's bytes only if ``entropy_bits`` asks for it."""
+    n, bits = x.numel(), symbol_bits(alphabet)
+    num_scales = num_buckets(n, bucket_size)
     written: list[np.ndarray] = []
 
-    def write_and_keep(out: np.ndarray) -> None:
-        write(out)
+    def write(out: np.ndarray) -> None:
+        scales, _ = fused_encode(x, given, bucket_size, **encode_args, bits=bits, out=out)
+        if given is None and not all_finite(scales):
+            raise refuse()
         written.append(out)
 
     def streams() -> tuple[torch.Tensor, ...]:
@@ -190,7 +200,7 @@ def written_scaled_body(
 
     side = 32 * num_scales
     return Body(
-        pieces=[Deferred(nbytes, write_and_keep)],
+        pieces=[Deferred(4 * num_scales + packed_bytes(n, bits), write)],
         paper_bits=n * math.log2(alphabet) + side,
         streams=streams,
         side_bits=side,

@@ -4,31 +4,29 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 
-from gradzip.codecs.symbols import check_packing, symbol_bits
+from gradzip.codecs.symbols import check_packing
 from gradzip.compressors._bucket_math import clamp_to_dtype_, device_packed, device_unpacked
 from gradzip.compressors._grid import CommonGrid
 from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
 from gradzip.compressors.common import (
     DEFAULT_BUCKET_SIZE,
-    all_finite,
     bucket_absmax,
     check_bucket_size,
     check_scales,
     check_symbols,
     clip_to_std,
+    fused_scaled_body,
     num_buckets,
     read_scales,
     scaled_symbols_bits,
     scaled_symbols_body,
     scaled_symbols_floor_bits,
-    written_scaled_body,
 )
 from gradzip.compressors.registry import register
 from gradzip.kernels.backend import use_torch_ops
-from gradzip.kernels.dithered import encoded_layout, fused_decode_affine, fused_encode
+from gradzip.kernels.dithered import fused_decode_affine
 from gradzip.kernels.dithered_torch import decode_affine_torch, encode_symbols_torch
 from gradzip.kernels.philox import SHARED_UNIFORM
 from gradzip.keys import StreamKey
@@ -182,18 +180,10 @@ class DQSG(Compressor, CommonGrid):
         return self._fused_body(x, key, None)
 
     def _fused_body(self, x: torch.Tensor, key: StreamKey, given: torch.Tensor | None) -> Body:
-        """The fixed-packed body from the fused kernel: scales ``given`` (one bucket) or
-        computed by the kernel, which then proves the input finite or raises."""
-        n = x.numel()
-        bs = self.bucket_size_for(n)
-        bits = symbol_bits(self.alphabet)
-
-        def write(out: np.ndarray) -> None:
-            scales, _ = fused_encode(x, given, bs, **_encode_args(self.M, key), bits=bits, out=out)
-            if given is None and not all_finite(scales):
-                raise self.non_finite_input()
-
-        return written_scaled_body(n, encoded_layout(n, bs, bits)[0], self.alphabet, write)
+        """The fixed-packed body from the fused kernel (see :func:`fused_scaled_body`)."""
+        bs = self.bucket_size_for(x.numel())
+        args = _encode_args(self.M, key)
+        return fused_scaled_body(x, given, bs, self.alphabet, args, self.non_finite_input)
 
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 
-from gradzip.codecs.symbols import check_packing, symbol_bits
+from gradzip.codecs.symbols import check_packing
 from gradzip.compressors._bucket_math import clamp_to_dtype_, device_packed, device_unpacked
 from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
 from gradzip.compressors.common import (
@@ -17,17 +16,17 @@ from gradzip.compressors.common import (
     check_bucket_size,
     check_scales,
     check_symbols,
+    fused_scaled_body,
     num_buckets,
     read_scales,
     scaled_symbols_bits,
     scaled_symbols_body,
     scaled_symbols_floor_bits,
-    written_scaled_body,
 )
 from gradzip.compressors.dqsg import FLOAT32_LIMIT, rounded_bound
 from gradzip.compressors.registry import register
 from gradzip.kernels.backend import use_torch_ops
-from gradzip.kernels.dithered import encoded_layout, fused_decode_affine, fused_encode
+from gradzip.kernels.dithered import fused_decode_affine
 from gradzip.kernels.dithered_torch import decode_affine_torch, encode_symbols_torch
 from gradzip.kernels.philox import LOCAL_UNIFORM
 from gradzip.keys import StreamKey
@@ -153,12 +152,8 @@ class HalfDither(Compressor):
         n, bs = x.numel(), self._bucket_size
         if self.packing == "fixed" and not use_torch_ops(x):
             given = torch.tensor([absmax], dtype=torch.float32) if num_buckets(n, bs) == 1 else None
-            bits = symbol_bits(self.alphabet)
-
-            def write(out: np.ndarray) -> None:
-                fused_encode(x, given, bs, **self._encode_args(key), bits=bits, out=out)
-
-            return written_scaled_body(n, encoded_layout(n, bs, bits)[0], self.alphabet, write)
+            args = self._encode_args(key)
+            return fused_scaled_body(x, given, bs, self.alphabet, args, self.non_finite_input)
         scales = bucket_absmax(x, bs, absmax)
         symbols = encode_symbols_torch(x, scales, bs, **self._encode_args(key))
         packed = device_packed(symbols, self.alphabet, self.packing)

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 
-from gradzip.codecs.symbols import check_packing, symbol_bits
+from gradzip.codecs.symbols import check_packing
 from gradzip.compressors._bucket_math import clamp_to_dtype_, device_packed, device_unpacked
 from gradzip.compressors._decode_guards import check_finite_output
 from gradzip.compressors._nested import (
@@ -22,21 +21,20 @@ from gradzip.compressors._nested import (
 from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
 from gradzip.compressors.common import (
     DEFAULT_BUCKET_SIZE,
-    all_finite,
     bucket_absmax,
     check_bucket_size,
     check_scales,
     check_symbols,
+    fused_scaled_body,
     num_buckets,
     read_scales,
     scaled_symbols_bits,
     scaled_symbols_body,
     scaled_symbols_floor_bits,
-    written_scaled_body,
 )
 from gradzip.compressors.registry import register
 from gradzip.kernels.backend import use_torch_ops
-from gradzip.kernels.dithered import encoded_layout, fused_decode_nested, fused_encode
+from gradzip.kernels.dithered import fused_decode_nested
 from gradzip.kernels.dithered_torch import decode_nested_torch, encode_symbols_torch
 from gradzip.kernels.philox import SHARED_UNIFORM
 from gradzip.keys import StreamKey
@@ -154,16 +152,9 @@ class NDQSG(Compressor):
         return self._fused_body(x, key, None)
 
     def _fused_body(self, x: torch.Tensor, key: StreamKey, given: torch.Tensor | None) -> Body:
-        """The fixed-packed body from the fused kernel: scales ``given`` (one bucket) or
-        computed by the kernel, which then proves the input finite or raises."""
-        n, bs, bits = x.numel(), self._bucket_size, symbol_bits(self.k)
-
-        def write(out: np.ndarray) -> None:
-            scales, _ = fused_encode(x, given, bs, **self._encode_args(key), bits=bits, out=out)
-            if given is None and not all_finite(scales):
-                raise self.non_finite_input()
-
-        return written_scaled_body(n, encoded_layout(n, bs, bits)[0], self.k, write)
+        """The fixed-packed body from the fused kernel (see :func:`fused_scaled_body`)."""
+        args = self._encode_args(key)
+        return fused_scaled_body(x, given, self._bucket_size, self.k, args, self.non_finite_input)
 
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]

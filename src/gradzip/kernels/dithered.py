@@ -247,6 +247,24 @@ def _affine_slices(sym, ones, lo, hi, scales, bucket_size, divisor, c, dithered,
         s = e
 
 
+@njit(inline="always", nogil=True, cache=True)
+def _unpacked_tile(packed, lo, m, bits, kind, tops, t):  # type: ignore[no-untyped-def]
+    """The tile's ``m`` symbols from element ``lo`` in a scratch buffer of ``kind``'s dtype
+    (:func:`symbol_kind`); its largest symbol into ``tops[t]`` (the alphabet check)."""
+    sym = np.empty(m, dtype=kind.dtype)
+    if bits <= 8:
+        tops[t] = unpack_tile_narrow(packed, lo, m, bits, sym)
+    else:
+        tops[t] = unpack_tile(packed, lo, m, bits, sym)
+    return sym
+
+
+def symbol_kind(bits: int) -> np.ndarray:
+    """An empty array whose dtype the decoders unpack ``bits``-bit symbols into: ``uint8`` up
+    to 8 bits (the narrow unpacking loops vectorize), else ``uint32``."""
+    return np.empty(0, dtype=np.uint8 if bits <= 8 else np.uint32)
+
+
 @njit(nogil=True, cache=True, parallel=True)
 def decode_affine_tiles(  # type: ignore[no-untyped-def]
     packed,
@@ -264,16 +282,18 @@ def decode_affine_tiles(  # type: ignore[no-untyped-def]
     out,
     tops,
     accumulate,
+    kind,
 ):
     """DQSG and half-dither decoding: ``v = ((s - base) + c) * (sigma / divisor)`` per element,
     ``base`` the regenerated ``1 + u`` (``dithered``) or none; float32, or float64 when
     ``wide``; zero buckets give +0.0. ``tops[t]``: the largest symbol of tile ``t``.
 
-    Per tile: unpack into a ``uint8`` scratch buffer (a ``uint32`` one beyond 8 bits), draw the
-    dither into an L2-sized scratch buffer with :func:`~gradzip.kernels.philox.fill_uniform`,
-    then one vectorizable loop per bucket slice. With ``accumulate`` the tile's values go to an
-    L2-sized float32 buffer and are then added to ``out`` (``out[i] = out[i] + v``, one float32
-    add): the same bits as decoding and then adding, without a dense temporary."""
+    Per tile: unpack into a scratch buffer of ``kind``'s dtype (:func:`symbol_kind`), then per
+    span of :data:`DITHER_SPAN` elements draw the dither with
+    :func:`~gradzip.kernels.philox.fill_uniform` and run one vectorizable loop per bucket
+    slice. With ``accumulate`` the tile's values go to an L2-sized float32 buffer and are then
+    added to ``out`` (``out[i] = out[i] + v``, one float32 add): the same bits as decoding and
+    then adding, without a dense temporary."""
     n = out.size
     tiles = (n + unit - 1) // unit
     for t in prange(tiles):
@@ -285,47 +305,26 @@ def decode_affine_tiles(  # type: ignore[no-untyped-def]
         ones = words.view(np.float32)
         dst = np.empty(m, dtype=np.float32) if accumulate else out
         base = lo if accumulate else 0
-        if bits <= 8:
-            sym8 = np.empty(m, dtype=np.uint8)
-            tops[t] = unpack_tile_narrow(packed, lo, m, bits, sym8)
-        else:
-            sym32 = np.empty(m, dtype=np.uint32)
-            tops[t] = unpack_tile(packed, lo, m, bits, sym32)
+        sym = _unpacked_tile(packed, lo, m, bits, kind, tops, t)
         a = lo
         while a < hi:  # the dither one span at a time (see DITHER_SPAN)
             z = min(hi, a + span)
             if dithered:
                 fill_uniform(k0, k1, stream, a, words[: z - a])
-            if bits <= 8:
-                _affine_slices(
-                    sym8[a - lo :],
-                    ones,
-                    a,
-                    z,
-                    scales,
-                    bucket_size,
-                    divisor,
-                    c,
-                    dithered,
-                    wide,
-                    dst,
-                    base,
-                )
-            else:
-                _affine_slices(
-                    sym32[a - lo :],
-                    ones,
-                    a,
-                    z,
-                    scales,
-                    bucket_size,
-                    divisor,
-                    c,
-                    dithered,
-                    wide,
-                    dst,
-                    base,
-                )
+            _affine_slices(
+                sym[a - lo :],
+                ones,
+                a,
+                z,
+                scales,
+                bucket_size,
+                divisor,
+                c,
+                dithered,
+                wide,
+                dst,
+                base,
+            )
             a = z
         if accumulate:
             _add_tile(out, lo, dst)
@@ -454,6 +453,7 @@ def decode_nested_tiles(  # type: ignore[no-untyped-def]
     tops,
     accumulate,
     absbits,
+    kind,
 ):
     """NDQSG decoding with side information ``y`` (see :mod:`gradzip.kernels.dithered_torch`
     for the formula): per element, with ``f = numer/sigma``, ``w = (s - (1 + u)) + y*(-f)``,
@@ -475,26 +475,15 @@ def decode_nested_tiles(  # type: ignore[no-untyped-def]
         ones = words.view(np.float32)
         dst = np.empty(m, dtype=np.float32) if accumulate else out
         base = lo if accumulate else 0
-        if bits <= 8:
-            sym8 = np.empty(m, dtype=np.uint8)
-            tops[t] = unpack_tile_narrow(packed, lo, m, bits, sym8)
-        else:
-            sym32 = np.empty(m, dtype=np.uint32)
-            tops[t] = unpack_tile(packed, lo, m, bits, sym32)
+        sym = _unpacked_tile(packed, lo, m, bits, kind, tops, t)
         a = lo
         while a < hi:  # the dither one span at a time (see DITHER_SPAN)
             z = min(hi, a + DITHER_SPAN)
             fill_uniform(k0, k1, stream, a, words[: z - a])
-            if bits <= 8:
-                _nested_slices(
-                    sym8[a - lo :], ones, a, z, scales, bucket_size, numer, step_factor, k, K0,
-                    ymax, y, dst, base,
-                )  # fmt: skip
-            else:
-                _nested_slices(
-                    sym32[a - lo :], ones, a, z, scales, bucket_size, numer, step_factor, k, K0,
-                    ymax, y, dst, base,
-                )  # fmt: skip
+            _nested_slices(
+                sym[a - lo :], ones, a, z, scales, bucket_size, numer, step_factor, k, K0, ymax,
+                y, dst, base,
+            )  # fmt: skip
             a = z
         if accumulate:
             _add_tile(out, lo, dst)
@@ -503,14 +492,6 @@ def decode_nested_tiles(  # type: ignore[no-untyped-def]
 
 
 # -- Python entry points ---------------------------------------------------------------------
-
-
-def encoded_layout(n: int, bucket_size: int, bits: int) -> tuple[int, int]:
-    """``(buckets, bytes)`` of what :func:`fused_encode` writes for ``n`` elements: the
-    buckets' float32 scales, then the ``bits``-bit packed symbols."""
-    bs = 0 if bucket_size == 0 or bucket_size >= n else bucket_size
-    nb = 1 if bs == 0 else -(-n // bs)
-    return nb, 4 * nb + packed_bytes(n, bits)
 
 
 def fused_encode(
@@ -526,21 +507,20 @@ def fused_encode(
     modk: int,
     fast_ok: bool,
     bits: int,
-    out: np.ndarray | None = None,
+    out: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Scales and fixed-packed symbols of a CPU float32 ``x`` in one parallel pass, written
-    into ``out`` (``uint8``, :func:`encoded_layout`'s bytes, 4-byte aligned: the scales, then
-    the packed symbols; a payload's body, so nothing is copied) or into a fresh buffer. Returns
-    the two parts as views: float32 scales, ``uint8`` packed symbols.
+    into ``out`` (``uint8``, 4-byte aligned: the buckets' float32 scales, then the ``bits``-bit
+    packed symbols; a payload's body, so nothing is copied). Returns the two parts as views:
+    float32 scales, ``uint8`` packed symbols.
 
     ``scales``: the single scale of a one-bucket tensor (computed by the caller), or None to
     compute every bucket's in the kernel. ``bucket_size`` 0 means one bucket.
     """
     n = x.numel()
     bs = 0 if bucket_size == 0 or bucket_size >= n else bucket_size
-    nb, nbytes = encoded_layout(n, bs, bits)
-    if out is None:
-        out = fresh_array(nbytes, np.uint8)
+    nb = 1 if bs == 0 else -(-n // bs)
+    nbytes = 4 * nb + packed_bytes(n, bits)
     if out.size != nbytes:
         raise ValueError(f"the encoding of {n} elements takes {nbytes} bytes, not {out.size}")
     sc = out[: 4 * nb].view(np.float32)
@@ -685,6 +665,7 @@ def fused_decode_affine(
         target,
         tops,
         accumulate,
+        symbol_kind(bits),
     )
     _checked_tops(tops, alphabet, what)
     return torch.from_numpy(target) if out is None else out
@@ -741,6 +722,7 @@ def fused_decode_nested(
         tops,
         out is not None,
         absbits,
+        symbol_kind(bits),
     )
     _checked_tops(tops, k, what)
     if absbits.size and int(absbits.max()) >= 0x7F800000:

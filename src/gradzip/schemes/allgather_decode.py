@@ -159,9 +159,10 @@ class AllGatherDecode(Scheme):
         ``v_hat`` (bitwise its decoding, see :class:`Outgoing`) stands for it. ``out``: a
         contiguous tensor of the working dtype and of ``shape``'s size to build the mean in
         (the same bits; e.g. the DDP bucket itself, so that DDP finds the mean in the gradients
-        and copies nothing), else a recycled one (:func:`~gradzip.compressors.base.empty_output`);
-        its values are overwritten, also when a later payload fails to decode. ``chunk``: the payloads'
-        chunk number (see :meth:`encode_flagged`).
+        and copies nothing), else a recycled one
+        (:func:`~gradzip.compressors.base.empty_output`); its values are overwritten, also when
+        a later payload fails to decode. ``chunk``: the payloads' chunk number (see
+        :meth:`encode_flagged`).
 
         The sum starts from rank 0's decoded tensor (no zero-filled buffer: a decoded ``-0.0``
         stays ``-0.0`` where ``0.0 + -0.0`` gave ``+0.0``), the other ranks' are added to it in
