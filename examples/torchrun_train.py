@@ -203,13 +203,14 @@ def train(args: argparse.Namespace) -> int:
     sgd = torch.optim.SGD(model.parameters(), lr=args.lr)
     net: torch.nn.Module = model
     optimizer: torch.optim.Optimizer | CompressedOptimizer
+    hook_state = None
     if args.ddp:
         from gradzip.integrations.ddp import register_gradzip_hook
 
         ddp = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=None if device is None else [device.index]
         )
-        register_gradzip_hook(ddp, scheme, transport=transport)
+        hook_state = register_gradzip_hook(ddp, scheme, transport=transport)
         net, optimizer = ddp, sgd
     else:
         optimizer = CompressedOptimizer(sgd, GradientSync(transport, scheme=scheme))
@@ -226,6 +227,8 @@ def train(args: argparse.Namespace) -> int:
         dist.all_reduce(mean_loss)  # for the printout only, outside the transport's meter
         if rank == 0:
             print(f"step {step:4d}  loss {float(mean_loss) / world_size:.4f}", flush=True)
+    if hook_state is not None:
+        hook_state.close()  # its threads end here, before the process group goes
     return 0 if report(transport, model, args.steps) else 1
 
 

@@ -13,7 +13,7 @@ Any gradzip scheme (and so any compressor it accepts) replaces DDP's all-reduce:
         opt.zero_grad()
         loss_fn(ddp_model(x), y).backward()  # the hook runs here, once per bucket
         opt.step()
-    state.close()  # optional: stops the worker thread (garbage collection does too)
+    state.close()  # stops the stages' threads (garbage collection and interpreter exit do too)
 
 DDP packs gradients into flat buckets and, as each becomes ready during ``backward()``, calls
 ``hook(state, bucket)``, which returns a ``torch.futures.Future`` of the bucket's *averaged* flat
