@@ -95,6 +95,25 @@ def test_fused_kernels_equal_torch_operations_across_tiles_and_dither_spans(
     assert_fused_equals_torch(comp, x, x + 0.05 * torch.randn(n, generator=gen), (name, n))
 
 
+def test_nested_decoder_takes_float64_for_a_bucket_whose_side_information_is_huge() -> None:
+    """The float32 rule is decided per bucket on that bucket's own ``max|y|``; the kernel learns
+    it while decoding, so a bucket that fails it (here one cut by a dither span) is decoded
+    again in float64: the same bits as the torch twin, and ``decode_into_``'s too."""
+    comp = create("ndqsg", L1=3, k=3, bucket_size=100)
+    n = 5000
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randn(n, generator=gen)
+    y = x + 0.05 * torch.randn(n, generator=gen)
+    assert 1000 < DITHER_SPAN < 1100
+    y[1050] = 4e30  # bucket 10 (elements 1000..1099): f * |y| >= 1e30
+    y[3333] = -2e31
+    assert_fused_equals_torch(comp, x, y, "huge side information")
+    payload = comp.encode(x, KEY).payload
+    into = torch.full((n,), 7.0)
+    comp.decode_into_(payload, into, side=y)
+    assert into.view(torch.int32).equal(comp.decode(payload, side=y).view(torch.int32))
+
+
 def test_fused_result_does_not_depend_on_the_thread_count() -> None:
     import numba
 

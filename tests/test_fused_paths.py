@@ -4,13 +4,21 @@ encoder's multiply-shift reduction modulo k."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
 
 from gradzip.codecs.bitpack import pack_bits
 from gradzip.errors import CorruptPayloadError
-from gradzip.kernels.dithered import _reduce_mod, fused_decode_affine, fused_decode_nested
+from gradzip.kernels.dithered import (
+    _quantize_fast_mod,
+    _reduce_mod,
+    fused_decode_affine,
+    fused_decode_nested,
+    inverse_rounded_up,
+)
 
 #: alphabets one short of a power of two, so the all-ones symbol of each width is invalid
 WIDTHS = {2: 3, 3: 7, 5: 31, 8: 255}
@@ -56,7 +64,6 @@ def test_a_symbol_outside_the_alphabet_is_rejected_wherever_it_lies(
             1.0,
             0.1,
             1.0,
-            0.0,
             1,
             0,
             y,
@@ -81,19 +88,43 @@ def test_multiply_shift_modulo_equals_the_remainder_for_every_byte() -> None:
     assert np.array_equal(wide, np.arange(70000) % 301)
 
 
-def test_nested_decoder_checks_its_output_finite_per_tile_when_asked() -> None:
-    """``check_finite``: a tile decoding to Inf raises; the values are otherwise unchanged."""
+def test_float32_modulo_of_the_fast_quantizer_equals_the_integer_remainder() -> None:
+    """Every truncated value 0..255 (and values just below each integer) against every k."""
+    from numba import njit
+
+    @njit
+    def quantize(v, k, inv_k, out):  # type: ignore[no-untyped-def]
+        zeros = np.zeros(v.size, dtype=np.float32)
+        _quantize_fast_mod(
+            v, zeros, np.float32(1.0), np.float32(0.0), 255, np.float32(k), inv_k, out
+        )
+
+    q = np.arange(256, dtype=np.float32)
+    below = np.nextafter(q[1:], np.float32(0.0))  # truncates to q - 1
+    v = np.concatenate([q, below, np.float32([300.0, 255.9])])
+    expected = np.minimum(np.floor(v), 255).astype(np.int64)
+    for k in range(1, 300):
+        out = np.empty(v.size, dtype=np.uint8)
+        quantize(v, k, np.float32(inverse_rounded_up(k)), out)
+        assert np.array_equal(out, expected % k), k
+
+
+def test_nested_decoder_reports_a_non_finite_output_and_the_side_informations_maximum() -> None:
+    """The kernel flags a tile decoding to Inf and reads ``max|y|`` (Inf for a NaN)."""
     n = 3 * 4096 + 8
     data = pack_bits(torch.full((n,), 2, dtype=torch.int64), 2)
     y = torch.zeros(n)
+    y[4100] = -7.5
     big = torch.full((-(-n // 512),), 3.4e38)
 
-    def nested(scales: torch.Tensor, step_factor: float, check: bool) -> torch.Tensor:
-        consts = (3.0, step_factor, 0.5, 0.0, 5, 0)
-        return fused_decode_nested(data, n, 3, scales, 512, *consts, y, "t", check_finite=check)
+    def nested(scales: torch.Tensor, step_factor: float, side: torch.Tensor) -> Any:
+        consts = (3.0, step_factor, 0.5, 5, 0)
+        return fused_decode_nested(data, n, 3, scales, 512, *consts, side, "t")
 
-    assert not bool(torch.isfinite(nested(big, 10.0, False)).all())
-    with pytest.raises(CorruptPayloadError, match="non-finite"):
-        nested(big, 10.0, True)
+    overflow = nested(big, 10.0, y)
+    assert overflow.nonfinite and not bool(torch.isfinite(overflow.values).all())
     ones = torch.ones_like(big)
-    assert torch.equal(nested(ones, 1 / 3, True), nested(ones, 1 / 3, False))
+    fine = nested(ones, 1 / 3, y)
+    assert not fine.nonfinite and fine.ymax == 7.5
+    y[9] = float("nan")
+    assert nested(ones, 1 / 3, y).ymax == float("inf")

@@ -20,7 +20,7 @@ from gradzip.compressors.ndqsg import (
     nested_encode,
     nested_success_bound,
 )
-from gradzip.errors import PayloadMismatchError
+from gradzip.errors import CorruptPayloadError, PayloadMismatchError
 from gradzip.keys import StreamKey
 from gradzip.payload import overhead_bits, parse_payload
 from gradzip.rng import shared_uniform
@@ -154,6 +154,25 @@ def test_zero_buckets_side_information_and_bits() -> None:
         comp.decode(enc.payload)
     with pytest.raises(PayloadMismatchError):
         comp.decode(enc.payload, side=torch.zeros(10))
+
+
+def test_a_non_finite_output_found_by_the_fused_decoder_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the bound on the output says no clamp is needed, the kernel's own finite check
+    decides: a flagged tile raises (the kernel's flag forced here: a finite payload cannot trip
+    it, which is the point of the bound)."""
+    import gradzip.compressors.ndqsg as module
+
+    g = torch.randn(2000, generator=torch.Generator().manual_seed(4))
+    comp = NDQSG(bucket_size=100)
+    payload = comp.encode(g, KEY).payload
+    real = module.fused_decode_nested
+    monkeypatch.setattr(
+        module, "fused_decode_nested", lambda *a, **k: real(*a, **k)._replace(nonfinite=True)
+    )
+    with pytest.raises(CorruptPayloadError, match="non-finite"):
+        comp.decode(payload, side=g)
 
 
 def test_exact_paths_for_large_levels_and_far_side_information() -> None:

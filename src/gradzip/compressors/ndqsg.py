@@ -33,6 +33,7 @@ from gradzip.compressors.common import (
     scaled_symbols_floor_bits,
 )
 from gradzip.compressors.registry import register
+from gradzip.errors import CorruptPayloadError
 from gradzip.kernels.backend import use_torch_ops
 from gradzip.kernels.dithered import fused_decode_nested
 from gradzip.kernels.dithered_torch import decode_nested_torch, encode_symbols_torch
@@ -201,53 +202,78 @@ class NDQSG(Compressor):
     ) -> torch.Tensor:
         if side is None:  # the base class checks this already; keeps mypy and callers honest
             raise ValueError("ndqsg decoding needs side information (side=...)")
+        if self.packing == "fixed" and not use_torch_ops():
+            return self._fused_decode(body, header, side, None)
         n = header.numel
         scales, rest = read_scales(body, num_buckets(n, self._bucket_size))
         check_scales(scales, self.name)
         lo, hi = torch.aminmax(side)
         ymax = max(-float(lo), float(hi))
-        seed = derive_seed(header.key, domain="shared")
-        consts = self._decode_consts()
-        reach = ymax + float(scales.max()) * self.alpha * self.k / self.L1
-        # no clamp below (finite ymax and scales, reach within the dtype's range): the kernel
-        # checks its float32 output while each tile is in cache; else a pass after the clamp
-        small = header.dtype in (torch.float16, torch.bfloat16)
-        in_kernel = reach < float(torch.finfo(header.dtype if small else torch.float32).max)
-        if self.packing == "fixed" and not use_torch_ops():
-            out = fused_decode_nested(
-                body_tensor(rest),
-                n,
-                self.k,
-                scales,
-                self._bucket_size,
-                *consts,
-                ymax,
-                seed,
-                SHARED_UNIFORM,
-                side,
-                self.name,
-                check_finite=in_kernel,
-            )
-        else:
-            in_kernel = False
-            symbols = device_unpacked(body_tensor(rest), n, self.k, self.packing)
-            check_symbols(symbols, self.k, self.name)
-            out = decode_nested_torch(
-                symbols,
-                scales,
-                self._bucket_size,
-                *consts[:2],
-                self.k,
-                consts[2],
-                ymax,
-                seed,
-                SHARED_UNIFORM,
-                side,
-            )
-        clamp_to_dtype_(out, header.dtype, reach)
-        if not in_kernel:
-            check_finite_output(self.name, out)
+        symbols = device_unpacked(body_tensor(rest), n, self.k, self.packing)
+        check_symbols(symbols, self.k, self.name)
+        out = decode_nested_torch(
+            symbols,
+            scales,
+            self._bucket_size,
+            *self._decode_consts()[:2],
+            self.k,
+            self._decode_consts()[2],
+            seed=derive_seed(header.key, domain="shared"),
+            stream=SHARED_UNIFORM,
+            y=side,
+        )
+        clamp_to_dtype_(out, header.dtype, self._reach(ymax, scales))
+        check_finite_output(self.name, out)
         return out
+
+    def _decode_into_flat(
+        self, body: memoryview, header: Header, side: torch.Tensor | None, out: torch.Tensor
+    ) -> bool:
+        """Fixed packing on the CPU: decoded straight into ``out`` (no fresh output)."""
+        if side is None or self.packing != "fixed" or use_torch_ops():
+            return False
+        self._fused_decode(body, header, side, out)
+        return True
+
+    def _fused_decode(
+        self, body: memoryview, header: Header, side: torch.Tensor, into: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The fused kernel (:func:`fused_decode_nested`), which reads ``max|y|`` and checks its
+        float32 output while each tile is in cache; where the bound on the output (``max|y|``
+        plus the reconstruction's reach) is not below the dtype's largest value, the values are
+        clamped and then checked in a pass of their own."""
+        n = header.numel
+        scales, rest = read_scales(body, num_buckets(n, self._bucket_size))
+        check_scales(scales, self.name)
+        decoded = fused_decode_nested(
+            body_tensor(rest),
+            n,
+            self.k,
+            scales,
+            self._bucket_size,
+            *self._decode_consts(),
+            derive_seed(header.key, domain="shared"),
+            SHARED_UNIFORM,
+            side,
+            self.name,
+            into=into,
+        )
+        out, reach = decoded.values, self._reach(decoded.ymax, scales)
+        small = header.dtype in (torch.float16, torch.bfloat16)
+        if reach < float(torch.finfo(header.dtype if small else torch.float32).max):
+            if decoded.nonfinite:
+                raise CorruptPayloadError(
+                    f"{self.name} payload decodes to non-finite values (NaN or Inf): its body "
+                    f"is corrupt"
+                )
+            return out
+        clamp_to_dtype_(out, header.dtype, reach)
+        check_finite_output(self.name, out)
+        return out
+
+    def _reach(self, ymax: float, scales: torch.Tensor) -> float:
+        """A bound on ``max|g_hat|``: ``max|y|`` plus the largest coarse cell's reach."""
+        return ymax + float(scales.max()) * self.alpha * self.k / self.L1
 
     def _decode_consts(self) -> tuple[float, float, float]:
         """``(alpha*L1, alpha/L1, K0)`` of the decoder in fine units: with ``w = s + h - 1 -

@@ -20,12 +20,14 @@ constant ``c``:
   ``v = v + f32(c)``, ``t = min(trunc(v), top)``;
 * float64 otherwise (large alphabets; subnormal scales where ``f`` overflows float32) [CHOICE:
   decided per bucket]: ``w = base + c``, ``w = w + x*f``, ``t = clamp(floor(w), 0, top)``;
-* symbol ``t mod k`` for NDQSG (``k = modk > 0``), else ``t``.
+* symbol ``t mod k`` for NDQSG (``k = modk > 0``), else ``t`` (on the float32 path computed in
+  float32, exactly: :func:`_quantize_fast_mod`).
 """
 
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -109,6 +111,36 @@ def _quantize_fast(xs, base, f32, c32, top, out):  # type: ignore[no-untyped-def
 
 
 @njit(inline="always", nogil=True, cache=True)
+def _quantize_fast_mod(xs, base, f32, c32, top, k32, inv_k32, out):  # type: ignore[no-untyped-def]
+    """:func:`_quantize_fast` followed by ``mod k``, in float32 in the same loop (NDQSG).
+
+    ``v >= 0`` on the fast path (``base > 1``, ``c >= L1``, ``|x*f| <= alpha*L1*(1 + 2**-23)``
+    with ``alpha <= 1``), so ``q = floor(min(v, top))`` is the truncation's integer, and with
+    ``inv_k32`` the float32 ``1/k`` rounded *up*, ``m = floor(q*inv_k32)`` is exactly ``q // k``
+    for every ``q <= 255`` (the product of ``q = m*k + r`` lies in ``[m, m + 1 - 1/k + 2**-15)``
+    before rounding, and ``1/k >= 2**-8``; tested for every ``q`` and ``k``). Why: the integer
+    remainder was a second pass over the tile's symbols (about 2.5 ms per 2**24 values on one
+    thread); in the quantizing loop it costs three vector operations."""
+    topf = np.float32(top)
+    for r in range(xs.size):
+        v = base[r] + xs[r] * f32
+        v = v + c32
+        v = v if v < topf else topf
+        q = np.floor(v)
+        q = q - np.floor(q * inv_k32) * k32
+        out[r] = np.int32(q)
+
+
+def inverse_rounded_up(k: int) -> float:
+    """The float32 nearest ``1/k`` from above (:func:`_quantize_fast_mod`'s ``inv_k32``), as a
+    Python float (exactly that float32's value)."""
+    inv = float(np.float32(1.0 / k))
+    if inv * k < 1.0:  # rounded down (the product is exact in float64): the next float32 up
+        inv = float(np.nextafter(np.float32(inv), np.float32(np.inf)))
+    return inv
+
+
+@njit(inline="always", nogil=True, cache=True)
 def _reduce_mod(out, k, narrow):  # type: ignore[no-untyped-def]
     """``out = out mod k`` in place. For ``uint8`` symbols (``narrow``) the quotient is
     ``(t * (2**32 // k + 1)) >> 32``, exact for every ``t < 256`` and ``k < 2**24`` (the error
@@ -140,6 +172,7 @@ def encode_tiles(  # type: ignore[no-untyped-def]
     c,
     top,
     modk,
+    inv_k32,
     fast_ok,
     kind,
     packed,
@@ -153,6 +186,7 @@ def encode_tiles(  # type: ignore[no-untyped-def]
     n = x.size
     tiles = (n + unit - 1) // unit
     c32 = np.float32(c)
+    k32 = np.float32(modk)
     xbits = x.view(np.uint32)
     scale_bits = scales.view(np.uint32)
     for t in prange(tiles):
@@ -185,7 +219,11 @@ def encode_tiles(  # type: ignore[no-untyped-def]
             f = numer / sigma if sigma > 0 else 0.0
             xs = x[s:e]
             out = sym[s - lo : e - lo]
-            if fast_ok and f <= _F32_MAX:
+            if fast_ok and f <= _F32_MAX and modk > 0:
+                _quantize_fast_mod(
+                    xs, base[s - lo : e - lo], np.float32(f), c32, top, k32, inv_k32, out
+                )
+            elif fast_ok and f <= _F32_MAX:
                 _quantize_fast(xs, base[s - lo : e - lo], np.float32(f), c32, top, out)
             else:
                 for r in range(e - s):
@@ -198,8 +236,8 @@ def encode_tiles(  # type: ignore[no-untyped-def]
                     w = w + c
                     w = w + np.float64(xs[r]) * f
                     out[r] = min(max(int(np.floor(w)), 0), top)
-            if modk > 0:
-                _reduce_mod(out, modk, top <= 255)
+                if modk > 0:
+                    _reduce_mod(out, modk, top <= 255)
             s = e
         pack_tile(sym, 0, m, bits, packed[lo * bits // 8 :])  # lo is a multiple of 8
 
@@ -385,11 +423,73 @@ def ternary_code_flag(words):  # type: ignore[no-untyped-def]
 
 
 @njit(inline="always", nogil=True, cache=True)
+def _nested_fast(q, d, ys, ybits, neg32, step32, inv_k32, shift32, k32, K032, dst):  # type: ignore[no-untyped-def]
+    """The float32 reconstruction of one bucket slice; returns the largest ``|y|`` bit pattern
+    of the slice (read in the same loop: the bucket's float32 check, :func:`_redo_wide`)."""
+    top = np.uint32(0)
+    for r in range(q.size):
+        yr = ys[r]
+        top = max(top, ybits[r] & _ABS_MASK)
+        v = np.float32(q[r]) - d[r]
+        v = v + yr * neg32
+        w = np.floor(v * inv_k32 + shift32)
+        v = v - w * k32
+        v = (v + K032) * step32
+        dst[r] = v + yr
+    return top
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _nested_wide(q, d, ys, f, step, inv_k, shift, k, K0, dst):  # type: ignore[no-untyped-def]
+    """The float64 reconstruction of one bucket slice."""
+    for r in range(q.size):
+        yi = np.float64(ys[r])
+        v = np.float64(q[r]) - np.float64(d[r])
+        v = v + yi * -f
+        w = np.floor(v * inv_k + shift)
+        v = v - w * k
+        v = (v + K0) * step
+        dst[r] = np.float32(v + yi)
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _abs_top(ybits):  # type: ignore[no-untyped-def]
+    top = np.uint32(0)
+    for r in range(ybits.size):
+        top = max(top, ybits[r] & _ABS_MASK)
+    return top
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _float32_bucket(f, k, bucket_size, ymax):  # type: ignore[no-untyped-def]
+    """Whether a bucket decodes in float32 (before its ``|y|`` is known when ``bucket_size >
+    0``: :func:`_redo_wide` re-checks it after the bucket)."""
+    return k <= 256 and f <= _F32_MAX and (bucket_size > 0 or f * ymax < 1e30)
+
+
+@njit(inline="always", nogil=True, cache=True)
 def _nested_slices(  # type: ignore[no-untyped-def]
-    sym, ones, lo, hi, scales, bucket_size, numer, step_factor, k, K0, ymax, y, out, base
+    sym,
+    ones,
+    lo,
+    hi,
+    scales,
+    bucket_size,
+    numer,
+    step_factor,
+    k,
+    K0,
+    ymax,
+    y,
+    ybits,
+    out,
+    base,
+    ytop,
+    b0,
 ):
     """NDQSG reconstruction of elements ``lo:hi`` into ``out[lo - base:hi - base]``, one
-    branch-free loop per bucket slice."""
+    branch-free loop per bucket slice; the largest ``|y|`` bit pattern of each bucket goes into
+    ``ytop[b - b0]`` (``ytop[0]`` when ``bucket_size`` is 0)."""
     inv_k = 1.0 / k
     shift = K0 / k + 0.5
     inv_k32 = np.float32(inv_k)
@@ -409,28 +509,68 @@ def _nested_slices(  # type: ignore[no-untyped-def]
         if sigma == 0:
             for r in range(e - s):
                 dst[r] = np.float32(0.0)
-        elif k <= 256 and f <= _F32_MAX and f * ymax < 1e30:
+            top = _abs_top(ybits[s:e])
+        elif _float32_bucket(f, k, bucket_size, ymax):
             neg32 = np.float32(-f)
             step32 = np.float32(sigma * step_factor)
-            for r in range(e - s):
-                yr = ys[r]
-                v = np.float32(q[r]) - d[r]
-                v = v + yr * neg32
-                w = np.floor(v * inv_k32 + shift32)
-                v = v - w * k32
-                v = (v + K032) * step32
-                dst[r] = v + yr
+            top = _nested_fast(
+                q, d, ys, ybits[s:e], neg32, step32, inv_k32, shift32, k32, K032, dst
+            )
         else:
-            step = sigma * step_factor
-            for r in range(e - s):
-                yi = np.float64(ys[r])
-                v = np.float64(q[r]) - np.float64(d[r])
-                v = v + yi * -f
-                w = np.floor(v * inv_k + shift)
-                v = v - w * k
-                v = (v + K0) * step
-                dst[r] = np.float32(v + yi)
+            _nested_wide(q, d, ys, f, sigma * step_factor, inv_k, shift, k, K0, dst)
+            top = _abs_top(ybits[s:e])
+        slot = 0 if bucket_size == 0 else b - b0
+        ytop[slot] = max(ytop[slot], top)
         s = e
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _redo_wide(  # type: ignore[no-untyped-def]
+    lo,
+    hi,
+    sym,
+    words,
+    scales,
+    bucket_size,
+    numer,
+    step_factor,
+    k,
+    K0,
+    k0,
+    k1,
+    stream,
+    y,
+    out,
+    base,
+    ytop,
+    b0,
+):
+    """Re-decode in float64 every bucket of the tile ``lo:hi`` that went through float32 but
+    whose ``f * max|y|`` turned out ``>= 1e30`` (or whose ``y`` holds a NaN or an Inf): the rule
+    is decided per bucket on its own side information, so a tile needs no earlier pass over
+    ``y``. Almost never taken (``|y|`` near ``1e30 / f``)."""
+    tops = ytop.view(np.float32)
+    inv_k = 1.0 / k
+    shift = K0 / k + 0.5
+    ones = words.view(np.float32)
+    for b in range(lo // bucket_size, (hi - 1) // bucket_size + 1):
+        sigma = np.float64(scales[b])
+        f = numer / sigma if sigma > 0 else 0.0
+        top = ytop[b - b0]
+        if sigma == 0 or not _float32_bucket(f, k, bucket_size, 0.0):
+            continue  # zero, or decoded in float64 already
+        if top < np.uint32(0x7F800000) and f * np.float64(tops[b - b0]) < 1e30:
+            continue
+        a = b * bucket_size
+        e = min(hi, a + bucket_size)
+        while a < e:
+            z = min(e, a + words.size)
+            fill_uniform(k0, k1, stream, a, words[: z - a])
+            _nested_wide(
+                sym[a - lo : z - lo], ones[: z - a], y[a:z], f, sigma * step_factor, inv_k,
+                shift, k, K0, out[a - base : z - base],
+            )  # fmt: skip
+            a = z
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -453,19 +593,26 @@ def decode_nested_tiles(  # type: ignore[no-untyped-def]
     tops,
     accumulate,
     absbits,
+    ytops,
     kind,
 ):
     """NDQSG decoding with side information ``y`` (see :mod:`gradzip.kernels.dithered_torch`
     for the formula): per element, with ``f = numer/sigma``, ``w = (s - (1 + u)) + y*(-f)``,
     ``m = floor(w*(1/k) + (K0/k + 1/2))``, ``g = ((w - m*k) + K0) * step + y``, ``step =
-    sigma*step_factor``; float32 where ``k <= 256``, ``f`` fits float32 and ``f*ymax < 1e30``,
-    else float64 (per bucket). Zero buckets give +0.0. Tiles and ``accumulate`` as in
-    :func:`decode_affine_tiles`. Where ``absbits`` has one entry per tile (and not
-    ``accumulate``), ``absbits[t]`` is the bit pattern of the tile's largest ``|value|``, read
-    while the tile is in cache: ``>= 0x7F800000`` exactly when it holds a NaN or an Inf."""
+    sigma*step_factor``; float32 where ``k <= 256``, ``f`` fits float32 and ``f * max|y| <
+    1e30`` over the bucket's own ``y`` (NaN and Inf count as too large), else float64.
+    [CHOICE] The bucket's maximum is read in the decoding loop itself and the rare bucket that
+    fails it is decoded again (:func:`_redo_wide`); with one bucket (``bucket_size`` 0) the
+    caller passes ``ymax``, the maximum over the whole of ``y``. Zero buckets give +0.0. Tiles
+    and ``accumulate`` as in :func:`decode_affine_tiles`. ``ytops[t]``: the largest ``|y|`` bit
+    pattern of tile ``t`` (the caller's bound on the output). Where ``absbits`` has one entry
+    per tile (and not ``accumulate``), ``absbits[t]`` is the bit pattern of the tile's largest
+    ``|value|``, read while the tile is in cache: ``>= 0x7F800000`` exactly when it holds a NaN
+    or an Inf."""
     n = out.size
     tiles = (n + unit - 1) // unit
     obits = out.view(np.uint32)
+    ybits = y.view(np.uint32)
     check = absbits.size == tiles and not accumulate
     for t in prange(tiles):
         lo = t * unit
@@ -475,6 +622,8 @@ def decode_nested_tiles(  # type: ignore[no-untyped-def]
         ones = words.view(np.float32)
         dst = np.empty(m, dtype=np.float32) if accumulate else out
         base = lo if accumulate else 0
+        b0 = 0 if bucket_size == 0 else lo // bucket_size
+        ytop = np.zeros(1 if bucket_size == 0 else (hi - 1) // bucket_size + 1 - b0, np.uint32)
         sym = _unpacked_tile(packed, lo, m, bits, kind, tops, t)
         a = lo
         while a < hi:  # the dither one span at a time (see DITHER_SPAN)
@@ -482,9 +631,15 @@ def decode_nested_tiles(  # type: ignore[no-untyped-def]
             fill_uniform(k0, k1, stream, a, words[: z - a])
             _nested_slices(
                 sym[a - lo :], ones, a, z, scales, bucket_size, numer, step_factor, k, K0, ymax,
-                y, dst, base,
+                y, ybits, dst, base, ytop, b0,
             )  # fmt: skip
             a = z
+        if bucket_size > 0:
+            _redo_wide(
+                lo, hi, sym, words, scales, bucket_size, numer, step_factor, k, K0, k0, k1,
+                stream, y, dst, base, ytop, b0,
+            )  # fmt: skip
+        ytops[t] = _abs_top(ytop)
         if accumulate:
             _add_tile(out, lo, dst)
         elif check:
@@ -492,6 +647,16 @@ def decode_nested_tiles(  # type: ignore[no-untyped-def]
 
 
 # -- Python entry points ---------------------------------------------------------------------
+
+
+class NestedDecoded(NamedTuple):
+    """:func:`fused_decode_nested`'s result."""
+
+    values: torch.Tensor
+    #: the largest ``|y|`` of the side information (``inf`` if it holds a NaN or an Inf)
+    ymax: float
+    #: a decoded value is NaN or Inf (False when adding into ``out``: not checked)
+    nonfinite: bool
 
 
 def fused_encode(
@@ -542,6 +707,7 @@ def fused_encode(
         float(c),
         top,
         modk,
+        np.float32(inverse_rounded_up(modk) if modk > 0 else 0.0),
         fast_ok,
         np.empty(0, dtype=np.uint8 if top <= 255 else np.int32),
         packed,
@@ -680,28 +846,39 @@ def fused_decode_nested(
     numer: float,
     step_factor: float,
     K0: float,
-    ymax: float,
     seed: int,
     stream: int,
     y: torch.Tensor,
     what: str,
     out: torch.Tensor | None = None,
-    check_finite: bool = False,
-) -> torch.Tensor:
-    """NDQSG's unpack, dither and nested reconstruction in one parallel pass; with ``out``,
-    added into it after the alphabet check, as in :func:`fused_decode_affine`. With
-    ``check_finite`` (and no ``out``), a decoded NaN or Inf raises
-    :class:`CorruptPayloadError`, found by the kernel while each tile is in cache."""
+    into: torch.Tensor | None = None,
+) -> NestedDecoded:
+    """NDQSG's unpack, dither and nested reconstruction in one parallel pass: into a fresh
+    tensor, or written into ``into`` (1-D float32, CPU), or with ``out`` added into it after the
+    alphabet check, as in :func:`fused_decode_affine`. Returns the values with ``max|y|`` (read
+    by the kernel; ``inf`` where ``y`` holds a NaN or an Inf) and, unless adding, whether a
+    decoded value is non-finite (found while each tile is in cache); the caller decides what
+    that means, as the bound on the output depends on ``max|y|``."""
     bits = symbol_bits(k)
     check_packed(data, n, bits)
     bs = 0 if bucket_size == 0 or bucket_size >= n else bucket_size
     unit = tile_elements(bs, n)
     raw = data.contiguous().numpy()
-    target = accumulator(out, n)
+    y32 = y.to(torch.float32).contiguous()
+    ymax = 0.0
+    if bs == 0:  # one bucket: its rule needs the whole of y's maximum first
+        lo, hi = torch.aminmax(y32)
+        ymax = max(-float(lo), float(hi))
     if out is not None:
+        target = accumulator(out, n)
         check_alphabet(raw, n, bits, k, unit, what)
+    elif into is not None:
+        target = into.numpy()
+    else:
+        target = accumulator(None, n)
     tops = np.zeros(-(-n // unit), dtype=np.uint64)
-    absbits = np.zeros(tops.size if check_finite and out is None else 0, dtype=np.uint32)
+    absbits = np.zeros(tops.size if out is None else 0, dtype=np.uint32)
+    ytops = np.zeros(tops.size, dtype=np.uint32)
     call_parallel(
         decode_nested_tiles,
         raw,
@@ -713,20 +890,21 @@ def fused_decode_nested(
         float(step_factor),
         k,
         float(K0),
-        float(ymax),
+        ymax,
         seed & 0xFFFFFFFF,
         seed >> 32,
         stream,
-        y.to(torch.float32).contiguous().numpy(),
+        y32.numpy(),
         target,
         tops,
         out is not None,
         absbits,
+        ytops,
         symbol_kind(bits),
     )
     _checked_tops(tops, k, what)
-    if absbits.size and int(absbits.max()) >= 0x7F800000:
-        raise CorruptPayloadError(
-            f"{what} payload decodes to non-finite values (NaN or Inf): its body is corrupt"
-        )
-    return torch.from_numpy(target) if out is None else out
+    top = int(ytops.max()) if ytops.size else 0
+    seen = float("inf") if top >= 0x7F800000 else float(np.uint32(top).view(np.float32))
+    values = out if out is not None else into if into is not None else torch.from_numpy(target)
+    nonfinite = bool(absbits.size) and int(absbits.max()) >= 0x7F800000
+    return NestedDecoded(values, seen, nonfinite)

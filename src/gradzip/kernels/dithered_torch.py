@@ -115,17 +115,22 @@ def decode_nested_torch(
     step_factor: float,
     k: int,
     K0: float,
-    ymax: float,
     seed: int,
     stream: int,
     y: torch.Tensor,
 ) -> torch.Tensor:
-    """:func:`gradzip.kernels.dithered.decode_nested_tiles` as torch operations."""
+    """:func:`gradzip.kernels.dithered.decode_nested_tiles` as torch operations (float32 where
+    ``f * max|y|`` over the bucket's own ``y`` is below ``1e30``, NaN and Inf counting as too
+    large)."""
     n, dev = symbols.numel(), symbols.device
     scales = scales.to(dev)
     y = y.to(dev)
     idx = bucket_of_elements(n, bucket_size, dev)
     fac = bucket_factors(numer, scales)
+    y32 = y.to(torch.float32)
+    size = torch.where(torch.isfinite(y32), y32.abs(), torch.inf).to(torch.float64)
+    ymax = torch.zeros(fac.numel(), dtype=torch.float64, device=dev)
+    ymax.scatter_reduce_(0, idx, size, "amax")
     fast = ((fac <= _F32_MAX) & (fac * ymax < 1e30))[idx] & (k <= 256)
     sigma = scales.to(torch.float64)
     ones = philox_one_plus_uniform_torch(seed, stream, 0, n, dev)
