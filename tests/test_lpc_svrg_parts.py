@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import threading
 import zipfile
 from pathlib import Path
 
@@ -432,3 +433,45 @@ def test_sgd_baselines() -> None:
         assert codec.expected_body_bits(torch.zeros(30)) == (
             32 * 30 if method == "sgd" else 32 + 4 * 30
         )
+
+
+#: where the two threads of the test below meet, inside the forward pass (a module attribute
+#: would be deep-copied with the module, and a lock cannot be)
+_MEET = threading.Barrier(2)
+
+
+class _MeetInForward(torch.nn.Module):
+    """``y = w * x`` whose forward waits until two threads are inside it at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _MEET.wait(timeout=30)
+        return self.w * x
+
+
+def test_module_problem_evaluated_from_two_threads_at_once_uses_each_threads_parameters() -> None:
+    """Simulated ranks share one problem: ``functional_call`` swaps parameters into the module,
+    so without a module per thread one thread's gradient could come out at the other's point
+    (it did in about half of the tries); each thread must evaluate a module of its own."""
+    problem = ModuleProblem(
+        _MeetInForward(), torch.ones(1, 1), torch.zeros(1), lambda o, t: (o[:, 0] - t) ** 2 / 2
+    )
+    points = {0: torch.tensor([2.0]), 1: torch.tensor([5.0])}
+    for _ in range(10):
+        grads: dict[int, torch.Tensor] = {}
+        evaluated: dict[int, torch.nn.Module] = {}
+
+        def rank(r: int, grads: dict, evaluated: dict) -> None:  # type: ignore[type-arg]
+            evaluated[r] = problem._thread_module()
+            grads[r] = problem.grad_range(points[r], 0, 1)  # d/dw (w*1 - 0)^2/2 = w
+
+        threads = [threading.Thread(target=rank, args=(r, grads, evaluated)) for r in points]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert torch.equal(grads[0], points[0]) and torch.equal(grads[1], points[1])
+        assert evaluated[0] is not evaluated[1] and problem.module not in evaluated.values()

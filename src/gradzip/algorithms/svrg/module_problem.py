@@ -3,6 +3,8 @@ nonconvex case, spec 3.1 and 3.4)."""
 
 from __future__ import annotations
 
+import copy
+import threading
 from collections.abc import Callable
 
 import torch
@@ -28,6 +30,13 @@ class ModuleProblem(FiniteSum):
     the same bits: a module with dropout or batch norm in training mode is refused (call
     ``module.eval()``). ``f`` is in general nonconvex; LPC-SVRG's guarantee is then on the
     gradient mapping of a uniformly drawn iterate (``output="random"``, spec 3.4).
+
+    Thread safety: ``functional_call`` swaps the given parameters into the module for the
+    duration of the call, so two threads calling it on one module can see each other's
+    parameters (simulated ranks, :func:`gradzip.comm.local.run_local`, share one problem:
+    their results then depended on the thread timing). Each thread other than the one that
+    built the problem therefore evaluates a deep copy of the module of its own, made on its
+    first call.
     """
 
     def __init__(
@@ -72,6 +81,9 @@ class ModuleProblem(FiniteSum):
         self.dim = sum(self.numels)
         self.dtype = next(iter(dtypes))
         self._grad = grad(self._loss_of)
+        self._owner = threading.get_ident()
+        self._local = threading.local()
+        self._copy_lock = threading.Lock()
 
     def initial_point(self) -> torch.Tensor:
         """The module's current parameters as one flat vector (a copy)."""
@@ -81,10 +93,23 @@ class ModuleProblem(FiniteSum):
         views = torch.split(x, self.numels)
         return {n: v.view(s) for n, v, s in zip(self.names, views, self.shapes, strict=True)}
 
+    def _thread_module(self) -> nn.Module:
+        """The module this thread evaluates: the original in the building thread, else this
+        thread's own deep copy (see the class docstring)."""
+        if threading.get_ident() == self._owner:
+            return self.module
+        own = getattr(self._local, "module", None)
+        if own is None:
+            with self._copy_lock:
+                # its parameters are placeholders: every call passes all of them
+                own = copy.deepcopy(self.module)
+            self._local.module = own
+        return own
+
     def _loss_of(
         self, x: torch.Tensor, inputs: torch.Tensor, targets: torch.Tensor
     ) -> torch.Tensor:
-        out = functional_call(self.module, self._params(x), (inputs,))
+        out = functional_call(self._thread_module(), self._params(x), (inputs,))
         losses = self.loss_fn(out, targets)
         if losses.dim() != 1 or losses.shape[0] != inputs.shape[0]:
             raise ValueError(
