@@ -57,6 +57,13 @@ def test_bench_codecs_measures_and_writes_json(
     assert rows["dqsg"]["paper_bits_per_coord"] == pytest.approx(1.585 + 32 / 512, abs=0.01)
     assert all(row["encode_gbps"] > 0 and row["decode_gbps"] > 0 for row in rows.values())
     assert all(row["decode_into_gbps"] > 0 for row in rows.values())
+    # top-k among the codecs: its codings' table, bits measured on the same input
+    sparse = {row["config"]: row for row in figures["sparse_codings"]}
+    assert "sparse codings" in printed and len(sparse) == 13
+    coded = sparse["topk(k=0, ratio=0.01, index_coding=rice, value_codec=qsgd, value_levels=1)"]
+    plain = sparse["topk(k=0, ratio=0.01)"]
+    assert coded["kept"] == plain["kept"] == 41
+    assert coded["wire_bits_per_kept"] < plain["wire_bits_per_kept"]  # headers weigh at 41
 
 
 def test_bench_rejects_unknown_names_and_sizes(capsys: pytest.CaptureFixture[str]) -> None:

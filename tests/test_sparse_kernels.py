@@ -230,3 +230,26 @@ def test_randk_scaled_saturates_and_unscaled_refuses_inf_in_both_paths() -> None
             with pytest.raises(PayloadError, match="non-finite"):
                 codec.decode_add_(payload, out)
             assert not bool(out.any())
+
+
+def test_topk_sampled_selection_equals_the_reference_where_the_sample_misleads() -> None:
+    """Large tensors at small k start from a sampled floor (checked, with the full selection as
+    the fallback): normal data, all ties, a periodic pattern and one aliased with the sample's
+    stride must all give the reference indices."""
+    from gradzip.compressors._sparse_kernels import _SAMPLE, _SAMPLED_FROM
+
+    d = 2 * _SAMPLED_FROM
+    stride = d // _SAMPLE
+    gen = np.random.default_rng(4)
+    cases = {
+        "normal": gen.standard_normal(d).astype(np.float32),
+        "ties": np.ones(d, dtype=np.float32),
+        "periodic": np.tile(np.float32([5, 1, 1, 1]), d // 4),
+        # large values exactly where the sample looks: it sees only them
+        "aliased": (np.arange(d) % stride == 0).astype(np.float32) * 3 + 1,
+        # large values everywhere but where the sample looks: it sees none of them
+        "hidden": (np.arange(d) % stride != 0).astype(np.float32) * 3 + 1,
+    }
+    for name, x in cases.items():
+        for k in (1, 37, d // 1000, d // 100, d // 50):
+            assert np.array_equal(topk_select(x, k), topk_indices(x, k)), (name, k)

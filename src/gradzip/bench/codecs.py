@@ -198,6 +198,24 @@ def _run_at(
     }
 
 
+def _sparse_at(threads: int, numel: int, repeat: int) -> list[dict[str, Any]]:
+    """The sparse codings table at ``threads`` (torch's and numba's thread counts)."""
+    import numba
+
+    from gradzip.bench.sparse_codings import bench_sparse_codings
+
+    before = torch.get_num_threads(), numba.get_num_threads()
+    torch.set_num_threads(threads)
+    numba.set_num_threads(threads)
+    try:
+        print(f"sparse codings ({numel} coordinates, {threads} thread(s), best of {repeat}):")
+        x = torch.randn(numel, generator=torch.Generator().manual_seed(1))
+        return [asdict(row) for row in bench_sparse_codings(x, repeat)]
+    finally:
+        numba.set_num_threads(before[1])
+        torch.set_num_threads(before[0])
+
+
 def _print_summary(runs: list[dict[str, Any]]) -> None:
     """One line per codec: round trip as % of memcpy at each thread count of the run."""
     counts = [run["threads"] for run in runs]
@@ -218,10 +236,13 @@ def run(
     only: list[str] | None = None,
     json_path: str | None = None,
     threads: int | Sequence[int] = 1,
+    sparse_codings: bool = True,
 ) -> dict[str, Any]:
     """Run the benchmark at each thread count of ``threads`` (0: every core), print a table per
     count and, for several counts, one line per codec with its round trip as % of memcpy at
-    each; optionally write JSON. Returns the figures: those of the first thread count at the top
+    each; where top-k or rand-k is among the codecs (and ``sparse_codings``), a table of their
+    index and value codings at the first thread count
+    (:mod:`gradzip.bench.sparse_codings`); optionally write JSON. Returns the figures: those of the first thread count at the top
     level, and under ``"runs"`` those of every count."""
     counts = [resolve_threads(n) for n in ([threads] if isinstance(threads, int) else threads)]
     codecs = list(only or names())
@@ -233,6 +254,9 @@ def run(
     )
     if len(runs) > 1:
         _print_summary(runs)
+    sparse: list[dict[str, Any]] = []
+    if sparse_codings and {"topk", "randk"} & set(codecs):
+        sparse = _sparse_at(counts[0], numel, repeat)
     result: dict[str, Any] = {
         "numel": numel,
         "repeat": repeat,
@@ -241,6 +265,7 @@ def run(
         "torch": torch.__version__,
         "machine": platform.machine(),
         "runs": runs,
+        "sparse_codings": sparse,
     }
     if json_path:
         Path(json_path).write_text(json.dumps(result, indent=2))

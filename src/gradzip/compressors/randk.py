@@ -10,6 +10,14 @@ import torch
 from numpy.typing import NDArray
 
 from gradzip.compressors._decode_guards import check_finite_output
+from gradzip.compressors._sparse_coding import (
+    check_coding,
+    coding_params,
+    decoded_values,
+    framed,
+    split_framed,
+    value_compressor,
+)
 from gradzip.compressors._sparse_kernels import gather_values, mark_draws
 from gradzip.compressors.base import Body, ParamValue, body_view
 from gradzip.compressors.registry import register
@@ -129,15 +137,25 @@ class RandK(KeptValues):
     example_params: ClassVar[dict[str, Any]] = {"ratio": 0.1}
 
     def __init__(
-        self, k: int | None = None, ratio: float | None = None, scaled: bool = False
+        self,
+        k: int | None = None,
+        ratio: float | None = None,
+        scaled: bool = False,
+        value_codec: str = "fp32",
+        value_levels: int = 1,
     ) -> None:
         self.k, self.ratio = check_k_ratio(k, ratio)
         if not isinstance(scaled, bool):
             raise ValueError(f"scaled must be a bool, got {scaled!r}")
         self.scaled = scaled
+        check_coding("fixed", value_codec, value_levels)
+        self.value_codec, self.value_levels = value_codec, value_levels
+        self._values = value_compressor(value_codec, value_levels)
 
     def wire_params(self) -> dict[str, ParamValue]:
-        return {"k": self.k, "ratio": self.ratio, "scaled": self.scaled}
+        params: dict[str, ParamValue] = {"k": self.k, "ratio": self.ratio, "scaled": self.scaled}
+        params.update(coding_params("fixed", self.value_codec, self.value_levels))
+        return params
 
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
@@ -145,7 +163,12 @@ class RandK(KeptValues):
         d = x.numel()
         k = kept_count(self.k, self.ratio, d)
         idx = randk_indices(key, d, k)
-        piece: torch.Tensor | Deferred
+        piece: torch.Tensor | Deferred | memoryview
+        if self._values is not None:
+            kept = x.reshape(-1)[torch.from_numpy(idx).to(x.device)].to(torch.float32).cpu()
+            inner = self._values.encode(kept, key)
+            piece = memoryview(framed(bytes(inner.payload)))
+            return Body(pieces=[piece], paper_bits=inner.paper_bits, side_bits=8 * piece.nbytes)
         if x.device.type == "cpu":
             src = x.numpy()
             piece = Deferred(4 * k, lambda out: gather_values(src, idx, out))
@@ -158,13 +181,19 @@ class RandK(KeptValues):
         saturated when ``scaled``) and checked finite, as :meth:`decode` checks its output."""
         d = header.numel
         k = kept_count(self.k, self.ratio, d)
-        if len(body) < 4 * k:
-            raise TruncatedPayloadError(
-                f"randk body has {len(body)} bytes; {k} values need {4 * k}"
-            )
-        if len(body) > 4 * k:
-            raise CorruptPayloadError(f"randk body has {len(body)} bytes, expected {4 * k}")
-        values = body_view(body, torch.float32)
+        if self._values is not None:
+            inner, rest = split_framed(body, self.name)
+            if len(rest):
+                raise CorruptPayloadError(f"randk body has {len(rest)} bytes after its values")
+            values = decoded_values(self._values, inner, header.key, k)
+        else:
+            if len(body) < 4 * k:
+                raise TruncatedPayloadError(
+                    f"randk body has {len(body)} bytes; {k} values need {4 * k}"
+                )
+            if len(body) > 4 * k:
+                raise CorruptPayloadError(f"randk body has {len(body)} bytes, expected {4 * k}")
+            values = body_view(body, torch.float32)
         if self.scaled and k < d:
             # saturate: a kept value above k/d times float32's maximum is sent legitimately,
             # and a decoded Inf would be refused as corrupt
@@ -173,8 +202,13 @@ class RandK(KeptValues):
         check_finite_output(self.name, values)
         return torch.from_numpy(randk_indices(header.key, d, k)), values
 
-    def expected_body_bits(self, x: torch.Tensor) -> int:
+    def expected_body_bits(self, x: torch.Tensor) -> int | None:
+        """``32 k`` for float32 values; None for a value payload (its header's size varies)."""
+        if self._values is not None:
+            return None
         return 32 * kept_count(self.k, self.ratio, x.numel())
 
     def min_body_bits(self, header: Header) -> int:
+        if self._values is not None:
+            return 32  # the value payload's length word
         return 32 * kept_count(self.k, self.ratio, header.numel)

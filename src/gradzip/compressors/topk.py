@@ -11,6 +11,16 @@ import torch
 
 from gradzip.codecs.bitpack import pack_bits, packed_bytes
 from gradzip.compressors._decode_guards import check_finite_output
+from gradzip.compressors._sparse_coding import (
+    check_coding,
+    coding_params,
+    decoded_values,
+    framed,
+    parse_rice_indices,
+    rice_indices,
+    split_framed,
+    value_compressor,
+)
 from gradzip.compressors._sparse_kernels import (
     gather_values,
     pack_indices,
@@ -153,11 +163,28 @@ class TopK(KeptValues):
     checks_finite_output = True  # the kept values are checked, not the whole output
     example_params: ClassVar[dict[str, Any]] = {"ratio": 0.1}
 
-    def __init__(self, k: int | None = None, ratio: float | None = None) -> None:
+    def __init__(
+        self,
+        k: int | None = None,
+        ratio: float | None = None,
+        index_coding: str = "fixed",
+        value_codec: str = "fp32",
+        value_levels: int = 1,
+    ) -> None:
         self.k, self.ratio = check_k_ratio(k, ratio)
+        check_coding(index_coding, value_codec, value_levels)
+        self.index_coding, self.value_codec = index_coding, value_codec
+        self.value_levels = value_levels
+        self._values = value_compressor(value_codec, value_levels)
+
+    @property
+    def _original_wire(self) -> bool:
+        return self.index_coding == "fixed" and self._values is None
 
     def wire_params(self) -> dict[str, ParamValue]:
-        return {"k": self.k, "ratio": self.ratio}
+        params: dict[str, ParamValue] = {"k": self.k, "ratio": self.ratio}
+        params.update(coding_params(self.index_coding, self.value_codec, self.value_levels))
+        return params
 
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
@@ -165,22 +192,62 @@ class TopK(KeptValues):
         d = x.numel()
         k = kept_count(self.k, self.ratio, d)
         bits = index_bits(d)
-        pieces: list[torch.Tensor | memoryview | Deferred]
         if x.device.type == "cpu":
             src = x.numpy()
             idx_np = topk_select(src, k)
             idx = torch.from_numpy(idx_np)
+        else:
+            idx = topk_select_torch(x, k)
+            idx_np = idx.cpu().numpy()
+        gaps = torch.diff(idx, prepend=idx.new_full((1,), -1)).sub_(1)
+        if self._original_wire:
+            return self._original_body(x, idx, idx_np, k, bits, gaps)
+        pieces: list[torch.Tensor | memoryview | Deferred] = []
+        if self._values is None:
+            pieces.append(x.reshape(-1)[idx].to(torch.float32).cpu())
+            value_bits = 32.0 * k
+        else:
+            kept = x.reshape(-1)[idx].to(torch.float32).cpu()
+            inner = self._values.encode(kept, key)
+            pieces.append(memoryview(framed(bytes(inner.payload))))
+            value_bits = inner.paper_bits
+        if self.index_coding == "rice":
+            coded = rice_indices(idx_np)
+            pieces.append(memoryview(coded))
+            index_paper = 8.0 * (len(coded) - 4)  # the code words, not the parameter word
+        else:
+            pieces.append(pack_bits(idx.cpu(), bits) if bits else torch.empty(0, dtype=torch.uint8))
+            index_paper = float(k * bits)
+        side = sum(p.nbytes for p in pieces[:1])
+        return Body(
+            pieces=pieces,
+            paper_bits=value_bits + index_paper,
+            streams=(gaps.cpu(),),
+            side_bits=8 * side,
+        )
+
+    def _original_body(
+        self,
+        x: torch.Tensor,
+        idx: torch.Tensor,
+        idx_np: np.ndarray,
+        k: int,
+        bits: int,
+        gaps: torch.Tensor,
+    ) -> Body:
+        """float32 values, then fixed-width indices (the wire of the default coding)."""
+        pieces: list[torch.Tensor | memoryview | Deferred]
+        if x.device.type == "cpu":
+            src = x.numpy()
             pieces = [Deferred(4 * k, lambda out: gather_values(src, idx_np, out))]
             if bits:
                 pieces.append(
                     Deferred(packed_bytes(k, bits), lambda out: pack_indices(idx_np, bits, out))
                 )
         else:
-            idx = topk_select_torch(x, k)
             pieces = [x[idx]]
             if bits:
                 pieces.append(pack_bits(idx, bits))
-        gaps = torch.diff(idx, prepend=idx.new_full((1,), -1)).sub_(1)
         return Body(
             pieces=pieces, paper_bits=float(k * (32 + bits)), streams=(gaps,), side_bits=32 * k
         )
@@ -191,17 +258,40 @@ class TopK(KeptValues):
         d = header.numel
         k = kept_count(self.k, self.ratio, d)
         bits = index_bits(d)
-        expected = 4 * k + packed_bytes(k, bits)
-        if len(body) < expected:
+        if self._values is None:
+            if len(body) < 4 * k:
+                raise TruncatedPayloadError(
+                    f"topk body has {len(body)} bytes; {k} values need {4 * k}"
+                )
+            values, rest = body_view(body[: 4 * k], torch.float32), body[4 * k :]
+        else:
+            inner, rest = split_framed(body, self.name)
+            values = decoded_values(self._values, inner, header.key, k)
+        if self.index_coding == "rice":
+            idx = torch.from_numpy(parse_rice_indices(rest, k, d, self.name))
+        else:
+            idx = self._fixed_indices(rest, k, bits, d, 4 * k if self._values is None else 0)
+        check_finite_output(self.name, values)
+        return idx, values
+
+    def _fixed_indices(
+        self, packed_body: memoryview, k: int, bits: int, d: int, before: int
+    ) -> torch.Tensor:
+        """The ``k`` indices packed in ``bits`` bits each, validated (``before``: the body bytes
+        ahead of them, for the messages)."""
+        expected = packed_bytes(k, bits)
+        if len(packed_body) < expected:
             raise TruncatedPayloadError(
-                f"topk body has {len(body)} bytes; {k} values and indices need {expected}"
+                f"topk body has {before + len(packed_body)} bytes; {k} values and indices need "
+                f"{before + expected}"
             )
-        if len(body) > expected:
-            raise CorruptPayloadError(f"topk body has {len(body)} bytes, expected {expected}")
-        values = body_view(body[: 4 * k], torch.float32)
+        if len(packed_body) > expected:
+            raise CorruptPayloadError(
+                f"topk body has {before + len(packed_body)} bytes, expected {before + expected}"
+            )
         if not bits:
-            return torch.zeros(1, dtype=torch.int64), values
-        packed = np.frombuffer(body[4 * k :], dtype=np.uint8)
+            return torch.zeros(1, dtype=torch.int64)
+        packed = np.frombuffer(packed_body, dtype=np.uint8)
         tail_bits = (k * bits) % 8
         if tail_bits and int(packed[-1]) >> tail_bits:
             raise CorruptPayloadError("packed symbol stream has non-zero padding bits")
@@ -210,10 +300,13 @@ class TopK(KeptValues):
             if k > 1 and not bool((idx[1:] > idx[:-1]).all()):
                 raise CorruptPayloadError("topk indices are not strictly increasing")
             raise CorruptPayloadError(f"topk index {int(idx[-1])} is out of range for d = {d}")
-        check_finite_output(self.name, values)
-        return torch.from_numpy(idx), values
+        return torch.from_numpy(idx)
 
-    def expected_body_bits(self, x: torch.Tensor) -> int:
+    def expected_body_bits(self, x: torch.Tensor) -> int | None:
+        """The original wire's size; None for a coded one (its size depends on the gaps and on
+        the value payload's header)."""
+        if not self._original_wire:
+            return None
         d = x.numel()
         k = kept_count(self.k, self.ratio, d)
         return 32 * k + 8 * packed_bytes(k, index_bits(d))
@@ -221,4 +314,7 @@ class TopK(KeptValues):
     def min_body_bits(self, header: Header) -> int:
         d = header.numel
         k = kept_count(self.k, self.ratio, d)
-        return 32 * k + 8 * packed_bytes(k, index_bits(d))
+        values = 32 * k if self._values is None else 32  # a value payload's length word
+        if self.index_coding == "rice":
+            return values + 64  # the Rice parameter and at least one code word
+        return values + 8 * packed_bytes(k, index_bits(d))
