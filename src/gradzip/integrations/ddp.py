@@ -178,6 +178,13 @@ class GradzipHookState:
             raise ValueError(f"chunk_elements must be a positive integer, got {chunk_elements!r}")
         if not isinstance(scheme, Scheme):
             raise TypeError(f"GradzipHookState needs a gradzip Scheme, got {type(scheme).__name__}")
+        if not scheme.exact_with_lossless_codec:
+            # a DDP bucket reaches the hook as one flat tensor: a per-matrix method would find
+            # no matrix and send every bucket whole, compressing nothing
+            raise ValueError(
+                f"the {scheme.name} scheme approximates each parameter's matrix, and the DDP hook "
+                "reduces flat buckets; use it through GradientSync or CompressedOptimizer"
+            )
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         self.scheme = scheme

@@ -14,6 +14,7 @@ from gradzip.schemes.base import Scheme
 from gradzip.schemes.integer_allreduce import IntegerAllreduce
 from gradzip.schemes.nested import NestedScheme
 from gradzip.schemes.parameter_server import ParameterServer
+from gradzip.schemes.powersgd import PowerSGD
 from gradzip.schemes.ring_requantize import RingRequantize
 from gradzip.schemes.server_integer_sum import ServerIntegerSum
 
@@ -26,6 +27,7 @@ SCHEMES: dict[str, type[Scheme]] = {
         IntegerAllreduce,
         RingRequantize,
         NestedScheme,
+        PowerSGD,
     )
 }
 
@@ -41,6 +43,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "nested[allgather]": ("nested", {"topology": "allgather"}),
     "nested[server]": ("nested", {"topology": "server"}),
     "nested[server,dqsg-downlink]": ("nested", {"topology": "server", "downlink": "dqsg"}),
+    "powersgd[r1]": ("powersgd", {"rank": 1}),
+    "powersgd[r4]": ("powersgd", {"rank": 4}),
 }
 
 
@@ -70,6 +74,7 @@ __all__ = [
     "IntegerAllreduce",
     "NestedScheme",
     "ParameterServer",
+    "PowerSGD",
     "RingRequantize",
     "Scheme",
     "ServerIntegerSum",

@@ -43,6 +43,9 @@ class Scheme(ABC):
 
     name: ClassVar[str]
     feedback_roles: tuple[str, ...] = ("worker",)
+    #: whether a lossless compressor (``identity``) gives the exact mean: False for a scheme
+    #: that approximates by design (PowerSGD's low rank)
+    exact_with_lossless_codec: ClassVar[bool] = True
 
     def __init__(
         self, compressor: Compressor, *, run_seed: int = 0, error_feedback: bool = False

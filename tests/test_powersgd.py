@@ -1,0 +1,245 @@
+"""PowerSGD over gradzip's transport: the projection of the ranks' mean onto span(P), real and
+counted factor payloads, error feedback and warm start, whole small tensors, state that
+survives a checkpoint and a failed step, bits independent of threads, and sim equal to real."""
+
+from __future__ import annotations
+
+import numba
+import pytest
+import torch
+
+import gradzip
+from gradzip.comm.local import run_local
+from gradzip.comm.spawn import run_processes
+from gradzip.comm.transport import LENGTH_PREFIX_BYTES, Transport
+from gradzip.errors import CheckpointError
+from gradzip.optim import CompressedOptimizer
+from gradzip.payload import parse_payload
+from gradzip.schemes import AllGatherDecode, PowerSGD, make_scheme
+from gradzip.sync import GradientSync
+
+
+def matrices(world: int, n: int, m: int, seed: int = 0) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(n, m, generator=gen) for _ in range(world)]
+
+
+def scheme(codec: str = "identity", **options: object) -> PowerSGD:
+    return PowerSGD(gradzip.create(codec), run_seed=3, **options)  # type: ignore[arg-type]
+
+
+def reference(mean: torch.Tensor, q0t: torch.Tensor) -> torch.Tensor:
+    """``P P^T mean`` with ``P`` an orthonormal basis of ``mean Q0`` (float64, QR)."""
+    basis, _ = torch.linalg.qr(mean.double() @ q0t.double().T)
+    return basis @ (basis.T @ mean.double())
+
+
+@pytest.mark.parametrize(("world", "rank"), [(2, 1), (3, 4)])
+def test_first_step_is_the_projection_of_the_mean_and_every_rank_agrees(
+    world: int, rank: int
+) -> None:
+    grads = matrices(world, 40, 36, seed=world)
+    outs = run_local(world, lambda t: scheme(rank=rank).reduce(t, grads[t.rank], 0, 5))
+    for out in outs[1:]:
+        assert torch.equal(out, outs[0])
+    mean = torch.stack(grads).double().mean(0)
+    expected = reference(mean, scheme(rank=rank).initial_q(5, rank, 36))
+    # float32 products of length 36-40: errors of a few ulps of the entries
+    assert torch.allclose(outs[0].double(), expected, atol=1e-5, rtol=1e-4)
+
+
+def test_a_rank_one_mean_is_reproduced_and_warm_starts_converge_on_a_rank_two_mean() -> None:
+    gen = torch.Generator().manual_seed(1)
+    u, v = torch.randn(30, 1, generator=gen), torch.randn(1, 20, generator=gen)
+    one = run_local(2, lambda t: scheme().reduce(t, u @ v, 0, 0))[0]
+    assert torch.allclose(one, u @ v, atol=1e-5)
+    # rank 2 on a mean with singular values 10, 6, 1, 0.5, 0.25, without error feedback: the
+    # warm-started power iteration converges to the best rank-2 approximation, whose error is
+    # the norm of the dropped singular values
+    left, _ = torch.linalg.qr(torch.randn(30, 5, generator=gen))
+    right, _ = torch.linalg.qr(torch.randn(20, 5, generator=gen))
+    sing = torch.tensor([10.0, 6.0, 1.0, 0.5, 0.25])
+    target = (left * sing) @ right.T
+    best = float(sing[2:].norm())
+
+    def run(t: Transport) -> list[float]:
+        s = scheme(rank=2, error_feedback=False)
+        return [float((s.reduce(t, target, step, 0) - target).norm()) for step in range(8)]
+
+    errors = run_local(2, run)[0]
+    assert errors[0] > 1.05 * best and errors[-1] < 1.001 * best
+
+
+def test_error_feedback_keeps_what_was_not_delivered_and_sends_it_next() -> None:
+    grads = matrices(2, 24, 20, seed=2)
+
+    def run(t: Transport) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        with_ef, without = scheme(), scheme(error_feedback=False)
+        first = with_ef.reduce(t, grads[t.rank], 0, 1)
+        residual = with_ef.snapshot()["residual"][(1, 0)]
+        without.reduce(t, grads[t.rank], 0, 1)
+        # the second step sends g + e: it differs from the step without the residual
+        return (
+            first,
+            residual,
+            with_ef.reduce(t, grads[t.rank], 1, 1),
+            without.reduce(t, grads[t.rank], 1, 1),
+        )
+
+    outs = run_local(2, run)
+    for rank, (first, residual, second, plain) in enumerate(outs):
+        assert torch.equal(residual, (grads[rank] - first))
+        assert float(residual.norm()) > 0.5 * float(grads[rank].norm())
+        assert not torch.equal(second, plain)
+    assert torch.equal(outs[0][2], outs[1][2])
+
+
+def test_factor_payloads_are_real_and_counted_and_fp16_halves_them() -> None:
+    n, m, r = 64, 48, 4
+    grads = matrices(2, n, m, seed=3)
+
+    def run(codec: str) -> int:
+        def one(t: Transport) -> int:
+            scheme(codec, rank=r).reduce(t, grads[t.rank], 0, 0)
+            return t.meter.total().sent
+
+        return run_local(2, one)[0]
+
+    identity = run("identity")
+    # two payloads: P^T (r x n) and Q^T (r x m) as float32, each with its header and prefix
+    p = gradzip.create("identity").encode(torch.zeros(r, n)).payload
+    q = gradzip.create("identity").encode(torch.zeros(r, m)).payload
+    assert identity == len(p) + len(q) + 2 * LENGTH_PREFIX_BYTES
+    assert parse_payload(p)[0].numel == r * n
+    half = run("fp16")
+    assert half < 0.56 * identity
+    assert identity < 0.2 * 4 * n * m  # against the float32 matrix
+
+
+def test_vectors_and_small_matrices_are_sent_whole() -> None:
+    bias = [torch.randn(7), torch.randn(7)]
+    small = [torch.randn(3, 3), torch.randn(3, 3)]
+
+    def run(t: Transport) -> list[torch.Tensor]:
+        s, exact = scheme(), AllGatherDecode(gradzip.create("identity"), run_seed=3)
+        return [
+            s.reduce(t, bias[t.rank], 0, 0),
+            exact.reduce(t, bias[t.rank], 0, 0),
+            s.reduce(t, small[t.rank], 0, 1),
+            exact.reduce(t, small[t.rank], 0, 1),
+        ]
+
+    a, b, c, d = run_local(2, run)[0]
+    assert torch.equal(a, b) and torch.equal(c, d)
+    assert scheme().compresses(torch.Size([24, 32])) and not scheme().compresses(torch.Size([3, 3]))
+    assert not scheme(rank=8).compresses(torch.Size([24, 32]))  # 8*56*2 >= 768
+
+
+def test_a_checkpoint_resumes_bit_exactly_and_a_bad_one_changes_nothing() -> None:
+    grads = [matrices(2, 20, 16, seed=10 + s) for s in range(4)]
+
+    def straight(t: Transport) -> torch.Tensor:
+        s = scheme()
+        return torch.stack([s.reduce(t, grads[k][t.rank], k, 0) for k in range(4)])
+
+    def resumed(t: Transport) -> torch.Tensor:
+        s = scheme()
+        first = [s.reduce(t, grads[k][t.rank], k, 0) for k in range(2)]
+        state = s.state_dict()
+        s2 = scheme()
+        s2.load_state_dict(state)
+        return torch.stack(first + [s2.reduce(t, grads[k][t.rank], k, 0) for k in range(2, 4)])
+
+    assert torch.equal(run_local(2, straight)[0], run_local(2, resumed)[0])
+    s = scheme()
+    before = s.snapshot()
+    bad = {"version": 1, "scheme": "powersgd", "rank": 1, "q": {0: torch.ones(3)}, "residual": {}}
+    with pytest.raises(CheckpointError, match="2-D float32"):
+        s.load_state_dict(bad)
+    with pytest.raises(CheckpointError, match="rank"):
+        s.load_state_dict({**bad, "rank": 2})
+    assert s.snapshot() == before
+
+
+def test_a_step_some_rank_cannot_take_leaves_the_state_unchanged() -> None:
+    grads = matrices(2, 20, 16, seed=4)
+
+    def run(t: Transport) -> tuple[object, bool]:
+        s = scheme()
+        s.reduce(t, grads[t.rank], 0, 0)
+        before = s.snapshot()
+        bad = grads[t.rank].clone()
+        if t.rank == 1:
+            bad[0, 0] = float("nan")
+        finite = bool(torch.isfinite(bad).all())
+        result = s.reduce_if_all_finite(t, bad, 1, 0, finite)
+        return result, s.snapshot() == before
+
+    for result, unchanged in run_local(2, run):
+        assert result == [1] and unchanged
+
+
+def test_bits_do_not_depend_on_the_thread_count() -> None:
+    grads = matrices(2, 300, 260, seed=5)
+    before = numba.get_num_threads(), torch.get_num_threads()
+    results = []
+    try:
+        for threads in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(threads)
+            torch.set_num_threads(threads)
+            results.append(run_local(2, lambda t: scheme(rank=3).reduce(t, grads[t.rank], 0, 0)))
+    finally:
+        numba.set_num_threads(before[0])
+        torch.set_num_threads(before[1])
+    assert torch.equal(results[0][0], results[1][0])
+
+
+def net() -> torch.nn.Module:
+    model = torch.nn.Sequential(torch.nn.Linear(32, 24), torch.nn.Tanh(), torch.nn.Linear(24, 4))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+    return model
+
+
+def train(transport: Transport, steps: int, codec: str = "identity") -> tuple[list[float], bytes]:
+    """Train through CompressedOptimizer and PowerSGD; the losses and the parameters' bytes.
+    Module level, so spawned processes can import it."""
+    model = net()
+    sync = GradientSync(transport, scheme=make_scheme("powersgd", gradzip.create(codec), rank=2))
+    opt = CompressedOptimizer(torch.optim.SGD(model.parameters(), lr=0.2), sync)
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(64, 32, generator=gen)
+    y = x[:, :4] * 2 + 0.1 * torch.randn(64, 4, generator=gen)
+    losses = []
+    for _ in range(steps):
+        part = slice(32 * transport.rank % 64, 32 * transport.rank % 64 + 32)
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x[part]), y[part])
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses, b"".join(p.detach().numpy().tobytes() for p in model.parameters())
+
+
+def test_trains_through_compressed_optimizer_and_ranks_agree() -> None:
+    results = run_local(2, lambda t: train(t, 30))
+    assert results[0][1] == results[1][1]
+    losses = results[0][0]
+    assert losses[-1] < 0.5 * losses[0]
+
+
+@pytest.mark.distributed
+def test_simulated_ranks_equal_gloo_processes_bit_for_bit() -> None:
+    real = run_processes(2, train, 4, timeout=120)
+    simulated = run_local(2, lambda t: train(t, 4))
+    assert [r[1] for r in real] == [s[1] for s in simulated]
+
+
+def test_the_ddp_hook_refuses_it_rather_than_compress_nothing() -> None:
+    """DDP hands the hook flat buckets, where PowerSGD would find no matrix."""
+    from gradzip.integrations.ddp import GradzipHookState
+
+    with pytest.raises(ValueError, match="flat buckets"):
+        GradzipHookState(scheme(), torch.nn.Linear(4, 4))
