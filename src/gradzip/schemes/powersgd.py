@@ -63,6 +63,9 @@ class PowerSGD(Scheme):
     uniform rather than normal (PyTorch's) [CHOICE]: any full-rank random start serves the power
     iteration, and a uniform one is exact arithmetic on the shared Philox stream.
 
+    Precision: a compressed tensor is approximated in float32 whatever its dtype (a float64
+    gradient's result is the float32 approximation widened, as the scheme contract's dtype).
+
     State: the warm-start ``Q`` and the residual of every compressed tensor (``state_dict``);
     both are replaced only once a reduction has completed, so a step that fails half way
     changes nothing.
