@@ -135,8 +135,9 @@ def _sampled_floor(keys: np.ndarray, k: np.int64) -> np.uint32:
     """A magnitude key that at least ``k`` keys reach, probably: the key of rank ``r + 4 sqrt(r)
     + 8`` from the top of an evenly strided sample of ``_SAMPLE`` keys, ``r = k * _SAMPLE / d``
     the k-th largest's expected rank there (four standard deviations of a binomial count above
-    it, so the candidates are a few times ``k``). Only a guess: :func:`_select_sampled` checks
-    it and falls back to the exact full selection."""
+    it, so the candidates are a few times ``k``; the guess's own spread, about one over the
+    square root of that rank, makes them up to about five times ``k`` at ``k/d = 0.1%``). Only
+    a guess: :func:`_select_sampled` checks it and falls back to the exact full selection."""
     d = keys.size
     size = min(d, _SAMPLE)
     stride = d // size
@@ -194,15 +195,15 @@ def _select_sampled(keys: np.ndarray, k: np.int64, tasks: np.int64) -> np.ndarra
     With ``floor`` such that at least ``k`` keys are ``>= floor``, the k-th largest key is
     ``>= floor`` too, so every selected element is among the candidates ``key >= floor``; the
     exact selection among them (kept in index order, so ties still go to the smaller index) is
-    the selection among all. Where fewer than ``k`` keys reach the guess, or so many that the
-    candidates would cost memory (ties, a sample aliased with the data), the full selection
-    runs instead: the same indices either way."""
+    the selection among all. Where fewer than ``k`` keys reach the guess, or more than ``8 k +
+    16 _SAMPLE`` (ties, a sample aliased with the data: a bound on the candidates' memory), the
+    full selection runs instead: the same indices either way."""
     floor = _sampled_floor(keys, k)
     chunks = (keys.size + _CHUNK - 1) // _CHUNK
     counts = np.empty(chunks, dtype=np.int64)
     _count_at_least(keys, floor, counts)
     total = counts.sum()
-    if total < k or total > 4 * k + _SAMPLE:
+    if total < k or total > 8 * k + 16 * _SAMPLE:
         return _select(keys, k, tasks)
     start = np.empty(chunks, dtype=np.int64)
     pos = np.int64(0)
