@@ -111,7 +111,19 @@ def test_nested_decoder_takes_float64_for_a_bucket_whose_side_information_is_hug
     payload = comp.encode(x, KEY).payload
     into = torch.full((n,), 7.0)
     comp.decode_into_(payload, into, side=y)
-    assert into.view(torch.int32).equal(comp.decode(payload, side=y).view(torch.int32))
+    expected = comp.decode(payload, side=y)
+    assert into.view(torch.int32).equal(expected.view(torch.int32))
+    # decoding into the side information itself: the re-decoded bucket must still read the
+    # original y (with this far side information it would decode one element differently)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(n, generator=gen)
+    far = x + 0.5 * torch.randn(n, generator=gen)
+    far[1050] = 4e30
+    payload = comp.encode(x, KEY).payload
+    in_place = far.clone()
+    comp.decode_into_(payload, in_place, side=in_place)
+    expected = comp.decode(payload, side=far)
+    assert in_place.view(torch.int32).equal(expected.view(torch.int32))
 
 
 def test_fused_result_does_not_depend_on_the_thread_count() -> None:

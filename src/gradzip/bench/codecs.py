@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,24 @@ def resolve_threads(threads: int) -> int:
     return most if threads == 0 else max(1, min(threads, most))
 
 
+@contextmanager
+def thread_count(threads: int) -> Iterator[None]:
+    """Torch's and numba's thread counts set to ``threads`` meanwhile (numba's count is per
+    calling thread: the one that runs every kernel here)."""
+    import numba
+
+    before = torch.get_num_threads(), numba.get_num_threads()
+    torch.set_num_threads(threads)
+    numba.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        # numba first: with its OpenMP layer, numba's setter may change the OpenMP thread
+        # count torch reads (see kernels/_threads.py)
+        numba.set_num_threads(before[1])
+        torch.set_num_threads(before[0])
+
+
 def _run_at(
     threads: int, numel: int, repeat: int, codecs: list[str], first_calls: dict[str, float]
 ) -> dict[str, Any]:
@@ -145,10 +164,7 @@ def _run_at(
     the codecs, the dither generator and the entropy coder; prints them as a table."""
     import numba
 
-    before = torch.get_num_threads(), numba.get_num_threads()
-    torch.set_num_threads(threads)
-    numba.set_num_threads(threads)  # numba's count is per calling thread: this one runs all
-    try:
+    with thread_count(threads):
         memcpy = memcpy_gbps(numel, max(repeat, MEMCPY_REPEAT))
         print(
             f"gradzip bench codecs: {numel} float32 coordinates, {threads} thread(s) "
@@ -184,11 +200,6 @@ def _run_at(
             f"M symbols/s, decode {entropy['decode_msym_per_s']:.1f} M symbols/s, "
             f"size {entropy['coded_bits_over_entropy']:.4f} x entropy"
         )
-    finally:
-        # numba first: with its OpenMP layer, numba's setter may change the OpenMP thread
-        # count torch reads (see kernels/_threads.py)
-        numba.set_num_threads(before[1])
-        torch.set_num_threads(before[0])
     return {
         "threads": threads,
         "memcpy_gbps": memcpy,
@@ -200,20 +211,12 @@ def _run_at(
 
 def _sparse_at(threads: int, numel: int, repeat: int) -> list[dict[str, Any]]:
     """The sparse codings table at ``threads`` (torch's and numba's thread counts)."""
-    import numba
-
     from gradzip.bench.sparse_codings import bench_sparse_codings
 
-    before = torch.get_num_threads(), numba.get_num_threads()
-    torch.set_num_threads(threads)
-    numba.set_num_threads(threads)
-    try:
+    with thread_count(threads):
         print(f"sparse codings ({numel} coordinates, {threads} thread(s), best of {repeat}):")
         x = torch.randn(numel, generator=torch.Generator().manual_seed(1))
         return [asdict(row) for row in bench_sparse_codings(x, repeat)]
-    finally:
-        numba.set_num_threads(before[1])
-        torch.set_num_threads(before[0])
 
 
 def _print_summary(runs: list[dict[str, Any]]) -> None:
@@ -236,14 +239,13 @@ def run(
     only: list[str] | None = None,
     json_path: str | None = None,
     threads: int | Sequence[int] = 1,
-    sparse_codings: bool = True,
 ) -> dict[str, Any]:
     """Run the benchmark at each thread count of ``threads`` (0: every core), print a table per
     count and, for several counts, one line per codec with its round trip as % of memcpy at
-    each; where top-k or rand-k is among the codecs (and ``sparse_codings``), a table of their
-    index and value codings at the first thread count
-    (:mod:`gradzip.bench.sparse_codings`); optionally write JSON. Returns the figures: those of the first thread count at the top
-    level, and under ``"runs"`` those of every count."""
+    each; where top-k or rand-k is among the codecs, a table of their index and value codings
+    at the first thread count (:mod:`gradzip.bench.sparse_codings`); optionally write JSON.
+    Returns the figures: those of the first thread count at the top level, and under
+    ``"runs"`` those of every count."""
     counts = [resolve_threads(n) for n in ([threads] if isinstance(threads, int) else threads)]
     codecs = list(only or names())
     first_calls: dict[str, float] = {}
@@ -255,7 +257,7 @@ def run(
     if len(runs) > 1:
         _print_summary(runs)
     sparse: list[dict[str, Any]] = []
-    if sparse_codings and {"topk", "randk"} & set(codecs):
+    if {"topk", "randk"} & set(codecs):
         sparse = _sparse_at(counts[0], numel, repeat)
     result: dict[str, Any] = {
         "numel": numel,

@@ -87,9 +87,8 @@ def rice_decode(words: WordArray, k: int) -> IntArray:
             "Golomb-Rice stream is empty; even an empty list takes one all-ones word"
         )
     words = np.ascontiguousarray(words, dtype=np.uint32)
-    # every value ends in a zero-bit: the zero-bits bound the count
-    zeros = 32 * words.size - int(np.unpackbits(words.view(np.uint8)).sum())
-    out = np.empty(zeros, dtype=np.int64)
+    # every value takes at least 1 + k bits: that bounds the count without a pass over the bits
+    out = np.empty(32 * words.size // (1 + k), dtype=np.int64)
     count, status, end = rice_kernels.decode_words(words, k, out)
     if status == rice_kernels.TRUNCATED:
         raise TruncatedPayloadError(
@@ -97,8 +96,8 @@ def rice_decode(words: WordArray, k: int) -> IntArray:
         )
     if status == rice_kernels.OVERFLOW:
         raise CorruptPayloadError("Golomb-Rice quotient overflows 62 bits")
-    if status != rice_kernels.OK:  # pragma: no cover - the zero-bits bound the count
-        raise CorruptPayloadError("Golomb-Rice stream holds more values than zero-bits")
+    if status != rice_kernels.OK:  # pragma: no cover - the bits bound the count
+        raise CorruptPayloadError("Golomb-Rice stream holds more values than its bits allow")
     if count == 0:
         if words.size != 1:
             raise CorruptPayloadError(

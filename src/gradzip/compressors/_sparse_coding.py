@@ -32,15 +32,18 @@ against ``0.01 (24 + 32) = 0.56`` for the original wire on 2^24 values.
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 import torch
 
-from gradzip.codecs.golomb_rice import auto_k, rice_bits, rice_decode, rice_encode
-from gradzip.compressors.base import Compressor
+from gradzip.codecs.golomb_rice import auto_k, rice_decode, rice_encode
+from gradzip.compressors._sparse_kernels import gather_values
+from gradzip.compressors.base import Compressor, body_view
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.keys import StreamKey
+from gradzip.payload import Deferred
 
 INDEX_CODINGS = ("fixed", "rice")
 VALUE_CODECS = ("fp32", "fp16", "bf16", "qsgd", "dqsg")
@@ -100,12 +103,6 @@ def rice_indices(idx: npt.NDArray[np.int64]) -> bytes:
     return _WORD.pack(k) + rice_encode(gaps, k).astype("<u4").tobytes()
 
 
-def rice_index_bytes(idx: npt.NDArray[np.int64]) -> int:
-    """Bytes :func:`rice_indices` writes for ``idx`` (without writing them)."""
-    gaps = index_gaps(idx)
-    return 4 + rice_bits(gaps, auto_k(gaps)) // 8
-
-
 def parse_rice_indices(stream: memoryview, k: int, d: int, codec: str) -> npt.NDArray[np.int64]:
     """The ``k`` strictly increasing indices below ``d`` of a Rice index stream, validated."""
     if len(stream) < 8:
@@ -128,24 +125,50 @@ def parse_rice_indices(stream: memoryview, k: int, d: int, codec: str) -> npt.ND
 
 
 # -- values ----------------------------------------------------------------------------------
-def framed(payload: bytes) -> bytes:
-    """An inner payload preceded by its length."""
-    return _WORD.pack(len(payload)) + payload
+class ValuePart(NamedTuple):
+    """The kept values' part of a body and its paper bits."""
+
+    piece: torch.Tensor | memoryview | Deferred
+    paper_bits: float
 
 
-def split_framed(body: memoryview, codec: str) -> tuple[memoryview, memoryview]:
-    """``(inner payload, rest)`` of a body that starts with a length-prefixed inner payload."""
+def encode_values(
+    codec: Compressor | None,
+    x: torch.Tensor,
+    idx: torch.Tensor,
+    idx_np: npt.NDArray[np.int64],
+    key: StreamKey,
+) -> ValuePart:
+    """``x[idx]`` as float32 (gathered straight into the payload on the CPU: the original
+    wire), or as a length-prefixed payload of ``codec`` keyed by ``key``."""
+    k = idx_np.size
+    if codec is None:
+        if x.device.type == "cpu":
+            src = x.numpy()
+            return ValuePart(Deferred(4 * k, lambda out: gather_values(src, idx_np, out)), 32.0 * k)
+        return ValuePart(x[idx], 32.0 * k)
+    inner = codec.encode(x[idx].to(torch.float32).cpu(), key)
+    payload = bytes(inner.payload)
+    return ValuePart(memoryview(_WORD.pack(len(payload)) + payload), inner.paper_bits)
+
+
+def parse_values(
+    codec: Compressor | None, body: memoryview, k: int, key: StreamKey, name: str
+) -> tuple[torch.Tensor, memoryview]:
+    """The ``k`` float32 kept values at the start of ``body`` (a value payload: its own checks
+    and key check made), and the rest of the body."""
+    if codec is None:
+        if len(body) < 4 * k:
+            raise TruncatedPayloadError(
+                f"{name} body has {len(body)} bytes; {k} values need {4 * k}"
+            )
+        return body_view(body[: 4 * k], torch.float32), body[4 * k :]
     if len(body) < 4:
-        raise TruncatedPayloadError(f"{codec} body has {len(body)} bytes, no value-payload length")
+        raise TruncatedPayloadError(f"{name} body has {len(body)} bytes, no value-payload length")
     (size,) = _WORD.unpack_from(body, 0)
     if 4 + size > len(body):
         raise TruncatedPayloadError(
-            f"{codec} value payload of {size} bytes does not fit the body's {len(body) - 4}"
+            f"{name} value payload of {size} bytes does not fit the body's {len(body) - 4}"
         )
-    return body[4 : 4 + size], body[4 + size :]
-
-
-def decoded_values(inner: Compressor, payload: memoryview, key: StreamKey, k: int) -> torch.Tensor:
-    """The ``k`` float32 kept values of an inner payload (its own checks and key check made)."""
-    values: torch.Tensor = inner.decode(payload, expected_key=key, shape=(k,))
-    return values.to(torch.float32).contiguous()
+    values: torch.Tensor = codec.decode(body[4 : 4 + size], expected_key=key, shape=(k,))
+    return values.to(torch.float32).contiguous(), body[4 + size :]

@@ -211,17 +211,12 @@ class NDQSG(Compressor):
         ymax = max(-float(lo), float(hi))
         symbols = device_unpacked(body_tensor(rest), n, self.k, self.packing)
         check_symbols(symbols, self.k, self.name)
+        numer, step_factor, K0 = self._decode_consts()
+        seed = derive_seed(header.key, domain="shared")
         out = decode_nested_torch(
-            symbols,
-            scales,
-            self._bucket_size,
-            *self._decode_consts()[:2],
-            self.k,
-            self._decode_consts()[2],
-            seed=derive_seed(header.key, domain="shared"),
-            stream=SHARED_UNIFORM,
-            y=side,
-        )
+            symbols, scales, self._bucket_size, numer, step_factor, self.k, K0, seed,
+            SHARED_UNIFORM, side,
+        )  # fmt: skip
         clamp_to_dtype_(out, header.dtype, self._reach(ymax, scales))
         check_finite_output(self.name, out)
         return out
@@ -229,8 +224,12 @@ class NDQSG(Compressor):
     def _decode_into_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None, out: torch.Tensor
     ) -> bool:
-        """Fixed packing on the CPU: decoded straight into ``out`` (no fresh output)."""
+        """Fixed packing on the CPU: decoded straight into ``out`` (no fresh output), unless
+        ``out`` shares memory with the side information, which the kernel may read again after
+        writing (the float64 re-decoding of a bucket)."""
         if side is None or self.packing != "fixed" or use_torch_ops():
+            return False
+        if out.untyped_storage().data_ptr() == side.untyped_storage().data_ptr():
             return False
         self._fused_decode(body, header, side, out)
         return True

@@ -13,18 +13,17 @@ from gradzip.compressors._decode_guards import check_finite_output
 from gradzip.compressors._sparse_coding import (
     check_coding,
     coding_params,
-    decoded_values,
-    framed,
-    split_framed,
+    encode_values,
+    parse_values,
     value_compressor,
 )
-from gradzip.compressors._sparse_kernels import gather_values, mark_draws
-from gradzip.compressors.base import Body, ParamValue, body_view
+from gradzip.compressors._sparse_kernels import mark_draws
+from gradzip.compressors.base import Body, ParamValue
 from gradzip.compressors.registry import register
 from gradzip.compressors.topk import KeptValues, check_k_ratio, kept_count
-from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
+from gradzip.errors import CorruptPayloadError
 from gradzip.keys import StreamKey
-from gradzip.payload import Deferred, Header
+from gradzip.payload import Header
 from gradzip.rng import shared_words
 
 _F32_MAX = float(torch.finfo(torch.float32).max)
@@ -163,37 +162,20 @@ class RandK(KeptValues):
         d = x.numel()
         k = kept_count(self.k, self.ratio, d)
         idx = randk_indices(key, d, k)
-        piece: torch.Tensor | Deferred | memoryview
-        if self._values is not None:
-            kept = x.reshape(-1)[torch.from_numpy(idx).to(x.device)].to(torch.float32).cpu()
-            inner = self._values.encode(kept, key)
-            piece = memoryview(framed(bytes(inner.payload)))
-            return Body(pieces=[piece], paper_bits=inner.paper_bits, side_bits=8 * piece.nbytes)
-        if x.device.type == "cpu":
-            src = x.numpy()
-            piece = Deferred(4 * k, lambda out: gather_values(src, idx, out))
-        else:
-            piece = x[torch.from_numpy(idx).to(x.device)]
-        return Body(pieces=[piece], paper_bits=32.0 * k, side_bits=32 * k)
+        values = encode_values(self._values, x, torch.from_numpy(idx).to(x.device), idx, key)
+        piece = values.piece
+        return Body(pieces=[piece], paper_bits=values.paper_bits, side_bits=8 * piece.nbytes)
 
     def _kept(self, body: memoryview, header: Header) -> tuple[torch.Tensor, torch.Tensor]:
         """The kept ``(indices, float32 values)`` of a body (exact size checked; scaled and
         saturated when ``scaled``) and checked finite, as :meth:`decode` checks its output."""
         d = header.numel
         k = kept_count(self.k, self.ratio, d)
-        if self._values is not None:
-            inner, rest = split_framed(body, self.name)
-            if len(rest):
-                raise CorruptPayloadError(f"randk body has {len(rest)} bytes after its values")
-            values = decoded_values(self._values, inner, header.key, k)
-        else:
-            if len(body) < 4 * k:
-                raise TruncatedPayloadError(
-                    f"randk body has {len(body)} bytes; {k} values need {4 * k}"
-                )
-            if len(body) > 4 * k:
-                raise CorruptPayloadError(f"randk body has {len(body)} bytes, expected {4 * k}")
-            values = body_view(body, torch.float32)
+        values, rest = parse_values(self._values, body, k, header.key, self.name)
+        if len(rest):
+            raise CorruptPayloadError(
+                f"randk body has {len(body)} bytes, expected {len(body) - len(rest)}"
+            )
         if self.scaled and k < d:
             # saturate: a kept value above k/d times float32's maximum is sent legitimately,
             # and a decoded Inf would be refused as corrupt

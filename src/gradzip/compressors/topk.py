@@ -14,22 +14,20 @@ from gradzip.compressors._decode_guards import check_finite_output
 from gradzip.compressors._sparse_coding import (
     check_coding,
     coding_params,
-    decoded_values,
-    framed,
+    encode_values,
     parse_rice_indices,
+    parse_values,
     rice_indices,
-    split_framed,
     value_compressor,
 )
 from gradzip.compressors._sparse_kernels import (
-    gather_values,
     pack_indices,
     scatter_add,
     topk_select,
     topk_select_torch,
     unpack_indices,
 )
-from gradzip.compressors.base import Body, Compressor, ParamValue, body_view
+from gradzip.compressors.base import Body, Compressor, ParamValue
 from gradzip.compressors.registry import register
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.keys import StreamKey
@@ -193,63 +191,31 @@ class TopK(KeptValues):
         k = kept_count(self.k, self.ratio, d)
         bits = index_bits(d)
         if x.device.type == "cpu":
-            src = x.numpy()
-            idx_np = topk_select(src, k)
+            idx_np = topk_select(x.numpy(), k)
             idx = torch.from_numpy(idx_np)
         else:
             idx = topk_select_torch(x, k)
             idx_np = idx.cpu().numpy()
         gaps = torch.diff(idx, prepend=idx.new_full((1,), -1)).sub_(1)
-        if self._original_wire:
-            return self._original_body(x, idx, idx_np, k, bits, gaps)
-        pieces: list[torch.Tensor | memoryview | Deferred] = []
-        if self._values is None:
-            pieces.append(x.reshape(-1)[idx].to(torch.float32).cpu())
-            value_bits = 32.0 * k
-        else:
-            kept = x.reshape(-1)[idx].to(torch.float32).cpu()
-            inner = self._values.encode(kept, key)
-            pieces.append(memoryview(framed(bytes(inner.payload))))
-            value_bits = inner.paper_bits
+        values = encode_values(self._values, x, idx, idx_np, key)
+        pieces: list[torch.Tensor | memoryview | Deferred] = [values.piece]
         if self.index_coding == "rice":
             coded = rice_indices(idx_np)
             pieces.append(memoryview(coded))
             index_paper = 8.0 * (len(coded) - 4)  # the code words, not the parameter word
         else:
-            pieces.append(pack_bits(idx.cpu(), bits) if bits else torch.empty(0, dtype=torch.uint8))
-            index_paper = float(k * bits)
-        side = sum(p.nbytes for p in pieces[:1])
-        return Body(
-            pieces=pieces,
-            paper_bits=value_bits + index_paper,
-            streams=(gaps.cpu(),),
-            side_bits=8 * side,
-        )
-
-    def _original_body(
-        self,
-        x: torch.Tensor,
-        idx: torch.Tensor,
-        idx_np: np.ndarray,
-        k: int,
-        bits: int,
-        gaps: torch.Tensor,
-    ) -> Body:
-        """float32 values, then fixed-width indices (the wire of the default coding)."""
-        pieces: list[torch.Tensor | memoryview | Deferred]
-        if x.device.type == "cpu":
-            src = x.numpy()
-            pieces = [Deferred(4 * k, lambda out: gather_values(src, idx_np, out))]
-            if bits:
+            if bits and x.device.type == "cpu":
                 pieces.append(
                     Deferred(packed_bytes(k, bits), lambda out: pack_indices(idx_np, bits, out))
                 )
-        else:
-            pieces = [x[idx]]
-            if bits:
+            elif bits:
                 pieces.append(pack_bits(idx, bits))
+            index_paper = float(k * bits)
         return Body(
-            pieces=pieces, paper_bits=float(k * (32 + bits)), streams=(gaps,), side_bits=32 * k
+            pieces=pieces,
+            paper_bits=values.paper_bits + index_paper,
+            streams=(gaps,),
+            side_bits=8 * values.piece.nbytes,
         )
 
     def _kept(self, body: memoryview, header: Header) -> tuple[torch.Tensor, torch.Tensor]:
@@ -258,19 +224,11 @@ class TopK(KeptValues):
         d = header.numel
         k = kept_count(self.k, self.ratio, d)
         bits = index_bits(d)
-        if self._values is None:
-            if len(body) < 4 * k:
-                raise TruncatedPayloadError(
-                    f"topk body has {len(body)} bytes; {k} values need {4 * k}"
-                )
-            values, rest = body_view(body[: 4 * k], torch.float32), body[4 * k :]
-        else:
-            inner, rest = split_framed(body, self.name)
-            values = decoded_values(self._values, inner, header.key, k)
+        values, rest = parse_values(self._values, body, k, header.key, self.name)
         if self.index_coding == "rice":
             idx = torch.from_numpy(parse_rice_indices(rest, k, d, self.name))
         else:
-            idx = self._fixed_indices(rest, k, bits, d, 4 * k if self._values is None else 0)
+            idx = self._fixed_indices(rest, k, bits, d, len(body) - len(rest))
         check_finite_output(self.name, values)
         return idx, values
 

@@ -453,14 +453,6 @@ def _nested_wide(q, d, ys, f, step, inv_k, shift, k, K0, dst):  # type: ignore[n
 
 
 @njit(inline="always", nogil=True, cache=True)
-def _abs_top(ybits):  # type: ignore[no-untyped-def]
-    top = np.uint32(0)
-    for r in range(ybits.size):
-        top = max(top, ybits[r] & _ABS_MASK)
-    return top
-
-
-@njit(inline="always", nogil=True, cache=True)
 def _float32_bucket(f, k, bucket_size, ymax):  # type: ignore[no-untyped-def]
     """Whether a bucket decodes in float32 (before its ``|y|`` is known when ``bucket_size >
     0``: :func:`_redo_wide` re-checks it after the bucket)."""
@@ -509,7 +501,7 @@ def _nested_slices(  # type: ignore[no-untyped-def]
         if sigma == 0:
             for r in range(e - s):
                 dst[r] = np.float32(0.0)
-            top = _abs_top(ybits[s:e])
+            top = bucket_absmax_bits(ybits, s, e)
         elif _float32_bucket(f, k, bucket_size, ymax):
             neg32 = np.float32(-f)
             step32 = np.float32(sigma * step_factor)
@@ -518,7 +510,7 @@ def _nested_slices(  # type: ignore[no-untyped-def]
             )
         else:
             _nested_wide(q, d, ys, f, sigma * step_factor, inv_k, shift, k, K0, dst)
-            top = _abs_top(ybits[s:e])
+            top = bucket_absmax_bits(ybits, s, e)
         slot = 0 if bucket_size == 0 else b - b0
         ytop[slot] = max(ytop[slot], top)
         s = e
@@ -639,7 +631,7 @@ def decode_nested_tiles(  # type: ignore[no-untyped-def]
                 lo, hi, sym, words, scales, bucket_size, numer, step_factor, k, K0, k0, k1,
                 stream, y, dst, base, ytop, b0,
             )  # fmt: skip
-        ytops[t] = _abs_top(ytop)
+        ytops[t] = bucket_absmax_bits(ytop, 0, ytop.size)
         if accumulate:
             _add_tile(out, lo, dst)
         elif check:

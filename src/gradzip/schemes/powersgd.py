@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numba
 import torch
 
 from gradzip.comm.transport import Transport
@@ -17,6 +16,7 @@ from gradzip.compressors.base import Compressor
 from gradzip.errors import CheckpointError, GradzipError
 from gradzip.feedback import Slot
 from gradzip.kernels import lowrank
+from gradzip.kernels._threads import call_parallel
 from gradzip.keys import StreamKey
 from gradzip.rng import shared_uniform
 from gradzip.schemes.allgather_decode import AllGatherDecode
@@ -131,14 +131,14 @@ class PowerSGD(Scheme):
         if qt is None or qt.shape != (r, m):
             qt = self.initial_q(tensor_index, r, m)
         pt = torch.empty(r, n, dtype=torch.float32)
-        self._kernel(lowrank.project, matrix.numpy(), qt.numpy(), pt.numpy())
+        call_parallel(lowrank.project, matrix.numpy(), qt.numpy(), pt.numpy())
         pt = self._average(transport, pt, step, tensor_index, P_CHUNK)
         lowrank.orthonormalize(pt.numpy())
         qt = torch.empty(r, m, dtype=torch.float32)
-        self._kernel(lowrank.back_project, matrix.numpy(), pt.numpy(), qt.numpy(), _COLUMN_BLOCK)
+        call_parallel(lowrank.back_project, matrix.numpy(), pt.numpy(), qt.numpy(), _COLUMN_BLOCK)
         qt = self._average(transport, qt, step, tensor_index, Q_CHUNK)
         approx = torch.empty(n, m, dtype=torch.float32)
-        self._kernel(lowrank.reconstruct, pt.numpy(), qt.numpy(), approx.numpy())
+        call_parallel(lowrank.reconstruct, pt.numpy(), qt.numpy(), approx.numpy())
         # the state changes only now, after both exchanges have succeeded
         if self.keeps_residuals:
             self._residuals[tensor_index] = matrix.sub_(approx)
@@ -169,17 +169,6 @@ class PowerSGD(Scheme):
             payloads, step, tensor_index, factor.shape, torch.float32, chunk=chunk
         )
         return mean.to(torch.float32).contiguous().clone()
-
-    @staticmethod
-    def _kernel(kernel: Any, *args: Any) -> None:
-        """Run a parallel kernel with numba's threads capped at torch's count (the ranks of a
-        simulated run share the cores); the bits do not depend on it."""
-        before = numba.get_num_threads()
-        numba.set_num_threads(max(1, min(before, torch.get_num_threads())))
-        try:
-            kernel(*args)
-        finally:
-            numba.set_num_threads(before)
 
     # -- state ----------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, dict[Slot, torch.Tensor]]:
