@@ -8,7 +8,9 @@ batches (batch 32 per rank, SGD lr 0.03), one variant after the other in the sam
 processes. Variants: torch's hook (waited for per bucket, as ``gradzip bench cluster`` runs it: the
 stock hook's collectives from future callbacks deadlocked gloo; error feedback and warm start on; ``start_powerSGD_iter=2``, the
 earliest it accepts, so its first two steps are plain all-reduces, left out of the timing), and gradzip's ``powersgd`` scheme with float32 (``identity``),
-``fp16``, ``bf16`` and ``qsgd`` (s = 127, 8 bits a value plus a scale per 512) factors. Bytes:
+``fp16``, ``bf16`` and ``qsgd`` (s = 127, 8 bits a value plus a scale per 512) factors, all
+all-gathered, and the ``qsgd`` factors again as integer codes summed by a ring
+(``factor_scheme="allreduce"``). Bytes:
 gradzip's are its transport's meter (payloads and 8-byte length prefixes a rank sends); torch's
 are what its all-reduces carry, ``4 r (n + m)`` per compressed matrix plus ``4 numel`` per
 uncompressed tensor (a two-rank ring sends that much per rank), from the third step on. Step time: the median over the
@@ -23,12 +25,14 @@ import statistics
 import time
 from typing import Any
 
-CODECS: dict[str, dict[str, Any]] = {
-    "identity": {},
-    "fp16": {},
-    "bf16": {},
-    "qsgd": {"s": 127},
-}
+#: gradzip's variants: (label, factor codec, its parameters, factor scheme)
+VARIANTS: list[tuple[str, str, dict[str, Any], str]] = [
+    ("identity factors", "identity", {}, "allgather"),
+    ("fp16 factors", "fp16", {}, "allgather"),
+    ("bf16 factors", "bf16", {}, "allgather"),
+    ("qsgd factors", "qsgd", {"s": 127}, "allgather"),
+    ("qsgd factors, integer sums", "qsgd", {"s": 127}, "allreduce"),
+]
 
 
 def rank_main(transport: Any, steps: int, rank: int, model_name: str) -> dict[str, Any]:
@@ -95,9 +99,10 @@ def rank_main(transport: Any, steps: int, rank: int, model_name: str) -> dict[st
 
     run("torch powerSGD_hook", model, torch_step, torch_bytes)
 
-    for codec, params in CODECS.items():
+    for label, codec, params, factor_scheme in VARIANTS:
         model = build_model(model_name, 13)
-        scheme = PowerSGD(gradzip.create(codec, **params), run_seed=1, rank=rank)
+        compressor = gradzip.create(codec, **params)
+        scheme = PowerSGD(compressor, run_seed=1, rank=rank, factor_scheme=factor_scheme)
         sync = GradientSync(transport, scheme=scheme)
         copt = CompressedOptimizer(torch.optim.SGD(model.parameters(), lr=0.03), sync)
         before = transport.meter.total().sent
@@ -112,7 +117,7 @@ def rank_main(transport: Any, steps: int, rank: int, model_name: str) -> dict[st
         def gz_bytes(before: int = before) -> float:
             return float((transport.meter.total().sent - before) / steps)
 
-        run(f"gradzip powersgd, {codec} factors", model, gz_step, gz_bytes)
+        run(f"gradzip powersgd, {label}", model, gz_step, gz_bytes)
     return results
 
 

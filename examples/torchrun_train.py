@@ -210,12 +210,7 @@ def train(args: argparse.Namespace) -> int:
         ddp = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=None if device is None else [device.index]
         )
-        try:
-            hook_state = register_gradzip_hook(ddp, scheme, transport=transport)
-        except ValueError as err:  # e.g. powersgd, which needs each parameter's matrix
-            if rank == 0:
-                print(f"error: {err}", file=sys.stderr)
-            return 2
+        hook_state = register_gradzip_hook(ddp, scheme, transport=transport)
         net, optimizer = ddp, sgd
     else:
         optimizer = CompressedOptimizer(sgd, GradientSync(transport, scheme=scheme))

@@ -221,6 +221,43 @@ def test_table_json_and_png(tmp_path: Path) -> None:
     assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_time_to_target_rows_table_and_curves(tmp_path: Path) -> None:
+    from gradzip.bench.cluster_target import (
+        format_targets,
+        target_figures,
+        window_means,
+        write_curves_png,
+    )
+
+    assert window_means([4.0, 2.0, 6.0, 0.0], 2) == [4.0, 3.0, 4.0, 3.0]
+
+    def figures(seconds: list[float], reached: int | None) -> dict[str, Any]:
+        return {"seconds": seconds, "mean_losses": [2.0, 1.5, 1.2, 1.0], "reached": reached}
+
+    # slowest rank per step 2, 3, 1, 4 s: 2, 5, 6, 10 s in all; the target met at the 3rd step
+    fp32 = target_figures([figures([2, 1, 1, 4], 2), figures([1, 3, 0.5, 1], 2)])
+    assert fp32["elapsed_s"] == [2, 5, 6, 10] and fp32["steps_to_target"] == 3
+    assert fp32["time_to_target_s"] == 6
+    fast = target_figures([figures([0.5] * 4, 1), figures([0.25] * 4, 1)])
+    assert fast["time_to_target_s"] == 1.0
+    never = target_figures([figures([1.0] * 4, None)] * 2)
+    assert never["time_to_target_s"] is None and never["steps_to_target"] is None
+    with pytest.raises(ValueError, match="disagree"):
+        target_figures([figures([1.0] * 4, 1), figures([1.0] * 4, 2)])
+    base = {"model": "fc-300-100", "world_size": 2, "rate": "100mbit"}
+    rows = [
+        {**base, "variant": "fp32", **fp32},
+        {**base, "variant": "gradzip:x", **fast},
+        {**base, "variant": "slow", **never},
+    ]
+    lines = format_targets(rows, 1.3, 2)
+    assert any(line.startswith("gradzip:x") and line.rstrip().endswith("6.00") for line in lines)
+    assert any(line.startswith("slow") and "not reached in 4 steps" in line for line in lines)
+    pytest.importorskip("matplotlib")
+    write_curves_png(tmp_path / "c.png", rows, 1.3, 2)
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def _cannot_build() -> str | None:
     return cluster_netns.missing_privilege()
 
@@ -282,3 +319,36 @@ def test_end_to_end_fc_300_100(tmp_path: Path) -> None:
     limited = by["100mbit", "fp32"]
     wire_ms = (limited["bytes_sent_per_rank"] - 64 * 1024) * 8 / 100e6 * 1e3
     assert limited["step_ms"] >= wire_ms > 50, (limited["step_ms"], wire_ms)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_end_to_end_time_to_target_with_gradzip_powersgd_in_the_hook(tmp_path: Path) -> None:
+    """``--target-loss``: every variant stops once its windowed loss reaches the target (the
+    ranks agree on the step), PowerSGD runs through gradzip's DDP hook on the real cluster, and
+    the curves are drawn."""
+    reason = _cannot_build()
+    if reason:
+        pytest.skip(reason)
+    out, curves = tmp_path / "cluster.json", tmp_path / "curves.png"
+    variants = ["fp32", "powersgd_r1", "gradzip:fp16+ef:powersgd[r1]"]
+    code = main(
+        ["bench", "cluster", "--model", "fc-300-100", "--world-sizes", "2", "--rates",
+         "100mbit", "--steps", "80", "--window", "5", "--target-loss", "1.2", "--timeout",
+         "300", "--variants", *variants, "--json", str(out), "--png", str(tmp_path / "b.png"),
+         "--curves-png", str(curves)]
+    )  # fmt: skip
+    assert code == 0
+    runs = {r["variant"]: r for r in json.loads(out.read_text())["runs"]}
+    for name in variants:
+        r = runs[name]
+        steps = r["steps_to_target"]
+        assert steps is not None and 5 <= steps < 80, (name, steps)
+        # it stopped at the target: one timed step's figures per step run, no more
+        assert len(r["mean_losses"]) == len(r["elapsed_s"]) == steps
+        assert sum(r["mean_losses"][-5:]) / 5 <= 1.2 < r["mean_losses"][0]
+        assert r["time_to_target_s"] == pytest.approx(r["elapsed_s"][-1])
+    # gradzip's PowerSGD sent real fp16 factor payloads through the hook: half torch's bytes
+    gradzip_bytes = runs["gradzip:fp16+ef:powersgd[r1]"]["payload_bytes_per_rank"]
+    assert 0 < gradzip_bytes < 0.7 * runs["powersgd_r1"]["bytes_sent_per_rank"]
+    assert curves.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -48,7 +48,8 @@ LOSSY_CONFIGS = [
     for comp, ef in LOSSY
     for name, cls in SCHEMES.items()
     if cls.compatible(gradzip.create(comp, **gradzip.get(comp).example_params))
-    and cls.exact_with_lossless_codec  # the hook refuses per-matrix schemes (PowerSGD)
+    # PowerSGD approximates each parameter (not the flat bucket): tests/test_powersgd.py
+    and not cls.needs_shapes
 ]
 NAN_STEP = 1  # the step at which rank 1 has a NaN gradient in the non-finite scenarios
 #: values per chunk of the chunked runs: buckets of about 25 values travel as several chunks
@@ -746,6 +747,47 @@ def test_a_bucket_failing_half_way_restores_the_whole_step() -> None:
     for message, restored, failed_step, continued, had in run_local(2, body, timeout=10.0):
         assert "step 1, bucket 1" in message and PayloadMismatchError.__name__ in message
         assert restored and had and failed_step == 1 and continued
+
+
+def test_powersgd_in_the_hook_skips_a_non_finite_step_on_every_rank_and_keeps_its_state() -> None:
+    """PowerSGD's warm starts and residuals live in the scheme, keyed by parameter: a step
+    some rank cannot take (a NaN in a weight, "skip") zeroes every bucket on every rank and
+    leaves them as they were, and the next step goes on from there."""
+    net = torch.nn.Sequential(torch.nn.Linear(12, 10), torch.nn.Linear(10, 9))
+    params = list(net.parameters())
+    shapes = [tuple(p.shape) for p in params]
+    layout = [(3, 2), (1, 0)]
+
+    def body(transport: Transport, poisoned: bool) -> tuple[list[torch.Tensor], bool, int]:
+        psgd = make_scheme("powersgd", gradzip.create("identity"), run_seed=RUN_SEED)
+        state = GradzipHookState(psgd, net, transport, on_nonfinite="skip")
+        _run_step(state, params, _grads(transport.rank, 0, shapes), layout)
+        before = psgd.state_dict()
+        assert set(before["q"]) == set(before["residual"]) == {0, 2}  # the two weights
+        unchanged, zeros = True, True
+        if poisoned:
+            grads = _grads(transport.rank, 1, shapes)
+            if transport.rank == 1:
+                grads[2][0, 0] = float("nan")
+            means = _run_step(state, params, grads, layout)
+            zeros = all(not m.any() for m in means)
+            after = psgd.state_dict()
+            unchanged = all(
+                torch.equal(after[part][i], before[part][i])
+                for part in ("q", "residual")
+                for i in before[part]
+            )
+        means = _run_step(state, params, _grads(transport.rank, 2, shapes), layout)
+        skipped = state.skipped_steps
+        state.close()
+        return means, unchanged and zeros, skipped
+
+    clean = run_local(2, lambda t: body(t, False))
+    poisoned = run_local(2, lambda t: body(t, True))
+    for (a, _, none_skipped), (b, kept, skipped) in zip(clean, poisoned, strict=True):
+        assert kept and (none_skipped, skipped) == (0, 1)
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+        assert len(a) == 4 and all(x.shape == p.shape for x, p in zip(a, params, strict=True))
 
 
 def test_abandoned_step_leaves_no_trace() -> None:

@@ -27,9 +27,9 @@ def compressor(name: str) -> Compressor:
 def pairs() -> list[tuple[str, str]]:
     return [
         (variant, name)
-        for variant, (scheme, _) in VARIANTS.items()
+        for variant in VARIANTS
         for name in COMPRESSORS
-        if gradzip.schemes.SCHEMES[scheme].compatible(compressor(name))
+        if gradzip.schemes.variant_accepts(variant, compressor(name))
     ]
 
 

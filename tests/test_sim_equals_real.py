@@ -12,7 +12,7 @@ from gradzip.comm.spawn import run_processes
 from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor
 from gradzip.optim import CompressedOptimizer
-from gradzip.schemes import SCHEMES, VARIANTS, make_variant
+from gradzip.schemes import VARIANTS, make_variant, variant_accepts
 from gradzip.sync import GradientSync
 
 BIASED = {"onebit", "topk", "randk", "threshold", "adaptive"}
@@ -29,7 +29,7 @@ def combinations() -> list[tuple[str, str, bool]]:
     out = []
     for variant, (scheme, _) in VARIANTS.items():
         for name in gradzip.names():
-            if not SCHEMES[scheme].compatible(compressor(name)):
+            if not variant_accepts(variant, compressor(name)):
                 continue
             ef = name in BIASED and scheme != "nested"
             out.append((variant, name, ef))

@@ -123,10 +123,20 @@ def _rates(text: str) -> list[str]:
 
 def _cmd_bench_cluster(args: argparse.Namespace) -> int:
     from gradzip.bench.cluster import main
+    from gradzip.bench.cluster_target import Target
 
     if args.steps < 1 or args.warmup < 2 or args.timeout <= 0:
         print("gradzip: --steps must be >= 1, --warmup >= 2, --timeout > 0", file=sys.stderr)
         return 2
+    if args.lr is not None and not args.lr > 0:
+        print("gradzip: --lr must be > 0", file=sys.stderr)
+        return 2
+    target = None
+    if args.target_loss is not None:
+        if not 1 <= args.window <= args.steps or not args.target_loss > 0:
+            print("gradzip: --window must be in [1, --steps], --target-loss > 0", file=sys.stderr)
+            return 2
+        target = Target(args.target_loss, args.window, args.curves_png)
     return main(
         world_sizes=args.world_sizes,
         rates=args.rates,
@@ -139,6 +149,8 @@ def _cmd_bench_cluster(args: argparse.Namespace) -> int:
         png_path=args.png,
         data=args.data,
         threads=args.threads,
+        target=target,
+        lr=args.lr,
     )
 
 
@@ -216,6 +228,19 @@ def _add_cluster_parser(bench_sub: argparse._SubParsersAction) -> None:  # type:
     p_cluster.add_argument(
         "--png", metavar="PATH", default="gradzip-cluster.png", help="the plot's path"
     )
+    p_cluster.add_argument("--lr", type=float, help="SGD learning rate (default: the model's)")
+    p_cluster.add_argument(
+        "--target-loss", type=float, metavar="L",
+        help="time to a target loss: each variant trains until the mean loss of its last "
+        "--window steps is at most L (or --steps run out); prints steps and seconds to it",
+    )  # fmt: skip
+    p_cluster.add_argument(
+        "--window", type=int, default=10, help="steps in the target loss's mean (default 10)"
+    )
+    p_cluster.add_argument(
+        "--curves-png", metavar="PATH", default="gradzip-cluster-curves.png",
+        help="with --target-loss: loss against training time, a line per variant",
+    )  # fmt: skip
     p_cluster.set_defaults(func=_cmd_bench_cluster)
 
 

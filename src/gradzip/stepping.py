@@ -77,9 +77,9 @@ def reduce_all_finite(
     advice: str = "",
 ) -> list[torch.Tensor] | None:
     """``scheme.reduce`` of each tensor (with tensor index ``indices[i]``) once every rank
-    agreed that all its ``tensors`` are finite; the agreement rides on the first tensor's
-    first message (:meth:`~gradzip.schemes.base.Scheme.reduce_if_all_finite`): for the
-    allgather scheme it costs no byte and no round.
+    agreed that all its ``tensors`` are finite
+    (:meth:`~gradzip.schemes.base.Scheme.reduce_many_if_all_finite`); the agreement rides on
+    the first message: for the allgather scheme and PowerSGD it costs no byte and no round.
 
     A NaN or Inf on any rank: with ``on_nonfinite="raise"``,
     :class:`~gradzip.errors.NonFiniteInputError` on every rank, naming the ranks; with
@@ -93,43 +93,34 @@ def reduce_all_finite(
     if not tensors:
         agree_all_finite(transport, tensors, step, on_nonfinite, where, advice)
         return []
-    first = _reduce_first(transport, scheme, tensors, indices[0], step)
-    if isinstance(first, list):
-        nonfinite_verdict(first, step, on_nonfinite, where, advice)
+    means, down = scheme.reduce_many_if_all_finite(
+        transport, tensors, indices, step, _finite_flag(scheme, tensors)
+    )
+    if down:
+        nonfinite_verdict(down, step, on_nonfinite, where, advice)
         return None
-    rest = [
-        scheme.reduce(transport, t, step, i) for t, i in zip(tensors[1:], indices[1:], strict=True)
-    ]
-    return [first, *rest]
+    return means
 
 
-def _reduce_first(
-    transport: Transport,
-    scheme: Scheme,
-    tensors: Sequence[torch.Tensor],
-    index: int,
-    step: int,
-) -> torch.Tensor | list[int]:
-    """The first tensor's ``reduce_if_all_finite``, this rank's flag covering all ``tensors``.
+def _finite_flag(scheme: Scheme, tensors: Sequence[torch.Tensor]) -> bool:
+    """This rank's flag for ``tensors``: whether they are all finite, as far as the scheme's
+    encoders do not check it themselves.
 
-    [CHOICE] Where the flag rides on the first message and that message is the tensor's own
-    payload (:class:`~gradzip.schemes.AllGatherDecode`, its own ``reduce_if_all_finite``), the
-    first tensor is not scanned beforehand: its encoder scans it anyway (the absmax of
+    [CHOICE] Where the flag rides on the first message and that message is the first tensor's
+    own payload (:class:`~gradzip.schemes.AllGatherDecode`, its own ``reduce_if_all_finite``),
+    the first tensor is not scanned beforehand: its encoder scans it anyway (the absmax of
     :meth:`~gradzip.compressors.base.Compressor.encode`) and refuses NaN and Inf with
     :class:`~gradzip.errors.NonFiniteInputError` before anything is sent or any state changes,
     and the flag goes down (an empty payload is sent). That refusal also covers a
     float64 value beyond the float32 range and an error-feedback sum ``g + e`` that overflows,
     which the encoder refuses while a scan would pass them: every rank then stops together
-    instead of one rank failing alone.
+    instead of one rank failing alone. A scheme whose first message encodes every tensor
+    (:attr:`~gradzip.schemes.base.Scheme.encodes_all_before_sending`, PowerSGD) scans none.
     """
+    if scheme.encodes_all_before_sending:
+        return True
     head, rest = tensors[0], tensors[1:]
-    rest_finite = all_finite(rest)
-    if not (rest_finite and flag_rides_on_payload(scheme)):
-        finite = rest_finite and all_finite([head])
-        return scheme.reduce_if_all_finite(transport, head, step, index, finite)
-    # the encoder refuses the tensor before anything is sent and the flag goes down
-    # (AllGatherDecode.encode_flagged)
-    return scheme.reduce_if_all_finite(transport, head, step, index, True)
+    return all_finite(rest) and (flag_rides_on_payload(scheme) or all_finite([head]))
 
 
 def flag_rides_on_payload(scheme: Scheme) -> bool:

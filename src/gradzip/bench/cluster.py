@@ -37,6 +37,7 @@ import gradzip
 from gradzip.bench.cluster_netns import ClusterNetwork, missing_privilege, sweep_stale
 from gradzip.bench.cluster_rank import MODEL_NAMES, PROGRESS, RankConfig
 from gradzip.bench.cluster_report import fill_references, format_table, make_row, write_json
+from gradzip.bench.cluster_target import Target
 from gradzip.bench.cluster_variants import Variant, select
 from gradzip.errors import GradzipError
 
@@ -192,9 +193,12 @@ def run(
     threads: int | None = None,
     json_path: str | None = None,
     png_path: str | None = None,
+    target: Target | None = None,
 ) -> list[dict[str, Any]]:
-    """Build, measure and tear down per world size; print the table; write JSON and PNG."""
+    """Build, measure and tear down per world size; print the table; write JSON and PNG (with
+    a ``target``, also the time to the target loss and its curves)."""
     from gradzip.bench.cluster_report import write_png
+    from gradzip.bench.cluster_target import format_targets, write_curves_png
 
     names = [v.name for v in variants]
     lr = DEFAULT_LR[model] if lr is None else lr
@@ -216,7 +220,7 @@ def run(
     try:
         for index, world in enumerate(world_sizes):
             rows.extend(_one_world(index, world, rates, model, steps, warmup, names, timeout,
-                                   data, batch, lr, threads))  # fmt: skip
+                                   data, batch, lr, threads, target))  # fmt: skip
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -226,6 +230,13 @@ def run(
         print(line)
     meta = {"steps": steps, "warmup": warmup, "batch": batch, "lr": lr, "data": data,
             "cpu_count": os.cpu_count(), "interleaved": "step by step within a chunk"}  # fmt: skip
+    if target is not None:
+        meta["target_loss"], meta["window"] = target.loss, target.window
+        for line in format_targets(rows, target.loss, target.window):
+            print(line)
+        if target.curves_png:
+            write_curves_png(target.curves_png, rows, target.loss, target.window)
+            print(f"wrote {target.curves_png}")
     if json_path:
         write_json(json_path, rows, meta)
         print(f"wrote {json_path}")
@@ -248,7 +259,10 @@ def _one_world(
     batch: int,
     lr: float,
     threads: int | None,
+    target: Target | None = None,
 ) -> list[dict[str, Any]]:
+    from gradzip.bench.cluster_target import target_figures
+
     net = ClusterNetwork(world, run=index)
     rows: list[dict[str, Any]] = []
     per_rank_threads = threads or max(1, (os.cpu_count() or 1) // world)
@@ -264,12 +278,17 @@ def _one_world(
                     master_port=MASTER_PORT + k, model=model, variants=plan, steps=steps,
                     warmup=warmup, batch=batch, lr=lr, data=data, threads=per_rank_threads,
                     timeout=timeout,
+                    target_loss=None if target is None else target.loss,
+                    window=10 if target is None else target.window,
                 )
                 for r in range(world)
             ]  # fmt: skip
             with tempfile.TemporaryDirectory(prefix="gradzip-cluster-") as tmp:
                 ranks = launch(net, configs, timeout, Path(tmp))
             block = [make_row(model, world, rate, name, ranks) for name in names]
+            if target is not None:
+                for row in block:
+                    row.update(target_figures([r["variants"][row["variant"]] for r in ranks]))
             rows.extend(block)
             print(
                 f"  P = {world}, rate {rate}: {len(names)} variants in {len(plan)} chunk(s), "
@@ -300,6 +319,8 @@ def main(
     png_path: str | None,
     data: str = "mnist",
     threads: int | None = None,
+    target: Target | None = None,
+    lr: float | None = None,
 ) -> int:
     """The command: 2 on bad input or missing privileges, 130 on SIGINT/SIGTERM, 1 on a failed
     run, else 0 (the namespaces are gone in every case)."""
@@ -317,8 +338,8 @@ def main(
         print(reason, file=sys.stderr)
         return 2
     try:
-        run(world_sizes, rates, model, steps, warmup, variants, timeout, data=data,
-            threads=threads, json_path=json_path, png_path=png_path)  # fmt: skip
+        run(world_sizes, rates, model, steps, warmup, variants, timeout, data=data, lr=lr,
+            threads=threads, json_path=json_path, png_path=png_path, target=target)  # fmt: skip
     except ClusterInterruptedError as err:
         print(f"gradzip bench cluster: {err}; namespaces removed", file=sys.stderr)
         return 130

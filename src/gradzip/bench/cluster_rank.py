@@ -63,6 +63,10 @@ class RankConfig:
     threads: int
     timeout: float
     device: str = RANK_DEVICE
+    #: time to a target loss: a variant stops once the mean loss of its last ``window`` timed
+    #: steps (each step's loss averaged over the ranks) is at most this; None: run every step
+    target_loss: float | None = None
+    window: int = 10
 
 
 @dataclass
@@ -74,6 +78,10 @@ class VariantFigures:
     rx_bytes: list[int] = field(default_factory=list)
     payload_bytes: list[int] | None = None  # gradzip's meter (sent), None for torch variants
     losses: list[float] = field(default_factory=list)
+    #: with a target loss: each timed step's loss averaged over the ranks (the same on every
+    #: rank), and the timed step at which the window's mean first reached the target
+    mean_losses: list[float] = field(default_factory=list)
+    reached: int | None = None
 
 
 def counter(device: str, name: str) -> int:
@@ -144,6 +152,21 @@ class Trainee:
         if self.meter is not None and fig.payload_bytes is not None:
             fig.payload_bytes.append(self.meter.total().sent - payload_before)
 
+    def check_target(self, config: RankConfig) -> None:
+        """After a timed step, with a target loss: the ranks' mean of the step's loss (an
+        all-gather on the default group, outside the timing: every rank gets the same list and
+        so the same mean and the same verdict), and whether the window's mean reached it."""
+        fig = self.figures
+        if config.target_loss is None or fig.reached is not None:
+            return
+        mine = torch.tensor([fig.losses[-1]], dtype=torch.float64)
+        every = [torch.empty_like(mine) for _ in range(config.world_size)]
+        dist.all_gather(every, mine)
+        fig.mean_losses.append(sum(float(t) for t in every) / config.world_size)
+        window = fig.mean_losses[-config.window :]
+        if len(window) == config.window and sum(window) / len(window) <= config.target_loss:
+            fig.reached = len(fig.mean_losses) - 1
+
 
 def run_rank(config: RankConfig) -> dict[str, Any]:
     """Everything one rank does (see the module docstring); its figures per variant."""
@@ -166,9 +189,15 @@ def run_rank(config: RankConfig) -> dict[str, Any]:
             for step, (x, y) in enumerate(data):
                 if os.getppid() != launcher:
                     raise SystemExit("the launcher died: stopping")  # no orphan runs on
-                for trainee in trainees:
+                # with a target loss, a variant that reached it trains no further
+                active = [t for t in trainees if t.figures.reached is None]
+                if not active:
+                    break
+                for trainee in active:
                     dist.barrier()
                     trainee.step(x, y, config.device, timed=step >= config.warmup)
+                    if step >= config.warmup:
+                        trainee.check_target(config)
                 if config.rank == 0:  # the launcher forwards these lines
                     print(
                         f"{PROGRESS}chunk {number}/{len(config.variants)}, step {step + 1}/"

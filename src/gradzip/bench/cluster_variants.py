@@ -100,6 +100,22 @@ VARIANT_TABLE: tuple[Variant, ...] = (
         error_feedback=True,
         label="topk-rice-qsgd",
     ),
+    # PowerSGD inside gradzip (its own error feedback; the factors as fp16 payloads: half the
+    # bytes of torch's hook at the same rank)
+    Variant("gradzip", "fp16", {}, "powersgd[r1]", error_feedback=True),
+    Variant("gradzip", "identity", {}, "powersgd[r1]", error_feedback=True, default=False),
+    Variant("gradzip", "fp16", {}, "powersgd[r4]", error_feedback=True, default=False),
+    # the factors as 8-bit QSGD codes summed exactly by a ring (the all-reduce-compatible
+    # integer sums): fewer bytes than all-gathered factors from P = 3 on, more rounds
+    Variant(
+        "gradzip",
+        "qsgd",
+        {"s": 127},
+        "powersgd[r1,allreduce]",
+        error_feedback=True,
+        default=False,
+        label="qsgd127",
+    ),
     # the other schemes each compressor fits, to compare when named with --variants
     Variant("gradzip", "dqsg", {"M": 2}, "ring", default=False),
     Variant("gradzip", "dqsg", {"M": 2}, "allreduce", default=False),

@@ -36,7 +36,7 @@ from gradzip.bench.collective_report import (
 )
 from gradzip.comm.spawn import run_processes
 from gradzip.compressors.registry import create
-from gradzip.schemes import SCHEMES, VARIANTS
+from gradzip.schemes import VARIANTS, variant_accepts
 
 DEFAULT_COMPRESSORS = ("dqsg", "ndqsg", "qsgd", "onebit")
 BIASED = frozenset({"onebit", "threshold", "adaptive", "topk"})  # run under error feedback
@@ -53,7 +53,7 @@ def plan(
         if schemes and label not in schemes and scheme not in schemes:
             continue
         for name in compressors or DEFAULT_COMPRESSORS:
-            if not SCHEMES[scheme].compatible(create(name)):
+            if not variant_accepts(label, create(name)):
                 skipped.append(f"{label} x {name} (incompatible)")
                 continue
             case = Case(label, scheme, name, name in BIASED, tuple(sorted(options.items())))

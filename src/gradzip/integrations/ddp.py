@@ -46,6 +46,10 @@ reaches the caller of ``loss.backward()`` with its own type. While buckets are i
 thread must not use the same process group (DDP does not: its own collectives run in the
 forward pass).
 
+A scheme that works on each tensor's shape (:attr:`~gradzip.schemes.base.Scheme.needs_shapes`:
+PowerSGD) gets the bucket's parameters one by one, each in its own shape under its model-order
+index, instead of the flat buffer; it keeps its warm starts and residuals per parameter itself.
+
 Error-feedback residuals are kept per parameter and re-assembled for each bucket (see
 :mod:`gradzip.integrations._residuals`), so keys and residuals survive DDP's bucket rebuild after
 the first iteration and a resumed run with another ``bucket_cap_mb``.
@@ -178,13 +182,6 @@ class GradzipHookState:
             raise ValueError(f"chunk_elements must be a positive integer, got {chunk_elements!r}")
         if not isinstance(scheme, Scheme):
             raise TypeError(f"GradzipHookState needs a gradzip Scheme, got {type(scheme).__name__}")
-        if not scheme.exact_with_lossless_codec:
-            # a DDP bucket reaches the hook as one flat tensor: a per-matrix method would find
-            # no matrix and send every bucket whole, compressing nothing
-            raise ValueError(
-                f"the {scheme.name} scheme approximates each parameter's matrix, and the DDP hook "
-                "reduces flat buckets; use it through GradientSync or CompressedOptimizer"
-            )
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         self.scheme = scheme
@@ -199,6 +196,7 @@ class GradzipHookState:
         self._parameters = [p for p in model.parameters() if p.requires_grad]
         self._index = {id(p): i for i, p in enumerate(self._parameters)}
         self._numels = [p.numel() for p in self._parameters]
+        self._shapes = [p.shape for p in self._parameters]
         self._residuals = ResidualStore(
             tuple(scheme.feedback), self._numels, [p.dtype for p in self._parameters]
         )
@@ -465,7 +463,7 @@ class GradzipHookState:
             self.transport,
             job.buffer.detach(),
             job.layout,
-            lambda flat, tensor_index: self._reduce_flat(flat, tensor_index, job.position),
+            lambda flat, _: self._reduce_flat(flat, job.layout, job.position),
         )
         if mean is None:  # some rank's bucket is not finite and on_nonfinite="skip"
             self._skip()
@@ -473,21 +471,46 @@ class GradzipHookState:
             self._deliver(job, mean)
 
     def _reduce_flat(
-        self, flat: torch.Tensor, tensor_index: int, position: int
+        self, flat: torch.Tensor, layout: BucketLayout | None, position: int
     ) -> torch.Tensor | None:
         """The bucket's mean once every rank agreed it is finite, the agreement riding on the
-        reduction's first message (:func:`~gradzip.stepping.reduce_all_finite`)."""
+        reduction's first message (:func:`~gradzip.stepping.reduce_all_finite`).
+
+        [CHOICE] The bucket is one tensor (key ``tensor_index`` = its smallest parameter
+        index), except for a scheme that :attr:`~gradzip.schemes.base.Scheme.needs_shapes`
+        (PowerSGD), which gets each parameter's gradient in its own shape under the
+        parameter's model-order index: its warm starts and residuals then belong to the
+        parameters and survive DDP's bucket rebuild."""
+        assert layout is not None
+        if self.scheme.needs_shapes:
+            tensors = [
+                flat[a:b].view(self._shapes[index])
+                for index, a, b, _, _ in layout.overlaps(0, layout.numel)
+            ]
+            indices: tuple[int, ...] = layout.params
+        else:
+            tensors, indices = [flat], (layout.tensor_index,)
         means = reduce_all_finite(
             self.transport,
             self.scheme,
-            [flat],
-            [tensor_index],
+            tensors,
+            indices,
             self.step,
             self.on_nonfinite,
             f", DDP bucket {position}",
             _ADVICE,
         )
-        return None if means is None else means[0]
+        if means is None:
+            return None
+        if not self.scheme.needs_shapes:
+            return means[0]
+        # every input was read before the means exist: they go back into the bucket's buffer
+        # (resident memory, not a fresh concatenation of up to 100 MB) where the dtype fits
+        if any(t.dtype != m.dtype for t, m in zip(tensors, means, strict=True)):
+            return torch.cat([m.reshape(-1) for m in means])
+        for tensor, mean in zip(tensors, means, strict=True):
+            tensor.copy_(mean)
+        return flat
 
     def _deliver(self, job: BucketJob, mean: torch.Tensor) -> None:
         if (mean.dtype, mean.device) == (job.buffer.dtype, job.buffer.device):
@@ -586,7 +609,7 @@ class GradzipHookState:
         parsed = parse_step_state(
             state, _STATE_VERSION, "DDP hook state", self.transport, self.scheme
         )
-        if any(parsed.buffers.values()):
+        if self.scheme.feedback and any(parsed.buffers.values()):
             raise CheckpointError(
                 "DDP hook state holds residuals in its scheme part; the hook keeps them per "
                 "parameter under 'residuals' (a GradientSync checkpoint does not fit the hook)"

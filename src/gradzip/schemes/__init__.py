@@ -45,6 +45,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "nested[server,dqsg-downlink]": ("nested", {"topology": "server", "downlink": "dqsg"}),
     "powersgd[r1]": ("powersgd", {"rank": 1}),
     "powersgd[r4]": ("powersgd", {"rank": 4}),
+    "powersgd[r1,allreduce]": ("powersgd", {"rank": 1, "factor_scheme": "allreduce"}),
 }
 
 
@@ -55,6 +56,16 @@ def make_variant(variant: str, compressor: Compressor, **options: Any) -> Scheme
     except KeyError:
         raise ValueError(f"unknown variant {variant!r}; choose one of {sorted(VARIANTS)}") from None
     return make_scheme(name, compressor, **{**preset, **options})
+
+
+def variant_accepts(variant: str, compressor: Compressor) -> bool:
+    """Whether :func:`make_variant` builds ``variant`` around ``compressor`` (the variant's
+    options included: PowerSGD's integer-sum factors need a quantizer on a shared grid)."""
+    try:
+        make_variant(variant, compressor)
+    except ValueError:
+        return False
+    return True
 
 
 def make_scheme(name: str, compressor: Compressor, **options: Any) -> Scheme:
@@ -80,4 +91,5 @@ __all__ = [
     "ServerIntegerSum",
     "make_scheme",
     "make_variant",
+    "variant_accepts",
 ]

@@ -11,7 +11,7 @@ snapshot it before a step, restore it when the step fails, and checkpoint it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -46,6 +46,13 @@ class Scheme(ABC):
     #: whether a lossless compressor (``identity``) gives the exact mean: False for a scheme
     #: that approximates by design (PowerSGD's low rank)
     exact_with_lossless_codec: ClassVar[bool] = True
+    #: whether the scheme works on each tensor's own shape (PowerSGD's matrices): a caller
+    #: holding several tensors in one flat buffer (a DDP bucket) hands them over one by one
+    needs_shapes: ClassVar[bool] = False
+    #: [CHOICE] whether :meth:`reduce_many_if_all_finite` passes every tensor through an
+    #: encoder that refuses NaN and Inf before its first message is sent, so that a caller
+    #: need not scan the tensors for the finite agreement (the refusal lowers the flag)
+    encodes_all_before_sending: ClassVar[bool] = False
 
     def __init__(
         self, compressor: Compressor, *, run_seed: int = 0, error_feedback: bool = False
@@ -119,6 +126,32 @@ class Scheme(ABC):
         if down:
             return down
         return self.reduce(transport, tensor, step, tensor_index)
+
+    def reduce_many_if_all_finite(
+        self,
+        transport: Transport,
+        tensors: Sequence[torch.Tensor],
+        indices: Sequence[int],
+        step: int,
+        finite: bool,
+    ) -> tuple[list[torch.Tensor], list[int]]:
+        """The means of ``tensors`` (tensor index ``indices[i]``) and ``[]``, or, when some
+        rank's ``finite`` flag is down, ``[]`` and those ranks (ascending, on every rank).
+
+        This default agrees on the flags with the first tensor (:meth:`reduce_if_all_finite`)
+        and reduces the others one by one; a scheme that sends several tensors in one message
+        overrides it. The buffers may have changed when ranks are returned: the caller
+        restores its :meth:`snapshot`."""
+        if not tensors:
+            raise ValueError("reduce_many_if_all_finite needs at least one tensor")
+        first = self.reduce_if_all_finite(transport, tensors[0], step, indices[0], finite)
+        if isinstance(first, list):
+            return [], first
+        rest = [
+            self.reduce(transport, t, step, i)
+            for t, i in zip(tensors[1:], indices[1:], strict=True)
+        ]
+        return [first, *rest], []
 
     # -- helpers for subclasses ---------------------------------------------------------------
     def encode_own(

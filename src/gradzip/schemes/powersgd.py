@@ -6,13 +6,14 @@ Optimization", NeurIPS 2019 (Alg. 1 and 2); the same method as PyTorch's ``power
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from gradzip.comm.transport import Transport
-from gradzip.compressors.base import Compressor
+from gradzip.compressors.base import Compressor, empty_output
 from gradzip.errors import CheckpointError, GradzipError
 from gradzip.feedback import Slot
 from gradzip.kernels import lowrank
@@ -21,14 +22,40 @@ from gradzip.keys import StreamKey
 from gradzip.rng import shared_uniform
 from gradzip.schemes.allgather_decode import AllGatherDecode
 from gradzip.schemes.base import Scheme, working_dtype
+from gradzip.schemes.integer_allreduce import IntegerAllreduce
 
 _STATE_VERSION = 1
-#: chunk numbers of the two factor payloads of a tensor (chunk 0: a tensor sent whole)
-P_CHUNK, Q_CHUNK = 1, 2
+#: the two messages of a reduction: the tensors sent whole with every ``P``, then every ``Q``
+FIRST, SECOND = 0, 1
+#: how the factors are averaged: all-gathered payloads decoded in rank order, or the
+#: all-reduce-compatible integer sums (a quantizer on a common scale, codes summed by a ring)
+FACTOR_SCHEMES = {"allgather": AllGatherDecode, "allreduce": IntegerAllreduce}
 #: the chunk of the key whose shared stream draws a tensor's first Q (never a payload's)
 _INIT_CHUNK = 3
 #: columns per parallel task of ``Q = M^T P`` (a block of each row stays in L1)
 _COLUMN_BLOCK = 256
+
+
+@dataclass
+class _Factors:
+    """One approximated tensor during a reduction: its matrix ``M + e`` and factors."""
+
+    index: int
+    matrix: torch.Tensor  # (n, m) float32, this rank's own: becomes the residual
+    qt: torch.Tensor  # (r, m): the warm start, then the mean of Q
+    pt: torch.Tensor  # (r, n): this rank's P, then the orthonormalised mean
+
+
+def _joined(parts: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """The parts flattened into one contiguous tensor of ``dtype``."""
+    if not parts:
+        return torch.empty(0, dtype=dtype)
+    return torch.cat([p.reshape(-1).to("cpu", dtype) for p in parts])
+
+
+def _split(flat: torch.Tensor, numels: list[int]) -> list[torch.Tensor]:
+    """``flat`` cut into consecutive pieces of ``numels`` elements (views)."""
+    return list(torch.split(flat, numels)) if numels else []
 
 
 class PowerSGD(Scheme):
@@ -39,11 +66,16 @@ class PowerSGD(Scheme):
     (warm start; the first from the shared stream, uniform in ``[-1, 1)``), ``P`` averaged over
     the ranks, orthonormalised (Gram-Schmidt), ``Q = (M + e)^T P`` averaged, and the result
     ``P Q^T``: the projection of the ranks' mean onto the span of ``P``, bit-identical on every
-    rank. The residual becomes ``(M + e) - P Q^T``. The two averages are all-gathers of
-    payloads of the factor codec (``compressor``: ``identity`` for float32 factors, as in the
-    paper; ``fp16``, ``bf16`` or a quantizer to send fewer bytes), decoded and summed in rank
-    order (:class:`AllGatherDecode`), so a lossy codec's error lands in the result and in the
-    residual, never in disagreement between ranks.
+    rank. The residual becomes ``(M + e) - P Q^T``. The two averages go through the factor
+    codec (``compressor``: ``identity`` for float32 factors, as in the paper; ``fp16``, ``bf16``
+    or a quantizer to send fewer bytes) and the factor scheme: ``"allgather"`` (default) sends
+    every rank's payload to every rank and decodes them in rank order
+    (:class:`AllGatherDecode`, any codec); ``"allreduce"`` quantizes on a scale common to the
+    ranks and sums the integer codes in a ring (:class:`IntegerAllreduce`: dqsg, qsgd, terngrad,
+    lpc), an exact integer sum whose bytes per rank stay near ``2 (P-1)/P`` of one payload as
+    ``P`` grows, at the price of a scale round and ``2 (P-1)`` ring steps per message. Either
+    way a lossy codec's error lands in the result and in the residual, never in disagreement
+    between ranks.
 
     Bits per rank and step for a compressed ``n x m`` tensor: the codec's payloads of ``r n``
     and ``r m`` values (with ``identity``: ``32 r (n + m)`` plus two headers), against ``32 n
@@ -66,6 +98,11 @@ class PowerSGD(Scheme):
     Precision: a compressed tensor is approximated in float32 whatever its dtype (a float64
     gradient's result is the float32 approximation widened, as the scheme contract's dtype).
 
+    Groups: :meth:`reduce_many_if_all_finite` takes several tensors (``GradientSync`` hands it
+    a step's gradients, the DDP hook a bucket's parameters, each in its own shape) in two
+    messages, as PyTorch's hook does per bucket; warm starts and residuals stay keyed by each
+    tensor's index, so the grouping changes nothing in the state.
+
     State: the warm-start ``Q`` and the residual of every compressed tensor (``state_dict``);
     both are replaced only once a reduction has completed, so a step that fails half way
     changes nothing.
@@ -74,6 +111,8 @@ class PowerSGD(Scheme):
     name = "powersgd"
     feedback_roles = ()
     exact_with_lossless_codec = False
+    needs_shapes = True
+    encodes_all_before_sending = True
 
     def __init__(
         self,
@@ -83,7 +122,12 @@ class PowerSGD(Scheme):
         error_feedback: bool = True,
         rank: int = 1,
         min_compression_rate: float = 2.0,
+        factor_scheme: str = "allgather",
     ) -> None:
+        if factor_scheme not in FACTOR_SCHEMES:
+            raise ValueError(
+                f"factor_scheme must be one of {sorted(FACTOR_SCHEMES)}, got {factor_scheme!r}"
+            )
         super().__init__(compressor, run_seed=run_seed, error_feedback=False)
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
             raise ValueError(f"rank must be an int >= 1, got {rank!r}")
@@ -94,7 +138,8 @@ class PowerSGD(Scheme):
         self.rank = rank
         self.min_compression_rate = float(min_compression_rate)
         self.keeps_residuals = error_feedback
-        self.factors = AllGatherDecode(compressor, run_seed=run_seed)
+        self.factor_scheme = factor_scheme
+        self.factors: Scheme = FACTOR_SCHEMES[factor_scheme](compressor, run_seed=run_seed)
         self.produced = self.factors.produced  # the factor payloads, for bit accounting
         self._q: dict[int, torch.Tensor] = {}
         self._residuals: dict[int, torch.Tensor] = {}
@@ -115,35 +160,119 @@ class PowerSGD(Scheme):
     def reduce(
         self, transport: Transport, tensor: torch.Tensor, step: int, tensor_index: int = 0
     ) -> torch.Tensor:
-        if not self.compresses(tensor.shape):
-            return self.factors.reduce(transport, tensor, step, tensor_index)
-        shape = tensor.shape
-        n = shape[0]
-        m = shape.numel() // n
+        means, down = self.reduce_many_if_all_finite(
+            transport, [tensor], [tensor_index], step, True
+        )
+        if down:
+            raise GradzipError(
+                f"powersgd: rank(s) {down} could not encode tensor {tensor_index} at step {step} "
+                "(non-finite values); nothing was updated"
+            )
+        return means[0]
+
+    def reduce_many_if_all_finite(
+        self,
+        transport: Transport,
+        tensors: Sequence[torch.Tensor],
+        indices: Sequence[int],
+        step: int,
+        finite: bool,
+    ) -> tuple[list[torch.Tensor], list[int]]:
+        """Every tensor in two messages, as PyTorch's hook does per bucket: the first carries
+        the tensors sent whole and every approximated tensor's ``P``, the second every ``Q``.
+
+        Keys: tensor index ``2 indices[0] + m`` for message ``m`` (:data:`FIRST`, then
+        :data:`SECOND`; unique in the step, as every index belongs to one group). Warm starts
+        and residuals are kept per tensor index, so any grouping of the tensors gives the same
+        state (and, with a codec that treats each value on its own, the same means). Every
+        tensor's values reach the first message (a non-finite gradient or residual sum makes
+        its ``P`` non-finite), which is scanned (it is small) and carries the agreed ``finite``
+        flag (in the payload's header with the all-gather). A flag down in the second message
+        (a ``Q`` that overflowed) raises :class:`~gradzip.errors.GradzipError`. Nothing
+        changes unless both succeed."""
+        if len(tensors) != len(indices) or not tensors:
+            raise ValueError(f"{len(tensors)} tensors but {len(indices)} tensor indices")
+        key_index = indices[0]
+        sets = [
+            self._factor_set(t, i) if self.compresses(t.shape) else None
+            for t, i in zip(tensors, indices, strict=True)
+        ]
+        whole = [t for t, f in zip(tensors, sets, strict=True) if f is None]
+        approximated = [f for f in sets if f is not None]
+        if finite:
+            for f in approximated:
+                call_parallel(lowrank.project, f.matrix.numpy(), f.qt.numpy(), f.pt.numpy())
+        # [CHOICE] the first message is float64 where a tensor sent whole is (its exact mean)
+        dtype = torch.float64 if any(t.dtype == torch.float64 for t in whole) else torch.float32
+        first = _joined(
+            [t.detach().reshape(-1) for t in whole] + [f.pt for f in approximated], dtype
+        )
+        mean, down = self._average(transport, first, step, key_index, FIRST, finite)
+        if down:
+            return [], down
+        parts = iter(
+            _split(mean, [t.numel() for t in whole] + [f.pt.numel() for f in approximated])
+        )
+        whole_means = [next(parts).view(t.shape).to(working_dtype(t.dtype)) for t in whole]
+        for f in approximated:
+            f.pt = next(parts).to(torch.float32).view(f.pt.shape).contiguous()
+            lowrank.orthonormalize(f.pt.numpy())
+            f.qt = torch.empty_like(f.qt)
+            call_parallel(
+                lowrank.back_project, f.matrix.numpy(), f.pt.numpy(), f.qt.numpy(), _COLUMN_BLOCK
+            )
+        if approximated:
+            second = _joined([f.qt for f in approximated], torch.float32)
+            mean, down = self._average(transport, second, step, key_index, SECOND, True)
+            if down:
+                raise GradzipError(
+                    f"powersgd: rank(s) {down} could not encode their Q factors of tensors "
+                    f"{list(indices)} at step {step} (non-finite values: the gradient or the "
+                    "residual overflowed); nothing was updated"
+                )
+            for f, qt in zip(
+                approximated, _split(mean, [f.qt.numel() for f in approximated]), strict=True
+            ):
+                f.qt = qt.view(f.qt.shape).contiguous()
+        approximations = []
+        for f in approximated:
+            approx = empty_output(f.matrix.numel()).view(f.matrix.shape)
+            call_parallel(lowrank.reconstruct, f.pt.numpy(), f.qt.numpy(), approx.numpy())
+            approximations.append(approx)
+        # the state changes only now, after every exchange has succeeded
+        for f, approx in zip(approximated, approximations, strict=True):
+            if self.keeps_residuals:
+                self._residuals[f.index] = f.matrix.sub_(approx)
+            self._q[f.index] = f.qt
+        whole_iter, approx_iter = iter(whole_means), iter(approximations)
+        means = [
+            next(whole_iter)
+            if f is None
+            else next(approx_iter).view(t.shape).to(working_dtype(t.dtype))
+            for t, f in zip(tensors, sets, strict=True)
+        ]
+        return means, []
+
+    def _factor_set(self, tensor: torch.Tensor, tensor_index: int) -> _Factors:
+        """The tensor's ``n x m`` matrix plus its residual (float32, a recycled array), the
+        warm start ``Q^T`` and room for ``P^T``."""
+        n = tensor.shape[0]
+        m = tensor.numel() // n
         r = min(self.rank, n, m)
-        matrix = tensor.detach().to("cpu", torch.float32).reshape(n, m)
+        gradient = tensor.detach().to("cpu", torch.float32).reshape(n, m)
+        # [CHOICE] M + e in a recycled array (gradzip.buffers): a fresh 64 MB tensor a step
+        # costs about 20 ms of page faults; the old residual is not touched (a failed step
+        # restores it) and returns to the pool once replaced
+        matrix = empty_output(n * m).view(n, m)
         residual = self._residuals.get(tensor_index)
         if residual is not None and residual.shape == matrix.shape:
-            matrix = matrix + residual
+            torch.add(gradient, residual, out=matrix)
         else:
-            matrix = matrix.contiguous().clone()
+            matrix.copy_(gradient)
         qt = self._q.get(tensor_index)
         if qt is None or qt.shape != (r, m):
             qt = self.initial_q(tensor_index, r, m)
-        pt = torch.empty(r, n, dtype=torch.float32)
-        call_parallel(lowrank.project, matrix.numpy(), qt.numpy(), pt.numpy())
-        pt = self._average(transport, pt, step, tensor_index, P_CHUNK)
-        lowrank.orthonormalize(pt.numpy())
-        qt = torch.empty(r, m, dtype=torch.float32)
-        call_parallel(lowrank.back_project, matrix.numpy(), pt.numpy(), qt.numpy(), _COLUMN_BLOCK)
-        qt = self._average(transport, qt, step, tensor_index, Q_CHUNK)
-        approx = torch.empty(n, m, dtype=torch.float32)
-        call_parallel(lowrank.reconstruct, pt.numpy(), qt.numpy(), approx.numpy())
-        # the state changes only now, after both exchanges have succeeded
-        if self.keeps_residuals:
-            self._residuals[tensor_index] = matrix.sub_(approx)
-        self._q[tensor_index] = qt
-        return approx.view(shape).to(working_dtype(tensor.dtype))
+        return _Factors(tensor_index, matrix, qt, torch.empty(r, n, dtype=torch.float32))
 
     def initial_q(self, tensor_index: int, r: int, m: int) -> torch.Tensor:
         """The first ``Q^T`` of a tensor: ``2u - 1`` for shared uniforms ``u`` (exact), the same
@@ -152,23 +281,23 @@ class PowerSGD(Scheme):
         return shared_uniform(key, r * m).mul_(2.0).sub_(1.0).view(r, m)
 
     def _average(
-        self, transport: Transport, factor: torch.Tensor, step: int, tensor_index: int, chunk: int
-    ) -> torch.Tensor:
-        """The ranks' mean of ``factor`` through the factor codec (a fresh contiguous tensor)."""
-        outgoing = self.factors.encode_flagged(
-            transport.rank, factor, step, tensor_index, True, chunk
+        self,
+        transport: Transport,
+        values: torch.Tensor,
+        step: int,
+        key_index: int,
+        message: int,
+        finite: bool,
+    ) -> tuple[torch.Tensor, list[int]]:
+        """The ranks' mean of ``values`` through the factor scheme, or the ranks whose flag is
+        down (this rank's is lowered by ``finite`` or by a non-finite value)."""
+        finite = finite and bool(torch.isfinite(values).all())
+        result = self.factors.reduce_if_all_finite(
+            transport, values, step, 2 * key_index + message, finite
         )
-        payloads, down = self.factors.gather_flagged(transport, outgoing, step)
-        if down:
-            raise GradzipError(
-                f"powersgd: rank(s) {down} could not encode their factor of tensor "
-                f"{tensor_index} at step {step} (non-finite values: the gradient or the "
-                "residual overflowed); nothing was updated"
-            )
-        mean = self.factors.average(
-            payloads, step, tensor_index, factor.shape, torch.float32, chunk=chunk
-        )
-        return mean.to(torch.float32).contiguous().clone()
+        if isinstance(result, list):
+            return values, result
+        return result, []
 
     # -- state ----------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, dict[Slot, torch.Tensor]]:
