@@ -134,12 +134,12 @@ def main() -> None:
         f"2 gloo ranks on loopback, {args.model}, rank {args.rank}, {args.steps} steps, batch 32 "
         "per rank; ms/step: median after 2 steps, slowest rank"
     )
-    print(f"{'variant':<36} {'ms/step':>8} {'MB/step':>9} {'loss 1st':>9} {'mean last 5':>12}")
+    print(f"{'variant':<48} {'ms/step':>8} {'MB/step':>9} {'loss 1st':>9} {'mean last 5':>12}")
     for name in ranks[0]:
         times = [max(r[name]["times"][i] for r in ranks) for i in range(args.steps)]
         losses = [statistics.fmean(r[name]["losses"][i] for r in ranks) for i in range(args.steps)]
         print(
-            f"{name:<36} {1e3 * statistics.median(times[2:]):>8.0f} "
+            f"{name:<48} {1e3 * statistics.median(times[2:]):>8.0f} "
             f"{ranks[0][name]['sent'] / 1e6:>9.3f} {losses[0]:>9.4f} "
             f"{statistics.fmean(losses[-5:]):>12.4f}"
         )

@@ -143,6 +143,35 @@ def test_factors_summed_as_integers_agree_on_every_rank_and_cost_less_at_four_ra
         PowerSGD(gradzip.create("identity"), factor_scheme="ring")
 
 
+def test_steps_before_start_step_send_the_exact_mean_and_keep_no_state() -> None:
+    """``start_step`` (PyTorch's start_powerSGD_iter): whole tensors before it, then the
+    power iteration from the shared first Q, as if those steps had not been."""
+    grads = [matrices(2, 30, 20, seed=20 + k) for k in range(3)]
+
+    def run(t: Transport, start: int) -> tuple[list[torch.Tensor], list[int]]:
+        s = scheme(rank=1, start_step=start)
+        means, states = [], []
+        for step in range(3):
+            means.append(s.reduce(t, grads[step][t.rank], step, 0))
+            states.append(len(s.state_dict()["q"]))
+        return means, states
+
+    late = run_local(2, lambda t: run(t, 2))[0]
+    early = run_local(2, lambda t: run(t, 0))[0]
+    for step in range(2):
+        exact = (grads[step][0] + grads[step][1]) / 2
+        assert torch.equal(late[0][step], exact)
+    assert late[1] == [0, 0, 1]
+    # the first compressed step starts from the shared first Q, with no residual: the same
+    # approximation as step 0 of a run that compresses from the start, of its own gradients
+    assert torch.equal(
+        late[0][2], run_local(2, lambda t: scheme(rank=1).reduce(t, grads[2][t.rank], 2, 0))[0]
+    )
+    assert not torch.equal(late[0][2], early[0][2])
+    with pytest.raises(ValueError, match="start_step"):
+        scheme(start_step=-1)
+
+
 def test_vectors_and_small_matrices_are_sent_whole() -> None:
     bias = [torch.randn(7), torch.randn(7)]
     small = [torch.randn(3, 3), torch.randn(3, 3)]

@@ -6,7 +6,8 @@ every link), then for each rate sets the limit and starts ``P`` rank processes i
 namespaces (``ip netns exec ... python -m gradzip.bench.cluster_rank``, :mod:`.cluster_rank`),
 which train the model under every variant (:mod:`.cluster_variants`) with torch.distributed gloo
 and DDP, the variants' steps interleaved so that the machine's load affects all alike. Rows,
-table, JSON and plot: :mod:`.cluster_report`.
+table, JSON and plot: :mod:`.cluster_report`; the time to a target loss (``--target-loss``):
+:mod:`.cluster_target`.
 
 The namespaces are always deleted: in a ``finally`` (errors included), and SIGINT / SIGTERM are
 turned into an exception that reaches it (the ranks, in sessions of their own, are killed

@@ -110,7 +110,10 @@ def write_curves_png(
             if r["variant"] == "none":
                 continue
             seconds = r["time_to_target_s"]
-            done = " (not reached)" if seconds is None else f" ({seconds:,.3g} s)"
+            if seconds is None:
+                done = " (not reached)"
+            else:
+                done = f" ({seconds:,.0f} s)" if seconds >= 100 else f" ({seconds:.1f} s)"
             means = window_means(r["mean_losses"], window)
             ax.plot(r["elapsed_s"], means, label=r["variant"] + done, lw=1.3)
         ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target}")

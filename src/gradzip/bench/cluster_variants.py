@@ -101,9 +101,11 @@ VARIANT_TABLE: tuple[Variant, ...] = (
         label="topk-rice-qsgd",
     ),
     # PowerSGD inside gradzip (its own error feedback; the factors as fp16 payloads: half the
-    # bytes of torch's hook at the same rank)
-    Variant("gradzip", "fp16", {}, "powersgd[r1]", error_feedback=True),
-    Variant("gradzip", "identity", {}, "powersgd[r1]", error_feedback=True, default=False),
+    # bytes of torch's hook at the same rank), its first two steps uncompressed as torch's
+    # (start_powerSGD_iter=2): both sides train the same warm-up steps alike
+    Variant("gradzip", "fp16", {}, "powersgd[r1,start2]", error_feedback=True),
+    Variant("gradzip", "fp16", {}, "powersgd[r1]", error_feedback=True, default=False),
+    Variant("gradzip", "identity", {}, "powersgd[r1,start2]", error_feedback=True, default=False),
     Variant("gradzip", "fp16", {}, "powersgd[r4]", error_feedback=True, default=False),
     # the factors as 8-bit QSGD codes summed exactly by a ring (the all-reduce-compatible
     # integer sums): fewer bytes than all-gathered factors from P = 3 on, more rounds
@@ -111,7 +113,7 @@ VARIANT_TABLE: tuple[Variant, ...] = (
         "gradzip",
         "qsgd",
         {"s": 127},
-        "powersgd[r1,allreduce]",
+        "powersgd[r1,allreduce,start2]",
         error_feedback=True,
         default=False,
         label="qsgd127",

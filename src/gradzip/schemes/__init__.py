@@ -46,6 +46,12 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "powersgd[r1]": ("powersgd", {"rank": 1}),
     "powersgd[r4]": ("powersgd", {"rank": 4}),
     "powersgd[r1,allreduce]": ("powersgd", {"rank": 1, "factor_scheme": "allreduce"}),
+    # as PyTorch's hook is usually run (and in gradzip bench cluster): two uncompressed steps
+    "powersgd[r1,start2]": ("powersgd", {"rank": 1, "start_step": 2}),
+    "powersgd[r1,allreduce,start2]": (
+        "powersgd",
+        {"rank": 1, "factor_scheme": "allreduce", "start_step": 2},
+    ),
 }
 
 

@@ -83,6 +83,11 @@ class PowerSGD(Scheme):
     one whose ``r (n + m) * min_compression_rate`` is not below ``n m`` (PyTorch's rule), is
     sent whole through the factor codec instead (with ``identity``: its exact float32 mean).
 
+    ``start_step`` (PyTorch's ``start_powerSGD_iter``, 0 by default): the steps before it send
+    every tensor whole through the factor codec (float32 with ``identity``, half precision with
+    ``fp16``) and leave the warm starts and residuals untouched; a few such steps at the start
+    of training spare it the low-rank error while the gradients change fastest.
+
     Variance and bias: the approximation is biased (it drops the mean's components outside the
     span of ``P``); error feedback (``error_feedback=True``, the default, as in the paper)
     carries them to the next steps, and the warm start makes the power iteration converge to
@@ -123,6 +128,7 @@ class PowerSGD(Scheme):
         rank: int = 1,
         min_compression_rate: float = 2.0,
         factor_scheme: str = "allgather",
+        start_step: int = 0,
     ) -> None:
         if factor_scheme not in FACTOR_SCHEMES:
             raise ValueError(
@@ -133,12 +139,15 @@ class PowerSGD(Scheme):
             raise ValueError(f"rank must be an int >= 1, got {rank!r}")
         if not isinstance(min_compression_rate, int | float) or not min_compression_rate >= 1:
             raise ValueError(f"min_compression_rate must be >= 1, got {min_compression_rate!r}")
+        if isinstance(start_step, bool) or not isinstance(start_step, int) or start_step < 0:
+            raise ValueError(f"start_step must be an int >= 0, got {start_step!r}")
         if not isinstance(error_feedback, bool):
             raise ValueError(f"error_feedback must be a bool, got {error_feedback!r}")
         self.rank = rank
         self.min_compression_rate = float(min_compression_rate)
         self.keeps_residuals = error_feedback
         self.factor_scheme = factor_scheme
+        self.start_step = start_step
         self.factors: Scheme = FACTOR_SCHEMES[factor_scheme](compressor, run_seed=run_seed)
         self.produced = self.factors.produced  # the factor payloads, for bit accounting
         self._q: dict[int, torch.Tensor] = {}
@@ -193,8 +202,10 @@ class PowerSGD(Scheme):
         if len(tensors) != len(indices) or not tensors:
             raise ValueError(f"{len(tensors)} tensors but {len(indices)} tensor indices")
         key_index = indices[0]
+        # before start_step every tensor travels whole and the state stays as it is
+        approximating = step >= self.start_step
         sets = [
-            self._factor_set(t, i) if self.compresses(t.shape) else None
+            self._factor_set(t, i) if approximating and self.compresses(t.shape) else None
             for t, i in zip(tensors, indices, strict=True)
         ]
         whole = [t for t, f in zip(tensors, sets, strict=True) if f is None]
