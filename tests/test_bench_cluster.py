@@ -53,6 +53,9 @@ def test_refuses_without_iproute2(
         (["--steps", "0"], "--steps must be >= 1"),
         (["--warmup", "1"], "--warmup >= 2"),
         (["--variants", "gradzip:nope:ring"], "unknown variant(s) gradzip:nope:ring"),
+        (["--target-loss", "0.4", "--steps", "5"], "--window must be in [1, --steps]"),
+        (["--target-loss", "-1", "--steps", "20"], "--target-loss > 0"),
+        (["--lr", "0"], "--lr must be > 0"),
     ],
 )
 def test_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
