@@ -229,10 +229,14 @@ def test_time_to_target_rows_table_and_curves(tmp_path: Path) -> None:
         format_targets,
         target_figures,
         window_means,
+        window_reached,
         write_curves_png,
     )
 
     assert window_means([4.0, 2.0, 6.0, 0.0], 2) == [4.0, 3.0, 4.0, 3.0]
+    # the ranks' stopping rule: a full window whose mean is at most the target
+    assert window_reached([9.0, 1.0, 0.5], 2, 0.75)
+    assert not window_reached([1.0, 0.6], 2, 0.75) and not window_reached([0.5], 2, 1.0)
 
     def figures(seconds: list[float], reached: int | None) -> dict[str, Any]:
         return {"seconds": seconds, "mean_losses": [2.0, 1.5, 1.2, 1.0], "reached": reached}

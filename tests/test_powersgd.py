@@ -4,6 +4,8 @@ survives a checkpoint and a failed step, bits independent of threads, and sim eq
 
 from __future__ import annotations
 
+from typing import Any
+
 import numba
 import pytest
 import torch
@@ -259,20 +261,26 @@ def net() -> torch.nn.Module:
     return model
 
 
+def batch(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank ``rank``'s fixed batch of a linear regression (the same at every step)."""
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(64, 32, generator=gen)
+    y = x[:, :4] * 2 + 0.1 * torch.randn(64, 4, generator=gen)
+    part = slice(32 * rank % 64, 32 * rank % 64 + 32)
+    return x[part], y[part]
+
+
 def train(transport: Transport, steps: int, codec: str = "identity") -> tuple[list[float], bytes]:
     """Train through CompressedOptimizer and PowerSGD; the losses and the parameters' bytes.
     Module level, so spawned processes can import it."""
     model = net()
     sync = GradientSync(transport, scheme=make_scheme("powersgd", gradzip.create(codec), rank=2))
     opt = CompressedOptimizer(torch.optim.SGD(model.parameters(), lr=0.2), sync)
-    gen = torch.Generator().manual_seed(7)
-    x = torch.randn(64, 32, generator=gen)
-    y = x[:, :4] * 2 + 0.1 * torch.randn(64, 4, generator=gen)
+    x, y = batch(transport.rank)
     losses = []
     for _ in range(steps):
-        part = slice(32 * transport.rank % 64, 32 * transport.rank % 64 + 32)
         opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(x[part]), y[part])
+        loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
         opt.step()
         losses.append(float(loss.detach()))
@@ -331,20 +339,43 @@ def test_a_nan_in_any_tensor_of_a_group_lowers_the_flag_on_every_rank_and_change
     gen = torch.Generator().manual_seed(2)
     grads = [[torch.randn(20, 16, generator=gen), torch.randn(5, generator=gen)] for _ in range(2)]
 
-    def run(t: Transport, poisoned: int) -> tuple[list[int], bool]:
-        s = scheme()
+    def run(t: Transport, poisoned: int, factor_scheme: str) -> tuple[list[int], bool]:
+        codec = "identity" if factor_scheme == "allgather" else "qsgd"
+        s = scheme(codec, factor_scheme=factor_scheme)
         s.reduce_many_if_all_finite(t, grads[t.rank], [0, 1], 0, True)
         before = s.snapshot()
         mine = [g.clone() for g in grads[t.rank]]
         if t.rank == 1:
             mine[poisoned].view(-1)[0] = float("inf")
-        # finite=True: the encoder itself refuses the value and lowers this rank's flag
+        # finite=True: the all-gather's encoder refuses the value and lowers this rank's flag;
+        # before the integer sum the message is scanned
         means, down = s.reduce_many_if_all_finite(t, mine, [0, 1], 1, True)
         return down, not means and s.snapshot() == before
 
-    for poisoned in (0, 1):  # in an approximated matrix, in a tensor sent whole
-        for down, unchanged in run_local(2, lambda t, k=poisoned: run(t, k)):  # type: ignore[misc]
-            assert down == [1] and unchanged
+    for factor_scheme in ("allgather", "allreduce"):
+        for poisoned in (0, 1):  # in an approximated matrix, in a tensor sent whole
+            for down, unchanged in run_local(
+                2,
+                lambda t, k=poisoned, f=factor_scheme: run(t, k, f),  # type: ignore[misc]
+                timeout=30.0,
+            ):
+                assert down == [1] and unchanged
+
+
+#: per step of a spawned rank's DDP run: the parameters (model positions) of each bucket
+_BUCKETS: list[list[tuple[int, ...]]] = []
+
+
+def _recording_hook(state: Any, bucket):  # type: ignore[no-untyped-def]
+    """gradzip's hook, noting which parameters each bucket of the step holds. ``bucket`` and
+    the result are unannotated: DDP refuses annotations other than the classes themselves, and
+    this module's annotations are strings."""
+    from gradzip.integrations.ddp import gradzip_hook
+
+    if bucket.index() == 0:
+        _BUCKETS.append([])
+    _BUCKETS[-1].append(tuple(state._index[id(p)] for p in bucket.parameters()))
+    return gradzip_hook(state, bucket)
 
 
 def _ddp_train(
@@ -358,43 +389,38 @@ def _ddp_train(
 
     from torch.nn.parallel import DistributedDataParallel
 
-    from gradzip.integrations.ddp import GradzipHookState, gradzip_hook
+    from gradzip.integrations.ddp import GradzipHookState
 
     model = net()
     opt = torch.optim.SGD(model.parameters(), lr=0.2)
     state = GradzipHookState(
         make_scheme("powersgd", gradzip.create("identity"), rank=2), model, transport
     )
-    start = 0
     if saved is not None:
         loaded = torch.load(io.BytesIO(saved), weights_only=True)
         model.load_state_dict(loaded["model"])
         state.load_state_dict(loaded["hook"])
-        start = loaded["hook"]["step"]
-    gen = torch.Generator().manual_seed(7)
-    x = torch.randn(64, 32, generator=gen)
-    y = x[:, :4] * 2 + 0.1 * torch.randn(64, 4, generator=gen)
-    part = slice(32 * transport.rank % 64, 32 * transport.rank % 64 + 32)
+    x, y = batch(transport.rank)
     for steps, bucket_mb in segments:
         ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_mb)
-        ddp.register_comm_hook(state, gradzip_hook)
+        ddp.register_comm_hook(state, _recording_hook)
         for _ in range(steps):
             opt.zero_grad()
-            torch.nn.functional.mse_loss(ddp(x[part]), y[part]).backward()
+            torch.nn.functional.mse_loss(ddp(x), y).backward()
             opt.step()
-        start += steps
     buf = io.BytesIO()
     torch.save({"model": model.state_dict(), "hook": state.state_dict()}, buf)
     state.close()
     return b"".join(p.detach().numpy().tobytes() for p in model.parameters()), buf.getvalue()
 
 
-def _ddp_runs(transport: Transport) -> dict[str, bytes]:
-    small, other = 0.001, 0.003  # several buckets, then others
+def _ddp_runs(transport: Transport) -> dict[str, Any]:
+    small, other = 0.0001, 0.0005  # bucket caps of about 100 and 500 bytes
     straight = _ddp_train(transport, [(2, small), (2, other)])[0]
+    layouts = list(_BUCKETS)
     _, saved = _ddp_train(transport, [(2, small)])
     resumed = _ddp_train(transport, [(2, other)], saved)[0]
-    return {"straight": straight, "resumed": resumed}
+    return {"straight": straight, "resumed": resumed, "layouts": layouts}
 
 
 @pytest.mark.distributed
@@ -404,6 +430,12 @@ def test_the_ddp_hook_approximates_each_parameter_and_resumes_in_other_buckets()
     factors it trains bit for bit as GradientSync on the parameters."""
     real = run_processes(2, _ddp_runs, timeout=60.0, run_timeout=180.0)
     reference = run_local(2, lambda t: train(t, 4))
+    layouts = real[0]["layouts"]
+    # each wrapper's first step holds every parameter in one bucket; the first wrapper's
+    # rebuilt buckets are several, the second wrapper's (another cap) are others
+    assert len(layouts) == 4 and len(layouts[0]) == len(layouts[2]) == 1
+    assert len(layouts[1]) > 1 and layouts[3] != layouts[1]
     for rank in range(2):
+        assert real[rank]["layouts"] == layouts
         assert real[rank]["straight"] == reference[rank][1]
         assert real[rank]["resumed"] == real[rank]["straight"]

@@ -76,8 +76,8 @@ def reduce_all_finite(
     where: str,
     advice: str = "",
 ) -> list[torch.Tensor] | None:
-    """``scheme.reduce`` of each tensor (with tensor index ``indices[i]``) once every rank
-    agreed that all its ``tensors`` are finite
+    """The scheme's means of ``tensors`` (tensor index ``indices[i]``) once every rank agreed
+    that all its ``tensors`` are finite
     (:meth:`~gradzip.schemes.base.Scheme.reduce_many_if_all_finite`); the agreement rides on
     the first message: for the allgather scheme and PowerSGD it costs no byte and no round.
 

@@ -36,6 +36,7 @@ import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 from torch.nn.parallel import DistributedDataParallel
 
 from gradzip.bench.cluster_netns import RANK_DEVICE
+from gradzip.bench.cluster_target import window_reached
 from gradzip.bench.cluster_variants import VARIANTS_BY_NAME, attach
 
 #: the command-line model names and the gradzip models they are
@@ -163,8 +164,7 @@ class Trainee:
         every = [torch.empty_like(mine) for _ in range(config.world_size)]
         dist.all_gather(every, mine)
         fig.mean_losses.append(sum(float(t) for t in every) / config.world_size)
-        window = fig.mean_losses[-config.window :]
-        if len(window) == config.window and sum(window) / len(window) <= config.target_loss:
+        if window_reached(fig.mean_losses, config.window, config.target_loss):
             fig.reached = len(fig.mean_losses) - 1
 
 

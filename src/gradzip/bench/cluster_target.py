@@ -44,6 +44,13 @@ def target_figures(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def window_reached(mean_losses: list[float], window: int, target: float) -> bool:
+    """Whether the last ``window`` losses are all there and their mean is at most ``target``
+    (what stops a variant, decided on every rank from the same list)."""
+    last = mean_losses[-window:]
+    return len(last) == window and sum(last) / window <= target
+
+
 def format_targets(rows: list[dict[str, Any]], target: float, window: int) -> list[str]:
     """Per model, world size and rate: the steps and seconds each variant took to the target,
     and how many times faster than fp32 it got there."""
@@ -65,7 +72,7 @@ def format_targets(rows: list[dict[str, Any]], target: float, window: int) -> li
             seconds = r["time_to_target_s"]
             if seconds is None:
                 ran = len(r["mean_losses"])
-                last = sum(r["mean_losses"][-window:]) / max(1, len(r["mean_losses"][-window:]))
+                last = window_means(r["mean_losses"], window)[-1] if ran else float("nan")
                 lines.append(
                     f"{r['variant']:<{width}}| not reached in {ran} steps "
                     f"({r['elapsed_s'][-1]:,.1f} s; last window's mean {last:.3f})"

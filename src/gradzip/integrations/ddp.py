@@ -505,9 +505,7 @@ class GradzipHookState:
         if not self.scheme.needs_shapes:
             return means[0]
         # every input was read before the means exist: they go back into the bucket's buffer
-        # (resident memory, not a fresh concatenation of up to 100 MB) where the dtype fits
-        if any(t.dtype != m.dtype for t, m in zip(tensors, means, strict=True)):
-            return torch.cat([m.reshape(-1) for m in means])
+        # (resident memory, not a fresh concatenation of up to 100 MB), in its dtype and device
         for tensor, mean in zip(tensors, means, strict=True):
             tensor.copy_(mean)
         return flat

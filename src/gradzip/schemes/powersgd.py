@@ -30,7 +30,9 @@ FIRST, SECOND = 0, 1
 #: how the factors are averaged: all-gathered payloads decoded in rank order, or the
 #: all-reduce-compatible integer sums (a quantizer on a common scale, codes summed by a ring)
 FACTOR_SCHEMES = {"allgather": AllGatherDecode, "allreduce": IntegerAllreduce}
-#: the chunk of the key whose shared stream draws a tensor's first Q (never a payload's)
+#: the chunk of the key whose shared stream draws a tensor's first Q: no encoder draws from a
+#: key of this chunk (payloads draw from chunk 0; a ring's integer messages only name
+#: themselves with theirs)
 _INIT_CHUNK = 3
 #: columns per parallel task of ``Q = M^T P`` (a block of each row stays in L1)
 _COLUMN_BLOCK = 256
@@ -149,6 +151,9 @@ class PowerSGD(Scheme):
         self.factor_scheme = factor_scheme
         self.start_step = start_step
         self.factors: Scheme = FACTOR_SCHEMES[factor_scheme](compressor, run_seed=run_seed)
+        # the all-gather's encoder refuses a non-finite value and lowers the flag itself
+        # (AllGatherDecode.encode_flagged); the integer sum's needs the values scanned first
+        self._scan_factors = not isinstance(self.factors, AllGatherDecode)
         self.produced = self.factors.produced  # the factor payloads, for bit accounting
         self._q: dict[int, torch.Tensor] = {}
         self._residuals: dict[int, torch.Tensor] = {}
@@ -195,8 +200,9 @@ class PowerSGD(Scheme):
         and residuals are kept per tensor index, so any grouping of the tensors gives the same
         state (and, with a codec that treats each value on its own, the same means). Every
         tensor's values reach the first message (a non-finite gradient or residual sum makes
-        its ``P`` non-finite), which is scanned (it is small) and carries the agreed ``finite``
-        flag (in the payload's header with the all-gather). A flag down in the second message
+        its ``P`` non-finite), which carries the agreed ``finite`` flag: in the payload's header
+        with the all-gather, whose encoder lowers it on a non-finite value; after a scan of the
+        message, and in a flag message of its own, with the integer sum. A flag down in the second message
         (a ``Q`` that overflowed) raises :class:`~gradzip.errors.GradzipError`. Nothing
         changes unless both succeed."""
         if len(tensors) != len(indices) or not tensors:
@@ -302,7 +308,8 @@ class PowerSGD(Scheme):
     ) -> tuple[torch.Tensor, list[int]]:
         """The ranks' mean of ``values`` through the factor scheme, or the ranks whose flag is
         down (this rank's is lowered by ``finite`` or by a non-finite value)."""
-        finite = finite and bool(torch.isfinite(values).all())
+        if self._scan_factors:
+            finite = finite and bool(torch.isfinite(values).all())
         result = self.factors.reduce_if_all_finite(
             transport, values, step, 2 * key_index + message, finite
         )
