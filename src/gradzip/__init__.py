@@ -8,6 +8,9 @@ Quick start::
     enc = comp.encode(torch.randn(1000), key)
     enc.wire_bits, enc.paper_bits, enc.entropy_bits
     g_hat = comp.decode(enc.payload, expected_key=key)
+
+Docstrings cite the project's algorithm specification: ``spec N.N`` refers to section N.N of
+``docs/spec/`` (and ``[CHOICE]``, ``[SEED]``, ... to its provenance tags, spec 0.1).
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ A truncated data part decodes to the wrong histogram and is caught there. Decodi
 number of steps, so it never hangs.
 
 References: J. Duda, "Asymmetric numeral systems" (2009/2013); R. Bamler, ``constriction``
-(https://bamler-lab.github.io/constriction/); spec 0.5 ``entropy_bits`` of ``ALGORITHMS.md``.
+(https://bamler-lab.github.io/constriction/); spec 0.5 (``entropy_bits``, docs/spec/).
 """
 
 from __future__ import annotations

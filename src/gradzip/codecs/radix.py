@@ -33,7 +33,7 @@ Everything is vectorised over the groups: the Python loops run over the ``k`` di
 limbs of one group, never over the symbols.
 
 References: radix (mixed-base) packing as in e.g. 5-trits-per-byte ternary encodings; spec 0.5
-of ``ALGORITHMS.md`` for the fixed-width baseline it replaces.
+(docs/spec/) for the fixed-width baseline it replaces.
 """
 
 from __future__ import annotations
