@@ -38,7 +38,7 @@ import torch
 
 from gradzip.compressors import create
 from gradzip.compressors.common import papers_scales
-from gradzip.experiments.shapes import MODEL_SHAPES, Shape
+from gradzip.models.shapes import MODEL_SHAPES, Shape
 from gradzip.keys import StreamKey
 
 

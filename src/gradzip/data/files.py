@@ -1,4 +1,4 @@
-"""Readers of the on-disk dataset formats, for :mod:`gradzip.experiments.data`.
+"""Readers of the on-disk dataset formats, for :mod:`gradzip.data.datasets`.
 
 Three formats, each decoded to NumPy ``uint8`` images and ``int64`` labels:
 

@@ -1,7 +1,7 @@
 """Layers that keep the DQSG authors' TensorFlow parameter layout inside PyTorch modules.
 
 The grouped codecs see a parameter's *storage* layout (One-bit groups along the first dimension,
-spec 1.9), so the models of :mod:`gradzip.experiments.models` store their parameters exactly as
+spec 1.9), so the models of :mod:`gradzip.models.paper` store their parameters exactly as
 the authors' TensorFlow code does [CODE: afshinabdi/DistributedTraining-CEO, ``models/*.py``]:
 
 * :class:`Dense`: weight ``[in, out]``, output ``x @ W + b`` (``layout="in_out"``); or PyTorch's

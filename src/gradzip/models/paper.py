@@ -25,7 +25,7 @@ logits; the loss is the mean softmax cross-entropy (``F.cross_entropy``).
   ReLU - LRN - maxpool (12 -> 6) - dropout - fc 2304x384 - ReLU - dropout - fc 384x192 - ReLU -
   dropout - fc 192x10. LRN is ``tf.nn.lrn(depth_radius=4, bias=1, alpha=0.001/9, beta=0.75)``,
   i.e. ``F.local_response_norm(size=9, alpha=0.001, beta=0.75, k=1)`` (see
-  :func:`~gradzip.experiments.layers.lrn` for the conversion).
+  :func:`~gradzip.models.layers.lrn` for the conversion).
 * **fc-300-100**: dropout - fc 784x300 - ReLU - dropout - fc 300x100 - ReLU - dropout - fc 100x10.
 * **dryden-mlp** (spec 5.7, Dryden et al.): 784-4096-4096-4096-10, ReLU, no dropout. Weights in
   PyTorch's ``[out, in]`` layout, so the Dryden codecs' default ``group="out"`` gives LBANN's one
@@ -61,8 +61,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 from torch import nn
 
-from gradzip.experiments.layers import ConvSame, Dense, lrn, max_pool_same, truncated_normal_
-from gradzip.experiments.shapes import Shape
+from gradzip.models.layers import ConvSame, Dense, lrn, max_pool_same, truncated_normal_
+from gradzip.models.shapes import Shape
 
 
 class PaperModel(nn.Module):
@@ -194,7 +194,7 @@ class ModelInfo:
     num_classes: int
     #: "tensorflow" (dense ``[in, out]``, conv ``[kh, kw, cin, cout]``) or "pytorch" (``[out, in]``)
     layout: str
-    #: key of :data:`gradzip.experiments.shapes.MODEL_SHAPES`, or None when the paper has none
+    #: key of :data:`gradzip.models.shapes.MODEL_SHAPES`, or None when the paper has none
     paper_name: str | None
     factory: Callable[[float], PaperModel]
 

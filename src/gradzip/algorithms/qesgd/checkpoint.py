@@ -1,11 +1,11 @@
 """Checkpoints of one rank of distributed QESGD (Algorithm 3,
-:class:`~gradzip.algorithms.qesgd_server.DistributedQESGD`): what a resumed rank needs to go on
+:class:`~gradzip.algorithms.qesgd.server.DistributedQESGD`): what a resumed rank needs to go on
 bit for bit, and the checks that refuse a checkpoint of another run.
 
 A checkpoint holds the rank layout (rank, world size), the settings a run must agree on (``b``,
 bucketing, batch, weight decay, output, server, run seed: a resumed run with another value would
 silently be another run), the epoch state (anchor, offset, offset sum, counters;
-:mod:`gradzip.algorithms.qesgd_state`) and the schedule (its float32 norms and ``c``). Every
+:mod:`gradzip.algorithms.qesgd.state`) and the schedule (its float32 norms and ``c``). Every
 check runs before anything is restored, so a refused checkpoint changes nothing.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from gradzip.algorithms.qesgd_schedule import DeltaSchedule
-from gradzip.algorithms.qesgd_state import EpochState
+from gradzip.algorithms.qesgd.schedule import DeltaSchedule
+from gradzip.algorithms.qesgd.state import EpochState
 from gradzip.errors import GradzipError
 
 _VERSION = 1

@@ -6,7 +6,8 @@ One SPMD object per rank, :class:`DistributedQESGD`, over any
 :class:`~gradzip.comm.transport.Transport` (simulated ranks or ``torch.distributed``), with
 bit-identical results; rank ``server`` (default 0) is also a worker. This module holds the
 algorithm's state and step; the messages, their keys and the failure notices are in
-:mod:`gradzip.algorithms.qesgd_messages`, the checkpoints in ``qesgd_checkpoint``.
+:mod:`gradzip.algorithms.qesgd.messages`, the checkpoints in
+:mod:`gradzip.algorithms.qesgd.checkpoint`.
 
 Per inner step (spec 2.2): worker ``j`` sends ``g_j = sum_{i in I_j} grad f_i(u)`` at ``u = w_t
 + z`` (fp32); the server adds the ``g_j`` in rank order, forms ``z_hat = z - eta_t (sum_j g_j /
@@ -43,17 +44,17 @@ from typing import Any
 
 import torch
 
-from gradzip.algorithms import qesgd_checkpoint as checkpoint
-from gradzip.algorithms.qesgd_codec import OffsetCodec
-from gradzip.algorithms.qesgd_messages import ANCHOR, CALIBRATE, CODES, GRAD, ServerLink
-from gradzip.algorithms.qesgd_schedule import (
+from gradzip.algorithms.qesgd import checkpoint
+from gradzip.algorithms.qesgd.codec import OffsetCodec
+from gradzip.algorithms.qesgd.messages import ANCHOR, CALIBRATE, CODES, GRAD, ServerLink
+from gradzip.algorithms.qesgd.schedule import (
     DeltaSchedule,
     bucket_count,
     bucket_norms,
     flatten,
     write_flat,
 )
-from gradzip.algorithms.qesgd_state import EpochState, check_output
+from gradzip.algorithms.qesgd.state import EpochState, check_output
 from gradzip.comm.transport import Transport
 from gradzip.errors import GradzipError
 
@@ -226,7 +227,7 @@ class DistributedQESGD:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         write_flat(params, self.step(flatten(grads) * count, lr, end_epoch))
 
-    # -- checkpoints (gradzip.algorithms.qesgd_checkpoint) ------------------------------------
+    # -- checkpoints (gradzip.algorithms.qesgd.checkpoint) ------------------------------------
     def _layout(self) -> dict[str, int]:
         return {"rank": self.transport.rank, "world_size": self.transport.world_size}
 

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gradzip.experiments.data_files import DatasetUnavailableError
+from gradzip.data.files import DatasetUnavailableError
 from gradzip.experiments.reproduce.common import Outcome, write_outcome
 
 

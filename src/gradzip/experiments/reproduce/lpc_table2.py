@@ -3,7 +3,7 @@ training loss on YearPredictionMSD (linear regression, d = 90, 3 levels).
 
 YearPredictionMSD cannot be downloaded here: the experiment reads the UCI file named by
 ``GRADZIP_YEARMSD_FILE`` (:mod:`gradzip.algorithms.svrg.yearmsd`) and raises
-:class:`~gradzip.experiments.data_files.DatasetUnavailableError`, one line saying how to supply
+:class:`~gradzip.data.files.DatasetUnavailableError`, one line saying how to supply
 it, before anything is run or written.
 
 Every method runs on :data:`~gradzip.experiments.reproduce.lpc_common.WORKERS` simulated

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gradzip.experiments import data
-from gradzip.experiments.data import DatasetUnavailableError
+from gradzip.data import datasets
+from gradzip.data import DatasetUnavailableError
 from gradzip.experiments.reproduce.common import Outcome
 from gradzip.experiments.reproduce.qesgd_table1 import Setting, run_table
 from gradzip.experiments.reproduce.user_data import fashion_mnist_dir, fashion_mnist_hint
@@ -42,7 +42,7 @@ def run(out: Path, quick: bool) -> Outcome:
     except DatasetUnavailableError as error:
         # the data are read before anything is written; say how to supply them for reproduce,
         # which has no --data-dir
-        looked = data_dir or data.DEBIAN_FASHION_MNIST_DIR  # read now: tests move it
+        looked = data_dir or datasets.DEBIAN_FASHION_MNIST_DIR  # read now: tests move it
         raise DatasetUnavailableError(
             f"{fashion_mnist_hint('qesgd-fmnist')}; none found in {looked}"
         ) from error

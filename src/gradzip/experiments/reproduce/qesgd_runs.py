@@ -30,7 +30,7 @@ import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 
 from gradzip.accounting import Encoded
 from gradzip.algorithms.qesgd import QESGDOptimizer
-from gradzip.algorithms.qesgd_schedule import DeltaSchedule, flatten
+from gradzip.algorithms.qesgd.schedule import DeltaSchedule, flatten
 from gradzip.compressors.identity import Identity
 from gradzip.compressors.qsgd_l2 import QSGDL2
 from gradzip.experiments.reproduce.common import Row
@@ -193,7 +193,7 @@ def train_classifier(
     evals_per_epoch: int = 1,
 ) -> Result:
     """Train a fresh ``build()`` with ``method``; test accuracy (%) after every epoch."""
-    from gradzip.experiments.data import EpochBatches
+    from gradzip.data.datasets import EpochBatches
 
     train_x, train_y, test_x, test_y = data
     model = build()
