@@ -26,10 +26,10 @@ from gradzip.algorithms.qesgd.schedule import (
 )
 
 __all__ = [
+    "MAX_BITS",
     "Batch",
     "DeltaSchedule",
     "EpochParameters",
-    "MAX_BITS",
     "bucket_count",
     "bucket_norms",
     "check_bits",

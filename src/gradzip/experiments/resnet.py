@@ -16,9 +16,9 @@ from gradzip.models.resnet import (
 )
 
 __all__ = [
+    "DEPTHS",
     "BasicBlock",
     "CifarResNet",
-    "DEPTHS",
     "resnet",
 ]
 

@@ -36,7 +36,7 @@ from gradzip.algorithms.dqgan.mnist_features import FeatureNet, cached_feature_n
 from gradzip.algorithms.dqgan.wgan import WGANGame
 from gradzip.data.datasets import load_dataset
 from gradzip.experiments.reproduce.common import Outcome, Row
-from gradzip.experiments.reproduce.dqgan_common import (
+from gradzip.experiments.reproduce.dqgan.common import (
     GanRun,
     bits_rows,
     eval_points,

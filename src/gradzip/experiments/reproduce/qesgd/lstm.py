@@ -31,7 +31,7 @@ import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 from gradzip.models.charlstm import CharLSTM, State, char_lstm
 from gradzip.data.corpus import CharBatches, Corpus, pydoc_corpus
 from gradzip.experiments.reproduce.common import Outcome, Row
-from gradzip.experiments.reproduce.qesgd_runs import (
+from gradzip.experiments.reproduce.qesgd.runs import (
     Method,
     Result,
     Schedule,

@@ -59,11 +59,6 @@ class Method:
         c = "" if self.c is None else f", c {self.c:g}"
         return f"{self.label} (wd {self.weight_decay:g}{bits}{c})"
 
-    @property
-    def slug(self) -> str:
-        c = "" if self.c is None else f"-c{self.c:g}"
-        return f"{self.kind}-wd{self.weight_decay:g}-b{self.bits or 32}{c}"
-
 
 @dataclass
 class Schedule:

@@ -1,7 +1,7 @@
 """``qesgd-table1``: Table 1 of the QESGD paper, SGD vs whole-vector QSGD vs QESGD with weight
 decay 0 / 1e-4 and 8 / 4 bits, on CIFAR-10 with a CIFAR ResNet (the paper: ResNet-56, 92.61% for
 SGD and 8-bit QESGD with weight decay 1e-4). The same eight runs on Fashion-MNIST, which runs
-here, are ``qesgd-fmnist`` (:mod:`.qesgd_fmnist`); both use :func:`run_table`.
+here, are ``qesgd-fmnist`` (:mod:`.fmnist`); both use :func:`run_table`.
 
 CIFAR-10 cannot be downloaded here: it is read from ``$GRADZIP_CIFAR10_DIR`` (the extracted
 ``cifar-10-batches-py`` of the python version); without it :func:`run` raises
@@ -29,7 +29,7 @@ import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 from gradzip.algorithms.qesgd.schedule import flatten, full_gradient
 from gradzip.data.datasets import load_dataset
 from gradzip.experiments.reproduce.common import Outcome, Row
-from gradzip.experiments.reproduce.qesgd_runs import (
+from gradzip.experiments.reproduce.qesgd.runs import (
     Method,
     Result,
     Schedule,
