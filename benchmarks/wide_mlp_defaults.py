@@ -22,8 +22,8 @@ import gradzip
 from gradzip.comm.spawn import run_processes
 from gradzip.comm.transport import Transport
 from gradzip.data.datasets import load_dataset
-from gradzip.models.paper import build_model
 from gradzip.integrations.ddp import register_gradzip_hook
+from gradzip.models.paper import build_model
 from gradzip.schemes import make_variant
 
 #: (label, compressor, params, scheme)

@@ -36,8 +36,8 @@ import gradzip
 from gradzip.comm.local import LocalTransport, run_local
 from gradzip.comm.pool import RankPool
 from gradzip.models.paper import build_model
-from gradzip.simulation.workers import WorkerGradients, WorkerStep, per_worker_gradients
 from gradzip.schemes import make_variant
+from gradzip.simulation.workers import WorkerGradients, WorkerStep, per_worker_gradients
 from gradzip.sync import GradientSync
 
 
