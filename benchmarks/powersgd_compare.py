@@ -44,8 +44,8 @@ def rank_main(transport: Any, steps: int, rank: int, model_name: str) -> dict[st
 
     import gradzip
     from gradzip.bench.cluster_variants import waited_powersgd_hook
-    from gradzip.experiments.data import load_dataset
-    from gradzip.experiments.models import build_model
+    from gradzip.data.datasets import load_dataset
+    from gradzip.models.paper import build_model
     from gradzip.optim import CompressedOptimizer
     from gradzip.schemes import PowerSGD
     from gradzip.sync import GradientSync

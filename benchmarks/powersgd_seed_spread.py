@@ -24,7 +24,7 @@ import gradzip
 from gradzip.bench.cluster_rank import MODEL_SEED, RankConfig, batches
 from gradzip.comm.local import run_local
 from gradzip.comm.transport import Transport
-from gradzip.experiments.models import build_model
+from gradzip.models.paper import build_model
 from gradzip.optim import CompressedOptimizer
 from gradzip.schemes import PowerSGD
 from gradzip.sync import GradientSync

@@ -21,9 +21,9 @@ from torch.nn.parallel import DistributedDataParallel
 import gradzip
 from gradzip.comm.spawn import run_processes
 from gradzip.comm.transport import Transport
-from gradzip.experiments.data import load_dataset
-from gradzip.experiments.models import build_model
+from gradzip.data.datasets import load_dataset
 from gradzip.integrations.ddp import register_gradzip_hook
+from gradzip.models.paper import build_model
 from gradzip.schemes import make_variant
 
 #: (label, compressor, params, scheme)

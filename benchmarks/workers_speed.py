@@ -35,9 +35,9 @@ from torch.nn.functional import cross_entropy
 import gradzip
 from gradzip.comm.local import LocalTransport, run_local
 from gradzip.comm.pool import RankPool
-from gradzip.experiments.models import build_model
-from gradzip.experiments.workers import WorkerGradients, WorkerStep, per_worker_gradients
+from gradzip.models.paper import build_model
 from gradzip.schemes import make_variant
+from gradzip.simulation.workers import WorkerGradients, WorkerStep, per_worker_gradients
 from gradzip.sync import GradientSync
 
 

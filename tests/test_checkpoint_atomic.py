@@ -212,7 +212,7 @@ def test_checkpoint_errors_are_gradzip_and_value_errors() -> None:
 # -- the algorithms' own checkpoints ----------------------------------------------------------
 def test_qesgd_optimizer_loads_all_or_nothing() -> None:
     from gradzip.algorithms.qesgd import QESGDOptimizer
-    from gradzip.algorithms.qesgd_schedule import DeltaSchedule
+    from gradzip.algorithms.qesgd.schedule import DeltaSchedule
 
     model = net()
     opt = QESGDOptimizer(model.parameters(), 0.1, steps_per_epoch=2,

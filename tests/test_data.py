@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from gradzip.errors import GradzipError
-from gradzip.experiments import data
-from gradzip.experiments.data import (
+from gradzip.data import datasets as data
+from gradzip.data.datasets import (
     DatasetFormatError,
     DatasetUnavailableError,
     EpochBatches,
@@ -22,7 +21,8 @@ from gradzip.experiments.data import (
     load_dataset,
     random_crop_flip,
 )
-from gradzip.experiments.data_files import read_idx, write_idx
+from gradzip.data.files import read_idx, write_idx
+from gradzip.errors import GradzipError
 
 MNIST_TRAIN_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
 MNIST_TEST_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]

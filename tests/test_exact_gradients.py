@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gradzip.experiments.models import MODELS, build_model
-from gradzip.experiments.workers import PerWorkerGradients, WorkerGradients
+from gradzip.models.paper import MODELS, build_model
+from gradzip.simulation.workers import PerWorkerGradients, WorkerGradients
 
 WORKERS = 3
 

@@ -38,7 +38,7 @@ from gradzip.comm.local import run_local
 from gradzip.comm.transport import LENGTH_PREFIX_BYTES, Transport
 from gradzip.compressors.identity import Identity
 from gradzip.compressors.qsgd import QSGD
-from gradzip.experiments.data_files import DatasetFormatError, DatasetUnavailableError
+from gradzip.data.files import DatasetFormatError, DatasetUnavailableError
 from gradzip.keys import StreamKey
 
 # -- proximal operators --------------------------------------------------------------------------

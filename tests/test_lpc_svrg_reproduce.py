@@ -107,8 +107,8 @@ def test_figure3_claim_verdicts_need_a_real_difference() -> None:
     """Panel (c)'s verdicts compare final gaps with a 10% margin: a 0.4% difference (the
     quick run's 27.1 vs 27.0) is not "slower"; and ALPC-SVRG's "fastest" compares rounds to
     the deep target, or final gaps where a curve never gets there."""
-    from gradzip.experiments.reproduce.lpc_common import Curve
-    from gradzip.experiments.reproduce.lpc_fig3 import DEEP_TARGET, claims
+    from gradzip.experiments.reproduce.lpc.common import Curve
+    from gradzip.experiments.reproduce.lpc.panels import DEEP_TARGET, claims
 
     def curve(label: str, gaps: list[float]) -> Curve:
         steps = list(range(0, 10 * len(gaps), 10))

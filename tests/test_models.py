@@ -10,15 +10,15 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch.func import functional_call, grad, vmap
 
-from gradzip.experiments.layers import (
+from gradzip.models.layers import (
     TRUNCATED_STD_FACTOR,
     ConvSame,
     Dense,
     lrn,
     max_pool_same,
 )
-from gradzip.experiments.models import MODELS, build_model, model_info
-from gradzip.experiments.shapes import MODEL_SHAPES, parameter_count
+from gradzip.models.paper import MODELS, build_model, model_info
+from gradzip.models.shapes import MODEL_SHAPES, parameter_count
 
 PAPER_MODELS = ["fc-300-100", "lenet", "cifarnet"]
 COUNTS = {"fc-300-100": 266_610, "lenet": 1_663_370, "cifarnet": 1_068_298}

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from gradzip.algorithms.qesgd import QESGDOptimizer
-from gradzip.algorithms.qesgd_codec import OffsetCodec
-from gradzip.algorithms.qesgd_schedule import (
+from gradzip.algorithms.qesgd.codec import OffsetCodec
+from gradzip.algorithms.qesgd.schedule import (
     DeltaSchedule,
     bucket_norms,
     contraction_factor,
@@ -22,7 +22,7 @@ from gradzip.algorithms.qesgd_schedule import (
     full_gradient,
     theory_delta,
 )
-from gradzip.algorithms.qesgd_server import DistributedQESGD
+from gradzip.algorithms.qesgd.server import DistributedQESGD
 from gradzip.comm.local import run_local
 from gradzip.comm.spawn import run_processes
 from gradzip.comm.transport import LENGTH_PREFIX_BYTES, Transport

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from gradzip.algorithms.qesgd import QESGDOptimizer
-from gradzip.algorithms.qesgd_codec import OffsetCodec, deltas_digest
-from gradzip.algorithms.qesgd_schedule import DeltaSchedule, bucket_norms
-from gradzip.algorithms.qesgd_server import DistributedQESGD
+from gradzip.algorithms.qesgd.codec import OffsetCodec, deltas_digest
+from gradzip.algorithms.qesgd.schedule import DeltaSchedule, bucket_norms
+from gradzip.algorithms.qesgd.server import DistributedQESGD
 from gradzip.comm.local import run_local
 from gradzip.comm.transport import Transport
 from gradzip.errors import GradzipError, NonFiniteInputError, PayloadMismatchError

@@ -1,6 +1,6 @@
 """Distributed QESGD split along its seam: the server-worker messages and failure notices
-(``qesgd_messages``) work on their own, with any server rank, and ``DistributedQESGD`` keeps its
-public API in ``qesgd_server`` within the project's file-size rule."""
+(``qesgd.messages``) work on their own, with any server rank, and ``DistributedQESGD`` keeps its
+public API in ``qesgd.server`` within the project's file-size rule."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import gradzip.algorithms.qesgd_server as qesgd_server
-from gradzip.algorithms.qesgd_messages import ANCHOR, CODES, GRAD, ServerLink
+import gradzip.algorithms.qesgd.server as qesgd_server
+from gradzip.algorithms.qesgd.messages import ANCHOR, CODES, GRAD, ServerLink
 from gradzip.comm.local import run_local
 from gradzip.comm.transport import Transport
 from gradzip.errors import GradzipError, NonFiniteInputError
@@ -71,5 +71,5 @@ def test_distributed_qesgd_keeps_its_api_within_the_file_size_rule() -> None:
     ]
     # one responsibility per file, at most about 250 lines (the project's small-file rule)
     here = Path(qesgd_server.__file__).parent
-    for name in ("qesgd_server.py", "qesgd_messages.py", "qesgd_checkpoint.py"):
+    for name in ("server.py", "messages.py", "checkpoint.py"):
         assert len((here / name).read_text().splitlines()) <= 260, name

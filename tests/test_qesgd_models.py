@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from gradzip.compressors.qsgd_l2 import QSGDL2
-from gradzip.experiments.charlstm import char_lstm
-from gradzip.experiments.corpus import CharBatches, encode_text, pydoc_corpus
-from gradzip.experiments.resnet import resnet
+from gradzip.data.corpus import CharBatches, encode_text, pydoc_corpus
 from gradzip.keys import StreamKey
+from gradzip.models.charlstm import char_lstm
+from gradzip.models.resnet import resnet
 from gradzip.payload import parse_payload
 
 

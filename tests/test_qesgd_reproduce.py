@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gradzip.cli import main
-from gradzip.experiments.data import DEBIAN_FASHION_MNIST_DIR
+from gradzip.data import DEBIAN_FASHION_MNIST_DIR
 from gradzip.experiments.reproduce import EXPERIMENTS
 from gradzip.experiments.reproduce.user_data import CIFAR10_ENV, FASHION_MNIST_ENV
 
@@ -56,9 +56,9 @@ def test_table1_without_cifar10_fails_in_one_line(
 def test_fmnist_without_the_debian_package_fails_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gradzip.experiments import data
+    from gradzip.data import datasets
 
-    monkeypatch.setattr(data, "DEBIAN_FASHION_MNIST_DIR", tmp_path / "missing")
+    monkeypatch.setattr(datasets, "DEBIAN_FASHION_MNIST_DIR", tmp_path / "missing")
     out = tmp_path / "new"
     assert main(["reproduce", "qesgd-fmnist", "--quick", "--out", str(out)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -70,9 +70,9 @@ def test_fmnist_without_the_debian_package_fails_in_one_line(
 def test_fmnist_reads_the_directory_named_by_its_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gradzip.experiments import data
+    from gradzip.data import datasets
 
-    monkeypatch.setattr(data, "DEBIAN_FASHION_MNIST_DIR", tmp_path / "missing")
+    monkeypatch.setattr(datasets, "DEBIAN_FASHION_MNIST_DIR", tmp_path / "missing")
     monkeypatch.setenv(FASHION_MNIST_ENV, str(tmp_path / "mine"))
     out = tmp_path / "new"
     assert main(["reproduce", "qesgd-fmnist", "--quick", "--out", str(out)]) == 1

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from gradzip.cli import main
-from gradzip.experiments.data import DatasetUnavailableError
-from gradzip.experiments.reproduce import fig4, table3
+from gradzip.data.datasets import DatasetUnavailableError
+from gradzip.experiments.reproduce.dqsg import fig4, table3
 from gradzip.experiments.reproduce.user_data import CIFAR10_ENV, CIFAR10_FILES
 
 

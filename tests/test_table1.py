@@ -7,8 +7,7 @@ import math
 import pytest
 
 import gradzip
-from gradzip.experiments.shapes import MODEL_SHAPES, parameter_count
-from gradzip.tables import (
+from gradzip.experiments.reproduce.dqsg.bit_counts import (
     DQSG_M2,
     PAPER_TABLE1,
     TABLE1_METHODS,
@@ -19,6 +18,7 @@ from gradzip.tables import (
     table1_cell,
     table1_cells,
 )
+from gradzip.models.shapes import MODEL_SHAPES, parameter_count
 
 # spec 6.6: every cell within 0.25% of the paper
 TOLERANCE = 0.0025
@@ -32,7 +32,7 @@ def _need(codec: str) -> None:
 # The paper's FC-300-100 TernGrad figure (426.2) exceeds n*log2(3) + 32*#tensors = 422.76 by
 # 0.81%, and no shape-only rule (extra scalars per tensor, per layer, per row or column, per
 # element, or per fixed-size bucket) also keeps LeNet and CifarNet within 0.25%; see
-# test_terngrad_gap_has_no_per_tensor_explanation and the module docstring of gradzip.tables.
+# test_terngrad_gap_has_no_per_tensor_explanation and docs/reproduction.md (DQSG, Table 1).
 TERNGRAD_FC_XFAIL = pytest.mark.xfail(
     strict=True,
     reason="paper's FC-300-100 TernGrad 426.2 Kbit is 0.81% above n*log2(3) + 32*#tensors; "

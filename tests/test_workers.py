@@ -7,7 +7,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.functional import cross_entropy
 
-from gradzip.experiments.workers import WorkerGradients, per_worker_gradients
+from gradzip.simulation.workers import WorkerGradients, per_worker_gradients
 
 # batched and separate matrix products may sum in different orders: equal up to rounding only
 TOL = {torch.float32: (1e-5, 1e-6), torch.float64: (1e-12, 1e-14)}

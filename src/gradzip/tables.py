@@ -1,162 +1,42 @@
-"""Reproduce the bit-count tables of the seed papers by running the real compressors.
+"""Deprecated: Table 1 of the DQSG paper moved to
+:mod:`gradzip.experiments.reproduce.dqsg.bit_counts`; run it as ``gradzip reproduce dqsg-table1``.
 
-Table 1 of the DQSG paper (seed 000, spec 1.10) lists the raw Kbits one worker sends per
-iteration for three models. It depends only on the parameter shapes, so :func:`table1` rebuilds
-it without training: it encodes one random tensor per parameter of each model (in order, one
-:class:`~gradzip.keys.StreamKey` per tensor) with the registered compressor and sums the
-``paper_bits`` the payloads report (spec 0.5; 1 Kbit = 1000 bits). Nothing is hard-coded but the
-paper's own numbers, which sit beside ours for comparison. ``python -m gradzip.tables`` prints it.
-
-Findings (spec 1.9-1.10):
-
-* Baseline, DQSGD, QSGD and One-bit reproduce exactly (to the paper's rounding) for FC-300-100
-  and LeNet. The CifarNet row's DQSGD/QSGD (1690) and One-bit (1251) figures are both 0.21%
-  below the shape count (1693.5, 1253.6): the same factor 0.9979 on both, while the CifarNet
-  baseline is exact, so it looks like an averaging artefact in the authors' logs, not a rule.
-* TernGrad [SEED-R: TernGrad is QSG with M = 1; the paper gives no bit rule of its own]:
-  ``n*log2(3) + 32*#tensors`` gives 422.8 / 2636.6 / 1693.5 Kbit against the paper's 426.2 /
-  2641.2 / 1692: within 0.25% for LeNet (-0.17%) and CifarNet (+0.09%), 0.81% short for
-  FC-300-100. The FC gap (3441 bits) would need at least 427 extra bits per tensor to fall
-  within 0.25%, while CifarNet tolerates at most 299, so no per-tensor or per-layer overhead
-  (scalar sharing, a second scalar) fits; per-element, per-row, per-column and fixed-bucket
-  overheads fail the same way (FC needs more than CifarNet, which is 4x larger, allows). "19
-  float32 scalars per tensor" reproduces FC and LeNet to the digit (426.2, 2641.2) but puts
-  CifarNet 0.43% high, and has no basis in the seed. We therefore keep the plain rule and
-  report the FC cell as not reproduced (its test is ``xfail(strict=True)``).
-
-References: Abdi & Fekri, "Nested Dithered Quantization for Communication Reduction in
-Distributed Training" (ICLR 2019 submission), Table 1 and Section 4.
+Kept for compatibility only (old imports keep working, with a ``DeprecationWarning``); it will be
+removed. ``python -m gradzip.tables`` is gone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+import warnings
 
-import torch
-
-from gradzip.compressors import create
-from gradzip.compressors.common import papers_scales
-from gradzip.experiments.shapes import MODEL_SHAPES, Shape
-from gradzip.keys import StreamKey
-
-
-@dataclass(frozen=True)
-class Method:
-    """One column of Table 1: the paper's label and the registry compressor that implements it."""
-
-    label: str
-    codec: str
-    params: Mapping[str, Any] = field(default_factory=dict)
-
-
-#: Table 1's columns. QSGD is the seed's QSG: the stochastic quantizer with ``s = 1`` level and
-#: the max norm (spec 1.9); TernGrad uses the compressor's defaults.
-TABLE1_METHODS: tuple[Method, ...] = (
-    Method("Baseline", "identity"),
-    Method("DQSGD", "dqsg", {"M": 1}),
-    Method("QSGD", "qsgd", {"s": 1, "norm": "max"}),
-    Method("TernGrad", "terngrad"),
-    # group="out" is one (mu+, mu-) pair per slice V.reshape(shape[0], -1); on the authors'
-    # [in, out] layout these are the rows, their grouping of spec 1.9
-    Method("One-Bit", "onebit", {"group": "out"}),
+from gradzip.experiments.reproduce.dqsg.bit_counts import (
+    DQSG_M2,
+    PAPER_TABLE1,
+    TABLE1_METHODS,
+    Method,
+    Table1Row,
+    format_table1,
+    model_paper_bits,
+    table1,
+    table1_cell,
+    table1_cells,
 )
 
-#: The extra figure quoted in Section 4 (NDQSG comparison): FC-300-100 with DQSG at M = 2.
-DQSG_M2 = Method("DQSGD M=2", "dqsg", {"M": 2})
+__all__ = [
+    "DQSG_M2",
+    "PAPER_TABLE1",
+    "TABLE1_METHODS",
+    "Method",
+    "Table1Row",
+    "format_table1",
+    "model_paper_bits",
+    "table1",
+    "table1_cell",
+    "table1_cells",
+]
 
-#: Paper Table 1, raw Kbits per worker per iteration, plus the M = 2 figure of Section 4.
-PAPER_TABLE1: dict[tuple[str, str], float] = {
-    ("FC-300-100", "Baseline"): 8531.5,
-    ("FC-300-100", "DQSGD"): 422.8,
-    ("FC-300-100", "QSGD"): 422.8,
-    ("FC-300-100", "TernGrad"): 426.2,
-    ("FC-300-100", "One-Bit"): 342.6,
-    ("LeNet", "Baseline"): 53227.8,
-    ("LeNet", "DQSGD"): 2636.7,
-    ("LeNet", "QSGD"): 2636.7,
-    ("LeNet", "TernGrad"): 2641.2,
-    ("LeNet", "One-Bit"): 1897.8,
-    ("CifarNet", "Baseline"): 34185.5,
-    ("CifarNet", "DQSGD"): 1690.0,
-    ("CifarNet", "QSGD"): 1690.0,
-    ("CifarNet", "TernGrad"): 1692.0,
-    ("CifarNet", "One-Bit"): 1251.0,
-    ("FC-300-100", "DQSGD M=2"): 619.2,
-}
-
-
-@dataclass(frozen=True)
-class Table1Row:
-    """One cell of Table 1: our Kbit count next to the paper's."""
-
-    model: str
-    method: str
-    codec: str
-    kbits: float
-    paper_kbits: float
-
-    @property
-    def rel_diff(self) -> float:
-        """``ours / paper - 1`` (0.0025 is a 0.25% excess)."""
-        return self.kbits / self.paper_kbits - 1.0
-
-
-def table1_cells() -> list[tuple[str, Method]]:
-    """Every (model, method) cell of Table 1 in row order, then the FC-300-100 M = 2 figure."""
-    cells = [(model, method) for model in MODEL_SHAPES for method in TABLE1_METHODS]
-    cells.append(("FC-300-100", DQSG_M2))
-    return cells
-
-
-def model_paper_bits(
-    codec: str, params: Mapping[str, Any], shapes: Iterable[Shape], seed: int = 0
-) -> float:
-    """Sum of ``paper_bits`` over one encode per parameter tensor of a model.
-
-    The tensors are standard normal (the counts depend only on the shapes); tensor ``k`` is sent
-    under ``StreamKey(run_seed=seed, tensor_index=k)``, as one worker's step would be.
-    """
-    compressor = create(codec, **papers_scales(codec, params))  # the paper's per-tensor scales
-    gen = torch.Generator().manual_seed(seed)
-    total = 0.0
-    for k, shape in enumerate(shapes):
-        grad = torch.randn(shape, generator=gen)
-        total += compressor.encode(grad, StreamKey(run_seed=seed, tensor_index=k)).paper_bits
-    return total
-
-
-def table1_cell(model: str, method: Method, seed: int = 0) -> Table1Row:
-    """Compute one cell of Table 1 with the registered compressor."""
-    bits = model_paper_bits(method.codec, method.params, MODEL_SHAPES[model], seed)
-    described = create(method.codec, **papers_scales(method.codec, method.params)).describe()
-    return Table1Row(
-        model, method.label, described, bits / 1000.0, PAPER_TABLE1[model, method.label]
-    )
-
-
-def table1(seed: int = 0) -> list[Table1Row]:
-    """All cells of Table 1 (plus FC-300-100 DQSG M = 2), computed by running the compressors."""
-    return [table1_cell(model, method, seed) for model, method in table1_cells()]
-
-
-def format_table1(rows: Iterable[Table1Row]) -> str:
-    """Plain-text table: model, method, our Kbit, the paper's Kbit and the relative difference."""
-    header = f"{'model':<11} {'method':<10} {'ours Kbit':>10} {'paper Kbit':>10} {'diff':>8}  codec"
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        lines.append(
-            f"{r.model:<11} {r.method:<10} {r.kbits:>10.1f} {r.paper_kbits:>10.1f} "
-            f"{100 * r.rel_diff:>+7.2f}%  {r.codec}"
-        )
-    return "\n".join(lines)
-
-
-def main() -> None:
-    """Print Table 1 as computed here beside the paper's numbers."""
-    print(format_table1(table1()))
-
-
-if __name__ == "__main__":
-    main()
+warnings.warn(
+    "gradzip.tables is deprecated; import from gradzip.experiments.reproduce.dqsg.bit_counts",
+    DeprecationWarning,
+    stacklevel=2,
+)

@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn import functional
 
 from gradzip.algorithms.dqgan.init import init_uniform_
-from gradzip.experiments.data import Dataset
+from gradzip.data.datasets import Dataset
 
 FEATURES = 64
 

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from gradzip.algorithms.svrg.problems import LeastSquares
-from gradzip.experiments.data_files import DatasetFormatError, DatasetUnavailableError
+from gradzip.data.files import DatasetFormatError, DatasetUnavailableError
 
 YEARMSD_ENV = "GRADZIP_YEARMSD_FILE"
 TRAIN_ROWS = 463_715

@@ -13,20 +13,26 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gradzip.experiments.data_files import DatasetUnavailableError
+from gradzip.data import DatasetUnavailableError
 from gradzip.experiments.reproduce.common import Outcome, write_outcome
 
 
 @dataclass(frozen=True)
 class Experiment:
-    """One reproducible table or figure: its id, a one-line summary, the rough ``--quick`` wall
-    time on 2 cores, and the module of this package whose ``run(out, quick)`` computes it
-    (imported only when the experiment runs)."""
+    """One reproducible table or figure: its id, a one-line summary and the rough ``--quick``
+    wall time on 2 cores. The id names the module whose ``run(out, quick)`` computes it
+    (imported only when the experiment runs): ``<paper>-<name>`` is ``<paper>/<name>.py`` of
+    this package, e.g. ``dqsg-table1`` is :mod:`gradzip.experiments.reproduce.dqsg.table1`."""
 
     id: str
     summary: str
     quick_seconds: int
-    module: str
+
+    @property
+    def module(self) -> str:
+        """The dotted path of the id's module, relative to this package (``dqsg.table1``)."""
+        paper, _, name = self.id.partition("-")
+        return f"{paper}.{name.replace('-', '_')}"
 
     def run(self, out: Path, quick: bool) -> Outcome:
         module = importlib.import_module(f"{__name__}.{self.module}")
@@ -36,41 +42,29 @@ class Experiment:
 
 _TABLE = (
     # seed 000: DQSG / NDQSG (Abdi & Fekri)
-    Experiment("dqsg-table1", "DQSG Table 1: raw Kbit per worker per iteration", 5, "table1"),
-    Experiment("dqsg-table2", "DQSG Table 2: entropy Kbit per worker, 32 workers", 40, "table2"),
-    Experiment("dqsg-table3", "DQSG Table 3: CifarNet accuracy (needs CIFAR-10)", 190, "table3"),
-    Experiment("dqsg-fig4", "DQSG Figure 4: final accuracy vs workers, MNIST", 25, "fig4"),
-    Experiment("dqsg-fig5", "DQSG Figure 5: NDQSG vs DQSG M=2 vs baseline, FC-300-100", 45, "fig5"),
+    Experiment("dqsg-table1", "DQSG Table 1: raw Kbit per worker per iteration", 5),
+    Experiment("dqsg-table2", "DQSG Table 2: entropy Kbit per worker, 32 workers", 40),
+    Experiment("dqsg-table3", "DQSG Table 3: CifarNet accuracy (needs CIFAR-10)", 190),
+    Experiment("dqsg-fig4", "DQSG Figure 4: final accuracy vs workers, MNIST", 25),
+    Experiment("dqsg-fig5", "DQSG Figure 5: NDQSG vs DQSG M=2 vs baseline, FC-300-100", 45),
     # seed 001: QESGD
-    Experiment(
-        "qesgd-table1", "QESGD Table 1: SGD/QSGD/QESGD (needs CIFAR-10)", 35, "qesgd_table1"
-    ),
-    Experiment(
-        "qesgd-fmnist", "QESGD Table 1 setting on Fashion-MNIST, ResNet-20", 30, "qesgd_fmnist"
-    ),
-    Experiment("qesgd-lstm", "QESGD RNN figure: 2-layer char LSTM on pydoc text", 15, "qesgd_lstm"),
-    Experiment(
-        "qesgd-table2", "QESGD Table 2: bits per epoch, parameter server", 5, "qesgd_table2"
-    ),
+    Experiment("qesgd-table1", "QESGD Table 1: SGD/QSGD/QESGD (needs CIFAR-10)", 35),
+    Experiment("qesgd-fmnist", "QESGD Table 1 setting on Fashion-MNIST, ResNet-20", 30),
+    Experiment("qesgd-lstm", "QESGD RNN figure: 2-layer char LSTM on pydoc text", 15),
+    Experiment("qesgd-table2", "QESGD Table 2: bits per epoch, parameter server", 5),
     # seed 002: LPC-SVRG / ALPC-SVRG
-    Experiment("lpc-fig3a", "LPC-SVRG Fig. 3(a): loss vs rounds, bits; Syn-512", 20, "lpc_fig3a"),
-    Experiment("lpc-fig3b", "LPC-SVRG Fig. 3(b): loss vs rounds, bits; Syn-1024", 30, "lpc_fig3b"),
-    Experiment("lpc-fig3c", "LPC-SVRG Fig. 3(c): Syn-20k with clipping", 15, "lpc_fig3c"),
-    Experiment("lpc-clipping", "LPC-SVRG: clipping vs error and loss, Syn-20k", 10, "lpc_clipping"),
-    Experiment("lpc-table2", "LPC-SVRG Table 2: bits to a loss, YearMSD", 10, "lpc_table2"),
+    Experiment("lpc-fig3a", "LPC-SVRG Fig. 3(a): loss vs rounds, bits; Syn-512", 20),
+    Experiment("lpc-fig3b", "LPC-SVRG Fig. 3(b): loss vs rounds, bits; Syn-1024", 30),
+    Experiment("lpc-fig3c", "LPC-SVRG Fig. 3(c): Syn-20k with clipping", 15),
+    Experiment("lpc-clipping", "LPC-SVRG: clipping vs error and loss, Syn-20k", 10),
+    Experiment("lpc-table2", "LPC-SVRG Table 2: bits to a loss, YearMSD", 10),
     # seed 003: DQGAN
-    Experiment(
-        "dqgan-bilinear", "DQGAN: OMD vs GDA, EF with top-k, bilinear game", 5, "dqgan_bilinear"
-    ),
-    Experiment(
-        "dqgan-mixture", "DQGAN vs CPOAdam(-GQ): 2-D Gaussian-mixture WGAN", 20, "dqgan_mixture"
-    ),
-    Experiment(
-        "dqgan-mnist", "DQGAN vs CPOAdam(-GQ): MNIST DCGAN, Frechet distance", 15, "dqgan_mnist"
-    ),
+    Experiment("dqgan-bilinear", "DQGAN: OMD vs GDA, EF with top-k, bilinear game", 5),
+    Experiment("dqgan-mixture", "DQGAN vs CPOAdam(-GQ): 2-D Gaussian-mixture WGAN", 20),
+    Experiment("dqgan-mnist", "DQGAN vs CPOAdam(-GQ): MNIST DCGAN, Frechet distance", 15),
     # seed 004: Dryden et al.
-    Experiment("dryden-accuracy", "Dryden et al.: MNIST accuracy of four quantizers", 30, "dryden"),
-    Experiment("dryden-volume", "Dryden et al.: data volume per mini-batch", 35, "dryden_volume"),
+    Experiment("dryden-accuracy", "Dryden et al.: MNIST accuracy of four quantizers", 30),
+    Experiment("dryden-volume", "Dryden et al.: data volume per mini-batch", 35),
 )
 EXPERIMENTS: dict[str, Experiment] = {e.id: e for e in _TABLE}
 

@@ -2,7 +2,7 @@
 
 Each is named by an environment variable, checked before anything is written, so that a missing
 data set ends the experiment with one line saying how to supply it
-(:class:`~gradzip.experiments.data.DatasetUnavailableError`, exit status 1) and no half-written
+(:class:`~gradzip.data.datasets.DatasetUnavailableError`, exit status 1) and no half-written
 report directory.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gradzip.experiments import data
-from gradzip.experiments.data import DatasetUnavailableError
+from gradzip.data import datasets
+from gradzip.data import DatasetUnavailableError
 
 #: The environment variable naming the user's CIFAR-10 directory.
 CIFAR10_ENV = "GRADZIP_CIFAR10_DIR"
@@ -56,7 +56,7 @@ def fashion_mnist_hint(experiment_id: str) -> str:
     return (
         f"{experiment_id} needs Fashion-MNIST, which cannot be downloaded here: install "
         f"Debian's dataset-fashion-mnist (`make data`, or `apt-get install "
-        f"dataset-fashion-mnist`; files in {data.DEBIAN_FASHION_MNIST_DIR}) or set "
+        f"dataset-fashion-mnist`; files in {datasets.DEBIAN_FASHION_MNIST_DIR}) or set "
         f"{FASHION_MNIST_ENV}=DIR where DIR holds the four IDX files "
         "(train-images-idx3-ubyte[.gz], ...)"
     )

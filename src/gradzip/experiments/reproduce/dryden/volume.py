@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from gradzip.experiments.reproduce.common import Outcome, Row
-from gradzip.experiments.reproduce.dryden import METHODS, THRESHOLD_TAU
+from gradzip.experiments.reproduce.dryden.accuracy import METHODS, THRESHOLD_TAU
 from gradzip.experiments.reproduce.runs import Run, run_training
 
 FULL_STEPS, QUICK_STEPS = 24, 8

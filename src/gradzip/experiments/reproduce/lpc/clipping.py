@@ -31,8 +31,8 @@ from gradzip.algorithms.svrg import LeastSquares, make_synthetic
 from gradzip.algorithms.svrg.sampling import local_batch
 from gradzip.compressors.lpc import LPC
 from gradzip.experiments.reproduce.common import Outcome, Row
-from gradzip.experiments.reproduce.lpc_common import FLOOR, WORKERS, Method, run_curve
-from gradzip.experiments.reproduce.lpc_fig3 import setting
+from gradzip.experiments.reproduce.lpc.common import FLOOR, WORKERS, Method, run_curve
+from gradzip.experiments.reproduce.lpc.panels import setting
 from gradzip.keys import StreamKey
 
 LEVELS, BITS = 7, 4

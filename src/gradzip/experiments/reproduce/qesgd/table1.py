@@ -1,11 +1,11 @@
 """``qesgd-table1``: Table 1 of the QESGD paper, SGD vs whole-vector QSGD vs QESGD with weight
 decay 0 / 1e-4 and 8 / 4 bits, on CIFAR-10 with a CIFAR ResNet (the paper: ResNet-56, 92.61% for
 SGD and 8-bit QESGD with weight decay 1e-4). The same eight runs on Fashion-MNIST, which runs
-here, are ``qesgd-fmnist`` (:mod:`.qesgd_fmnist`); both use :func:`run_table`.
+here, are ``qesgd-fmnist`` (:mod:`.fmnist`); both use :func:`run_table`.
 
 CIFAR-10 cannot be downloaded here: it is read from ``$GRADZIP_CIFAR10_DIR`` (the extracted
 ``cifar-10-batches-py`` of the python version); without it :func:`run` raises
-:class:`~gradzip.experiments.data.DatasetUnavailableError` before anything is trained or
+:class:`~gradzip.data.datasets.DatasetUnavailableError` before anything is trained or
 written.
 
 The runs are single-machine, as in the paper (Algorithm 2 for QESGD), with batch 128, initial
@@ -26,10 +26,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 
-from gradzip.algorithms.qesgd_schedule import flatten, full_gradient
-from gradzip.experiments.data import load_dataset
+from gradzip.algorithms.qesgd.schedule import flatten, full_gradient
+from gradzip.data.datasets import load_dataset
 from gradzip.experiments.reproduce.common import Outcome, Row
-from gradzip.experiments.reproduce.qesgd_runs import (
+from gradzip.experiments.reproduce.qesgd.runs import (
     Method,
     Result,
     Schedule,
@@ -38,7 +38,7 @@ from gradzip.experiments.reproduce.qesgd_runs import (
     train_classifier,
 )
 from gradzip.experiments.reproduce.user_data import cifar10_dir as user_cifar10_dir
-from gradzip.experiments.resnet import resnet
+from gradzip.models.resnet import resnet
 
 #: Table 1 of the seed (ResNet-56 on CIFAR-10, test accuracy %), row by row.
 METHODS = (
@@ -134,7 +134,7 @@ class Augmented(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training:
-            from gradzip.experiments.data import random_crop_flip
+            from gradzip.data.datasets import random_crop_flip
 
             x = random_crop_flip(F.pad(x, (4, 4, 4, 4)), self.generator, x.shape[-1])
         out: torch.Tensor = self.model(x)

@@ -9,7 +9,7 @@ epochs (lr 0.5, x0.1 after epochs 2 and 4), test accuracy on the first 5,000 tes
 Measured on the shared 2-core machine: a ResNet-20 iteration of 128 28x28 images takes about
 0.4 s with one thread (``OMP_NUM_THREADS=1``) and 1.5-2.5 s with two threads while other jobs
 run (OpenMP threads then wait for each other), so the full mode takes half an hour to a few
-hours. See :mod:`.qesgd_table1` for everything shared with the CIFAR-10 version; inputs are not
+hours. See :mod:`.table1` for everything shared with the CIFAR-10 version; inputs are not
 augmented.
 """
 
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gradzip.experiments import data
-from gradzip.experiments.data import DatasetUnavailableError
+from gradzip.data import datasets
+from gradzip.data import DatasetUnavailableError
 from gradzip.experiments.reproduce.common import Outcome
-from gradzip.experiments.reproduce.qesgd_table1 import Setting, run_table
+from gradzip.experiments.reproduce.qesgd.table1 import Setting, run_table
 from gradzip.experiments.reproduce.user_data import fashion_mnist_dir, fashion_mnist_hint
 
 FULL = Setting(20, 10_240, 5_000, 5, 128, 1_280)
@@ -42,7 +42,7 @@ def run(out: Path, quick: bool) -> Outcome:
     except DatasetUnavailableError as error:
         # the data are read before anything is written; say how to supply them for reproduce,
         # which has no --data-dir
-        looked = data_dir or data.DEBIAN_FASHION_MNIST_DIR  # read now: tests move it
+        looked = data_dir or datasets.DEBIAN_FASHION_MNIST_DIR  # read now: tests move it
         raise DatasetUnavailableError(
             f"{fashion_mnist_hint('qesgd-fmnist')}; none found in {looked}"
         ) from error

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gradzip.experiments.reproduce.common import Outcome
-from gradzip.experiments.reproduce.lpc_fig3 import Panel, run_panel
+from gradzip.experiments.reproduce.lpc.panels import Panel, run_panel
 
 PANEL = Panel(
     id="lpc-fig3b",

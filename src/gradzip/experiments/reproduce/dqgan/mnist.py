@@ -34,9 +34,9 @@ from gradzip.algorithms.dqgan.dcgan import mnist_dcgan
 from gradzip.algorithms.dqgan.frechet import frechet_distance
 from gradzip.algorithms.dqgan.mnist_features import FeatureNet, cached_feature_net, extract
 from gradzip.algorithms.dqgan.wgan import WGANGame
-from gradzip.experiments.data import load_dataset
+from gradzip.data.datasets import load_dataset
 from gradzip.experiments.reproduce.common import Outcome, Row
-from gradzip.experiments.reproduce.dqgan_common import (
+from gradzip.experiments.reproduce.dqgan.common import (
     GanRun,
     bits_rows,
     eval_points,

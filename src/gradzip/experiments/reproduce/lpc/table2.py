@@ -3,10 +3,10 @@ training loss on YearPredictionMSD (linear regression, d = 90, 3 levels).
 
 YearPredictionMSD cannot be downloaded here: the experiment reads the UCI file named by
 ``GRADZIP_YEARMSD_FILE`` (:mod:`gradzip.algorithms.svrg.yearmsd`) and raises
-:class:`~gradzip.experiments.data_files.DatasetUnavailableError`, one line saying how to supply
+:class:`~gradzip.data.files.DatasetUnavailableError`, one line saying how to supply
 it, before anything is run or written.
 
-Every method runs on :data:`~gradzip.experiments.reproduce.lpc_common.WORKERS` simulated
+Every method runs on :data:`~gradzip.experiments.reproduce.lpc.common.WORKERS` simulated
 workers with scheme (a) and entropy-coded low-precision payloads (3 levels: ``b = 3``): fp32 SGD
 and SVRG, QSGD-3, ECQ-SGD-3, LPC-SVRG-3, ALPC-SVRG-3. The common loss is the highest final
 training loss of the six curves (each reaches it); the table gives the bits all workers sent
@@ -30,7 +30,7 @@ from typing import Any
 from gradzip.algorithms.svrg import load_yearmsd
 from gradzip.algorithms.svrg.yearmsd import TRAIN_ROWS, yearmsd_path
 from gradzip.experiments.reproduce.common import Outcome, Row
-from gradzip.experiments.reproduce.lpc_common import (
+from gradzip.experiments.reproduce.lpc.common import (
     WORKERS,
     Curve,
     Method,
@@ -38,7 +38,7 @@ from gradzip.experiments.reproduce.lpc_common import (
     run_curve,
     tune,
 )
-from gradzip.experiments.reproduce.lpc_fig3 import setting
+from gradzip.experiments.reproduce.lpc.panels import setting
 
 #: Table 2: method -> (training loss, leading digits of "# of bits"; the exponent was lost)
 PAPER_TABLE2: dict[str, tuple[float, float]] = {

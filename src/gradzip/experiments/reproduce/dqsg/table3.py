@@ -5,7 +5,7 @@ DQSG (``M = 1``), QSG (``s = 1``, max-norm scale), TernGrad and One-Bit (error f
 CIFAR-10 cannot be downloaded here: the experiment reads it from the directory named by the
 environment variable ``GRADZIP_CIFAR10_DIR`` (holding the extracted ``cifar-10-batches-py``
 folder of the CIFAR-10 python version, or its files directly). Without it, :func:`run` raises
-:class:`~gradzip.experiments.data.DatasetUnavailableError` before anything is trained or written.
+:class:`~gradzip.data.datasets.DatasetUnavailableError` before anything is trained or written.
 
 Scaled down (2 CPU cores): the full mode trains :data:`FULL_EPOCHS` epoch per run instead of 50
 (about an hour for the 10 runs); ``--quick`` stops every run after :data:`QUICK_STEPS`

@@ -3,7 +3,7 @@
 QESGD runs Epoch-SGD (a fixed learning rate per epoch, the epoch's iterates averaged) but keeps
 the parameters as ``u = w_t + z``: the anchor ``w_t`` fixed for the epoch and an offset ``z``
 that is re-quantized after every step onto ``Q_{delta_t,b}``'s grid (b-bit two's complement
-codes of step ``delta_t``; :mod:`gradzip.algorithms.qesgd_codec`). Quantizing the *offset*
+codes of step ``delta_t``; :mod:`gradzip.algorithms.qesgd.codec`). Quantizing the *offset*
 rather than the gradient ("bit centering") keeps the quantization error proportional to
 ``delta_t``, which the schedule shrinks like ``1/sqrt(t)``, so the quantization variance
 vanishes as training proceeds, unlike QSGD's, which stays proportional to ``||g||^2``.
@@ -53,9 +53,9 @@ from typing import Any
 import torch
 
 from gradzip.accounting import Encoded
-from gradzip.algorithms.qesgd_codec import OffsetCodec
-from gradzip.algorithms.qesgd_schedule import DeltaSchedule, flatten, write_flat
-from gradzip.algorithms.qesgd_state import EpochState, check_output
+from gradzip.algorithms.qesgd.codec import OffsetCodec
+from gradzip.algorithms.qesgd.schedule import DeltaSchedule, flatten, write_flat
+from gradzip.algorithms.qesgd.state import EpochState, check_output
 from gradzip.errors import CheckpointError, GradzipError, NonFiniteInputError
 from gradzip.feedback import is_count
 from gradzip.keys import StreamKey
@@ -141,7 +141,7 @@ class QESGDOptimizer(torch.optim.Optimizer):
 
     def calibrate(self, full_grad: torch.Tensor | Sequence[torch.Tensor]) -> DeltaSchedule:
         """Set the practical schedule from the full gradient at ``w_0`` (a flat vector or one
-        tensor per parameter, e.g. from :func:`~gradzip.algorithms.qesgd_schedule.full_gradient`)."""
+        tensor per parameter, e.g. from :func:`~gradzip.algorithms.qesgd.schedule.full_gradient`)."""
         flat = full_grad.reshape(-1) if isinstance(full_grad, torch.Tensor) else flatten(full_grad)
         if flat.numel() != self.epoch_state.numel:
             raise ValueError(

@@ -1,5 +1,5 @@
 """``dqsg-table1``: Table 1 of the DQSG paper (raw Kbit per worker per iteration) from the real
-compressors, via :func:`gradzip.tables.table1`. It needs no training, so ``--quick`` and the
+compressors, via :func:`.bit_counts.table1`. It needs no training, so ``--quick`` and the
 full run are the same computation."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gradzip.experiments.reproduce.common import Outcome, Row
-from gradzip.tables import table1
+from gradzip.experiments.reproduce.dqsg.bit_counts import table1
 
 
 def run(out: Path, quick: bool) -> Outcome:

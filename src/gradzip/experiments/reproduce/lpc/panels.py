@@ -1,7 +1,7 @@
 """Figure 3 of the LPC-SVRG paper: training loss against iterations and against bits on the
 synthetic linear-regression sets Syn-512 (a), Syn-1024 (b) and Syn-20k with clipping (c).
 
-Every curve is a real run on :data:`~gradzip.experiments.reproduce.lpc_common.WORKERS`
+Every curve is a real run on :data:`~gradzip.experiments.reproduce.lpc.common.WORKERS`
 simulated workers with scheme (a) (the paper's choice): fp32 SGD (diminishing step), fp32 SVRG,
 QSGD-s and ECQ-SGD-s (max-norm scale), LPC-SVRG-s and ALPC-SVRG-s (``s = 7`` levels, ``b = 4``);
 panel (c) adds the clipped LPC/ALPC-SVRG-s-theta. Low-precision payloads are entropy-coded (ANS,
@@ -30,7 +30,7 @@ import torch
 
 from gradzip.algorithms.svrg import LeastSquares, make_synthetic
 from gradzip.experiments.reproduce.common import Outcome, Row
-from gradzip.experiments.reproduce.lpc_common import (
+from gradzip.experiments.reproduce.lpc.common import (
     FLOOR,
     WORKERS,
     Curve,

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from gradzip.experiments.reproduce.common import Outcome
-from gradzip.experiments.reproduce.lpc_fig3 import Panel, run_panel
+from gradzip.experiments.reproduce.lpc.panels import Panel, run_panel
 
 PANEL = Panel(
     id="lpc-fig3c",

@@ -30,7 +30,7 @@ import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 
 from gradzip.accounting import Encoded
 from gradzip.algorithms.qesgd import QESGDOptimizer
-from gradzip.algorithms.qesgd_schedule import DeltaSchedule, flatten
+from gradzip.algorithms.qesgd.schedule import DeltaSchedule, flatten
 from gradzip.compressors.identity import Identity
 from gradzip.compressors.qsgd_l2 import QSGDL2
 from gradzip.experiments.reproduce.common import Row
@@ -58,11 +58,6 @@ class Method:
         bits = "" if self.bits is None else f", {self.bits} bits"
         c = "" if self.c is None else f", c {self.c:g}"
         return f"{self.label} (wd {self.weight_decay:g}{bits}{c})"
-
-    @property
-    def slug(self) -> str:
-        c = "" if self.c is None else f"-c{self.c:g}"
-        return f"{self.kind}-wd{self.weight_decay:g}-b{self.bits or 32}{c}"
 
 
 @dataclass
@@ -193,7 +188,7 @@ def train_classifier(
     evals_per_epoch: int = 1,
 ) -> Result:
     """Train a fresh ``build()`` with ``method``; test accuracy (%) after every epoch."""
-    from gradzip.experiments.data import EpochBatches
+    from gradzip.data.datasets import EpochBatches
 
     train_x, train_y, test_x, test_y = data
     model = build()

@@ -4,7 +4,7 @@ dropout 0.25, gradient clipping. The paper shows curves only (no numbers) and cl
 ("sometimes even better") and a smaller QSGD gap than for the CNNs, thanks to the clipping.
 
 TinyShakespeare cannot be downloaded here: the corpus is the English text of
-``pydoc_data.topics`` that ships with Python (:mod:`gradzip.experiments.corpus`). Windows of 50
+``pydoc_data.topics`` that ships with Python (:mod:`gradzip.data.corpus`). Windows of 50
 characters in 50 parallel streams with the hidden state carried across windows, gradients
 clipped element-wise to ``+-5`` before any quantization, and the rate multiplied by 0.97 per epoch
 after the 10th [RECON from char-rnn: ``seq_length 50``, ``grad_clip 5``, ``learning_rate_decay
@@ -28,10 +28,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 
-from gradzip.experiments.charlstm import CharLSTM, State, char_lstm
-from gradzip.experiments.corpus import CharBatches, Corpus, pydoc_corpus
+from gradzip.models.charlstm import CharLSTM, State, char_lstm
+from gradzip.data.corpus import CharBatches, Corpus, pydoc_corpus
 from gradzip.experiments.reproduce.common import Outcome, Row
-from gradzip.experiments.reproduce.qesgd_runs import (
+from gradzip.experiments.reproduce.qesgd.runs import (
     Method,
     Result,
     Schedule,

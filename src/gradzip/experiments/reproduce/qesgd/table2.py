@@ -27,12 +27,12 @@ from typing import Any
 import torch
 
 import gradzip
-from gradzip.algorithms.qesgd_schedule import DeltaSchedule
-from gradzip.algorithms.qesgd_server import DistributedQESGD
+from gradzip.algorithms.qesgd.schedule import DeltaSchedule
+from gradzip.algorithms.qesgd.server import DistributedQESGD
 from gradzip.comm.local import run_local
 from gradzip.comm.transport import Transport
 from gradzip.experiments.reproduce.common import Outcome, Row
-from gradzip.experiments.resnet import resnet
+from gradzip.models.resnet import resnet
 from gradzip.schemes import make_variant
 from gradzip.sync import GradientSync
 

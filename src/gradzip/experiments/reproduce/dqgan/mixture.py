@@ -21,7 +21,7 @@ from gradzip.algorithms.dqgan.baselines import METHODS
 from gradzip.algorithms.dqgan.mixture import GaussianRing, energy_distance, mode_score, ring_gan
 from gradzip.algorithms.dqgan.wgan import WGANGame
 from gradzip.experiments.reproduce.common import Outcome, Row
-from gradzip.experiments.reproduce.dqgan_common import (
+from gradzip.experiments.reproduce.dqgan.common import (
     GanRun,
     bits_rows,
     eval_points,
