@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import gradzip
-from gradzip.compressors.common import DEFAULT_BUCKET_SIZE
+from gradzip.compressors.buckets import DEFAULT_BUCKET_SIZE
 from gradzip.keys import StreamKey
 
 ROWS, WIDTH = 128, 4096

@@ -103,6 +103,15 @@ def test_scaled_variant_is_delta_approximate() -> None:
         assert float(sq.mean()) <= bound + 5 * float(sq.std()) / math.sqrt(trials)
 
 
+def test_only_the_unscaled_variant_offers_a_common_grid() -> None:
+    """The scaled variant's decode factor ``1/(1 + omega)`` is not a level step the ranks can
+    share, so the integer-sum schemes must not be offered it."""
+    grid = Hou(b=4).common_grid()
+    assert grid is not None and grid.grid_levels() == 7
+    assert Hou(b=4, scaled=True).common_grid() is None
+    assert Hou(b=4).contraction_delta(10) == pytest.approx(1 - Hou(b=4).omega(10))
+
+
 def test_zero_and_tiny_tensors() -> None:
     comp = Hou()
     assert bool((comp.round_trip(torch.zeros(7), KEY)[1] == 0).all())

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from gradzip.codecs.symbols import packed_symbol_bits
-from gradzip.compressors._nested import floor_mod_small
 from gradzip.compressors.dqsg import DQSG
 from gradzip.compressors.ndqsg import (
     NDQSG,
@@ -185,10 +184,3 @@ def test_exact_paths_for_large_levels_and_far_side_information() -> None:
         assert bool(torch.isfinite(out).all())
     out = NDQSG(L1=200, k=7, bucket_size=None).round_trip(g, KEY, side=g + 1e-4)[1]
     assert float((out - g).abs().max()) <= 0.5 / 200 * 1.001
-
-
-@pytest.mark.parametrize("k", [3, 5, 7, 9, 11, 255])
-def test_floor_mod_small(k: int) -> None:
-    for tmax in (k, 2 * k + 3, 200, 255):
-        t = torch.arange(tmax + 1, dtype=torch.uint8)
-        assert torch.equal(floor_mod_small(t.clone(), k, tmax), t % k)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from gradzip.compressors import create, get, names
+from gradzip.compressors.buckets import per_element
 from gradzip.compressors.qsgd import QSGD
 from gradzip.errors import CorruptPayloadError, PayloadError
 from gradzip.keys import StreamKey
@@ -174,17 +175,19 @@ def test_deterministic_and_step_dependent() -> None:
     assert not torch.equal(a, b)
 
 
-def test_encode_with_scale() -> None:
+def test_the_common_grid_quantizes_on_the_agreed_scale() -> None:
     x = torch.tensor([0.5, -1.0, 0.25, 0.0])
-    comp = QSGD(s=4, bucket_size=2)
-    enc = comp.encode_with_scale(x, KEY, 2.0)
-    _header, body = parse_payload(enc.payload)
-    assert torch.frombuffer(bytearray(body[:8]), dtype=torch.float32).tolist() == [2.0, 2.0]
-    out = comp.decode(enc.payload)
-    assert bool(((out / 0.5) == (out / 0.5).round()).all())  # multiples of 2/4
-    for bad in (0.99, float("inf"), float("nan"), -1.0):
-        with pytest.raises(ValueError, match="scale"):
-            comp.encode_with_scale(x, KEY, bad)
+    grid = QSGD(s=4, bucket_size=2).common_grid()
+    assert grid is not None
+    assert grid.grid_statistic(x).tolist() == [1.0, 0.25]
+    scales = torch.tensor([2.0, 2.0])  # agreed: at least every rank's own
+    steps = grid.grid_steps(scales)
+    assert steps.tolist() == [0.5, 0.5]
+    symbols = grid.grid_symbols(x, scales, KEY)
+    assert int(symbols.min()) >= 0 and int(symbols.max()) <= 8
+    values = (symbols.double() - 4) * per_element(steps, 4, 2)
+    assert bool(((values / 0.5) == (values / 0.5).round()).all())  # multiples of 2/4
+    assert bool(((values - x.double()).abs() < 0.5).all())
 
 
 def test_parameter_validation() -> None:

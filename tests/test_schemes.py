@@ -12,7 +12,7 @@ import gradzip
 from gradzip.comm.local import run_local
 from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor
-from gradzip.compressors.common import papers_scales
+from gradzip.compressors.buckets import papers_scales
 from gradzip.errors import GradzipError, KeyMismatchError
 from gradzip.schemes import VARIANTS, make_variant
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gradzip.compressors import get, names
-from gradzip.compressors.common import bucket_absmax, per_element
+from gradzip.compressors.buckets import bucket_absmax, per_element
 from gradzip.compressors.dqsg import DQSG
 from gradzip.compressors.ndqsg import NDQSG
 from gradzip.keys import StreamKey

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from gradzip.compressors.terngrad import TernGrad
-from gradzip.errors import NonFiniteInputError
 from gradzip.keys import StreamKey
 from gradzip.payload import overhead_bits, parse_payload
 
@@ -102,30 +101,27 @@ def test_clipping_to_c_sigma() -> None:
             TernGrad(clip_sigma=bad, bucket_size=None)
 
 
-def test_encode_with_a_shared_max_scale() -> None:
-    """Workers agree on max_p ||g_p||_inf; their codes then share one grid and sum exactly."""
+def test_a_shared_max_scale_puts_the_workers_on_one_grid() -> None:
+    """Workers agree on max_p ||g_p||_inf (the common grid of the integer-sum schemes); their
+    ternary codes then share one grid, add up exactly and stay unbiased."""
     gen = torch.Generator().manual_seed(5)
     grads = [torch.randn(64, generator=gen) * (p + 1) for p in range(3)]
-    shared = max(float(g.abs().max()) for g in grads)
-    comp = TernGrad(bucket_size=None)
+    grid = TernGrad(bucket_size=None).common_grid()
+    assert grid is not None
+    shared = torch.stack([grid.grid_statistic(g) for g in grads]).amax(0)
+    assert float(shared[0]) == max(float(g.abs().max()) for g in grads)
+    step = grid.grid_steps(shared)
+    assert float(step[0]) == pytest.approx(float(shared[0]), rel=1e-7)  # one level: the scale
+    total = torch.zeros(64, dtype=torch.int64)
     for p, g in enumerate(grads):
-        enc = comp.encode_with_scale(g, KEY.with_step(p), shared)
-        assert sent_scales(enc.payload, 1).item() == pytest.approx(shared, rel=1e-7)
-        out = comp.decode(enc.payload)
-        assert bool(((out == 0) | (out.abs() == sent_scales(enc.payload, 1))).all())
-    with pytest.raises(ValueError, match="smaller than max"):
-        comp.encode_with_scale(grads[2], KEY, float(grads[2].abs().max()) * 0.5)
-    with pytest.raises(ValueError, match="finite"):
-        comp.encode_with_scale(grads[0], KEY, float("inf"))
-    with pytest.raises(NonFiniteInputError):
-        comp.encode_with_scale(torch.tensor([1.0, float("nan")]), KEY, 2.0)
-    # the mean over many shared-scale encodes is still unbiased
+        symbols = grid.grid_symbols(g, shared, KEY.with_step(p))
+        assert int(symbols.min()) >= 0 and int(symbols.max()) <= 2
+        total += symbols.to(torch.int64) - 1
+    assert int(total.abs().max()) <= len(grads)
+    # the mean over many shared-scale quantizations is still unbiased
     g = grads[0]
     mean = torch.stack(
-        [
-            comp.decode(comp.encode_with_scale(g, KEY.with_step(t), shared).payload)
-            for t in range(400)
-        ]
+        [(grid.grid_symbols(g, shared, KEY.with_step(t)).double() - 1) * step for t in range(400)]
     ).mean(0)
-    se = math.sqrt(shared**2 / 4 / 400)
+    se = math.sqrt(float(shared[0]) ** 2 / 4 / 400)
     assert float((mean - g).abs().max()) < 5.5 * se

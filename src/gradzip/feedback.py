@@ -27,8 +27,9 @@ def is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _working_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float64 gradients keep float64 residuals; every other dtype works in float32."""
+def working_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype residuals and averages work in: float64 for float64 tensors, float32 for every
+    other dtype (the schemes' averages use it too)."""
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
@@ -172,7 +173,7 @@ class ErrorFeedback:
                 f"{tuple(tensor.shape)} differs from the stored residual's shape "
                 f"{tuple(residual.shape)}; call reset() if the model changed"
             )
-        dtype = _working_dtype(tensor.dtype)
+        dtype = working_dtype(tensor.dtype)
         g = tensor.detach().to(device="cpu", dtype=dtype)
         # recycled memory (gradzip.buffers): a fresh tensor of a large gradient costs more in
         # page faults than the addition that fills it

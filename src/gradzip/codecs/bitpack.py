@@ -17,7 +17,10 @@ import sys
 import numpy as np
 import torch
 
-from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
+# the layout's sizes and checks live below the codecs (the fused kernels use them too)
+from gradzip.kernels.packed import check_bits
+from gradzip.kernels.packed import check_packed as check_packed
+from gradzip.kernels.packed import packed_bytes as packed_bytes
 
 if sys.byteorder != "little":  # pragma: no cover - every supported platform is little-endian
     raise ImportError("gradzip's bit packing assumes a little-endian host")
@@ -32,16 +35,6 @@ _PER_BYTE = {
 }
 
 
-def packed_bytes(n: int, bits: int) -> int:
-    """Bytes taken by ``n`` symbols of ``bits`` bits."""
-    return (n * bits + 7) // 8
-
-
-def _check_bits(bits: int) -> None:
-    if not 1 <= bits <= 32:
-        raise ValueError(f"bit width must lie in [1, 32], got {bits}")
-
-
 def _as_numpy(symbols: torch.Tensor) -> np.ndarray:
     return symbols.detach().reshape(-1).cpu().numpy()
 
@@ -52,7 +45,7 @@ def pack_bits(symbols: torch.Tensor, bits: int) -> torch.Tensor:
     Values are not range-checked here (callers produce them by clamping); bits above ``bits`` are
     discarded.
     """
-    _check_bits(bits)
+    check_bits(bits)
     s = _as_numpy(symbols)
     n = s.size
     if n == 0:
@@ -152,25 +145,6 @@ def unpack_bits(data: torch.Tensor, n: int, bits: int) -> torch.Tensor:
         pieces.append(_unpack_groups(tail, bits, out_dtype)[: n % 8])
     values = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
     return torch.from_numpy(values)
-
-
-def check_packed(data: torch.Tensor, n: int, bits: int) -> None:
-    """Reject a packed stream of ``n`` symbols of ``bits`` bits whose length is wrong
-    (:class:`TruncatedPayloadError`, :class:`CorruptPayloadError`) or whose padding bits are set
-    (:class:`CorruptPayloadError`)."""
-    _check_bits(bits)
-    expected = packed_bytes(n, bits)
-    if data.numel() < expected:
-        raise TruncatedPayloadError(
-            f"packed symbol stream has {data.numel()} bytes; {n} symbols of {bits} bits need {expected}"
-        )
-    if data.numel() > expected:
-        raise CorruptPayloadError(
-            f"packed symbol stream has {data.numel()} bytes; {n} symbols of {bits} bits take {expected}"
-        )
-    tail_bits = (n * bits) % 8
-    if tail_bits and int(data[-1]) >> tail_bits:
-        raise CorruptPayloadError("packed symbol stream has non-zero padding bits")
 
 
 def _unpack_groups(packed: np.ndarray, bits: int, out_dtype: type) -> np.ndarray:

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from gradzip.codecs.bitpack import pack_bits, packed_bytes, unpack_bits
+from gradzip.codecs.bitpack import pack_bits, unpack_bits
+from gradzip.kernels.packed import packed_bytes
+from gradzip.kernels.packed import symbol_bits as symbol_bits
 
 PACKINGS = ("fixed", "dense", "entropy")
 
@@ -27,13 +29,6 @@ def check_packing(packing: str) -> str:
     if packing not in PACKINGS:
         raise ValueError(f"packing must be one of {PACKINGS}, got {packing!r}")
     return packing
-
-
-def symbol_bits(alphabet_size: int) -> int:
-    """``ceil(log2 L)``: bits per symbol in the fixed-width packing (at least 1)."""
-    if alphabet_size < 1:
-        raise ValueError(f"alphabet size must be >= 1, got {alphabet_size}")
-    return max(1, (alphabet_size - 1).bit_length())
 
 
 def packed_symbol_bits(n: int, alphabet_size: int, packing: str) -> int | None:

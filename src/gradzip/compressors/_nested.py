@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 
-from gradzip.compressors.common import bucket_absmax, check_bucket_size, per_element
+from gradzip.compressors.buckets import bucket_absmax, check_bucket_size, per_element
 
 
 def check_odd_k(k: int) -> int:
@@ -89,23 +88,3 @@ def failure_rate(
     gap = (gf - y.detach().reshape(-1).to(torch.float64)).abs()
     bound = (alpha / 2 + tol) * c + (1 - alpha**2) * gap
     return float((err > bound).double().mean())
-
-
-def floor_mod_small(t: torch.Tensor, k: int, tmax: int) -> torch.Tensor:
-    """``t mod k`` for a uint8 tensor with values in ``[0, tmax]``, in place.
-
-    Division by the constant ``k`` is a multiply and a shift, ``t//k = (t*m) >> s``, with ``m``
-    and ``s`` checked exhaustively over ``[0, tmax]`` and chosen so ``t*m`` fits a byte; about
-    ten times faster than a generic remainder kernel. Falls back to ``torch.remainder``.
-    """
-    values = np.arange(tmax + 1)
-    for s in range(9):
-        m = -(-(1 << s) // k)
-        if tmax * m <= 255 and np.array_equal((values * m) >> s, values // k):
-            tn = t.numpy()
-            q = np.multiply(tn, np.uint8(m))
-            np.right_shift(q, np.uint8(s), out=q)
-            np.multiply(q, np.uint8(k), out=q)
-            np.subtract(tn, q, out=tn)
-            return t
-    return t.remainder_(k)

@@ -23,34 +23,35 @@ scale-based quantizers; its subclasses only say how the per-bucket scale is comp
 
 from __future__ import annotations
 
-import copy
 import math
 
 import numpy as np
 import torch
 
-from gradzip.accounting import Encoded
+from gradzip.buffers import fresh_array
 from gradzip.codecs.symbols import check_packing, pack_symbols, symbol_bits, unpack_symbols
-from gradzip.compressors._bucket_math import per_row, segments
 from gradzip.compressors._decode_guards import check_finite_output
-from gradzip.compressors._grid import CommonGrid
-from gradzip.compressors.base import Body, Compressor, body_tensor
-from gradzip.compressors.common import (
+from gradzip.compressors._scaled_body import (
     all_finite,
-    bucket_absmax,
-    check_bucket_size,
     check_scales,
     check_symbols,
-    fresh_float32,
-    num_buckets,
     read_scales,
     scaled_symbols_bits,
     scaled_symbols_floor_bits,
 )
+from gradzip.compressors.base import Body, Compressor, body_tensor
+from gradzip.compressors.buckets import (
+    bucket_absmax,
+    check_bucket_size,
+    num_buckets,
+    per_row,
+    segments,
+)
+from gradzip.compressors.grid import CommonGrid
 from gradzip.kernels.backend import use_torch_ops
 from gradzip.kernels.bitpack_torch import pack_bits_torch, unpack_bits_torch
+from gradzip.kernels.packed import check_packed
 from gradzip.kernels.stochastic import (
-    check_packed,
     fused_symmetric_decode,
     fused_symmetric_encode,
     fused_twos_decode,
@@ -74,11 +75,6 @@ def use_kernels(x: torch.Tensor) -> bool:
     """Whether ``x`` goes through the numba kernels (CPU tensors) or torch operations (other
     devices, or inside :func:`gradzip.kernels.backend.forced_torch_ops`)."""
     return not use_torch_ops(x)
-
-
-def check_packed_tensor(data: torch.Tensor, n: int, bits: int) -> torch.Tensor:
-    """``data`` after the length and padding checks of a fixed-width stream."""
-    return torch.from_numpy(check_packed(data, n, bits))
 
 
 def symbol_dtype(s: int) -> torch.dtype:
@@ -161,7 +157,8 @@ def symmetric_values(
         bits = symbol_bits(alphabet)
         if not use_torch_ops():
             return fused_symmetric_decode(data, n, bits, mults, bucket_size, s, what)
-        symbols = unpack_bits_torch(check_packed_tensor(data, n, bits), n, bits)
+        check_packed(data, n, bits)
+        symbols = unpack_bits_torch(data, n, bits)
         check_symbols(symbols, alphabet, what)
         return symmetric_values_torch(symbols, mults, bucket_size, s)
     symbols = unpack_symbols(data, n, alphabet, packing)
@@ -195,7 +192,8 @@ def twos_values(
     if packing == "fixed":
         if not use_torch_ops():
             return fused_twos_decode(data, n, bits, steps, bucket_size)
-        symbols = unpack_bits_torch(check_packed_tensor(data, n, bits), n, bits)
+        check_packed(data, n, bits)
+        symbols = unpack_bits_torch(data, n, bits)
     else:
         symbols = unpack_symbols(data, n, 2**bits, packing)
     return twos_values_torch(symbols, steps, bucket_size, bits)
@@ -209,7 +207,7 @@ def symbols_to_values(
     The subtraction is exact (small integers); NumPy's mixed integer/float32 ufunc into
     NumPy-allocated memory is several times faster than torch's conversion here.
     """
-    out = fresh_float32(symbols.numel())
+    out = torch.from_numpy(fresh_array(symbols.numel(), np.float32))
     np.subtract(symbols.numpy(), np.float32(s), out=out.numpy())
     for elems, rows, buckets in segments(out.numel(), bucket_size):
         out[elems].view(rows, -1).mul_(per_row(steps, rows, buckets))
@@ -264,7 +262,7 @@ def safe_steps(scales: torch.Tensor, s: int) -> tuple[torch.Tensor, torch.Tensor
     return divisors, steps
 
 
-class ScaledStochastic(Compressor, CommonGrid):
+class ScaledStochastic(Compressor):
     """Common machinery of the per-bucket-scale stochastic quantizers (not registered).
 
     Subclasses set ``s`` (positive levels), ``_bucket``, ``packing`` and optionally override
@@ -277,7 +275,6 @@ class ScaledStochastic(Compressor, CommonGrid):
     s: int
     packing: str
     _bucket: int
-    _forced_scale: float | None = None
 
     def __init__(self, s: int, bucket_size: int | None, packing: str) -> None:
         if isinstance(s, bool) or not isinstance(s, int) or s < 1:
@@ -305,20 +302,10 @@ class ScaledStochastic(Compressor, CommonGrid):
         """Extra factor applied on decode (1 except for Hou's scaled variant)."""
         return 1.0
 
-    def _all_scales(self, x: torch.Tensor, absmax: float) -> torch.Tensor:
-        if self._forced_scale is not None:
-            nb = num_buckets(x.numel(), self._bucket)
-            return torch.full((nb,), self._forced_scale, dtype=torch.float32)
-        return self._scales(x, absmax)
-
     def _scales_in_kernel(self, n: int) -> bool:
         """Whether the fused kernel computes the scales itself: max-abs scales of several
         buckets (one bucket's scale is ``absmax``, known already)."""
-        return (
-            self._forced_scale is None
-            and self._max_abs_scales()
-            and num_buckets(n, self._bucket) > 1
-        )
+        return self._max_abs_scales() and num_buckets(n, self._bucket) > 1
 
     def _max_abs_scales(self) -> bool:
         """Whether :meth:`_scales` is the per-bucket ``max|x_B|`` (QSGD's l2 norm is not)."""
@@ -344,7 +331,7 @@ class ScaledStochastic(Compressor, CommonGrid):
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
     ) -> Body:
-        scales = None if self._scales_in_kernel(x.numel()) else self._all_scales(x, absmax)
+        scales = None if self._scales_in_kernel(x.numel()) else self._scales(x, absmax)
         return self._body(
             *symmetric_body(x, scales, self.s, self.s, key, self._bucket, self.packing)
         )
@@ -418,15 +405,19 @@ class ScaledStochastic(Compressor, CommonGrid):
     def min_body_bits(self, header: Header) -> int:
         return scaled_symbols_floor_bits(header.numel, self._bucket, self.alphabet, self.packing)
 
-    # -- common grid (integer-sum schemes, see gradzip.compressors._grid) ----------------------
-    def grid_supported(self) -> bool:
-        return self._decode_factor(1) == 1.0
+    # -- common grid (integer-sum schemes, see gradzip.compressors.grid) -----------------------
+    def common_grid(self) -> CommonGrid | None:
+        """Levels on the agreed scale, except for Hou's scaled variant (its decode factor)."""
+        return self if self._decode_factor(1) == 1.0 else None
 
     def grid_levels(self) -> int:
         return self.s
 
     def grid_bucket_size(self, n: int) -> int:
         return self._bucket
+
+    def grid_prepare(self, x: torch.Tensor) -> torch.Tensor:
+        return x
 
     def grid_statistic(self, x: torch.Tensor) -> torch.Tensor:
         return self._scales(x, float(x.abs().max()) if x.numel() else 0.0)
@@ -437,28 +428,5 @@ class ScaledStochastic(Compressor, CommonGrid):
     def grid_steps(self, scales: torch.Tensor) -> torch.Tensor:
         return safe_steps(scales, self.s)[1].to(torch.float64)
 
-    def encode_with_scale(
-        self, tensor: torch.Tensor, key: StreamKey | None, scale: float
-    ) -> Encoded:
-        """Encode with an externally agreed scale (e.g. ``max`` over workers of ``||g||_inf``).
-
-        Every bucket uses ``scale`` instead of its own; it must be finite and ``>= max|g|``
-        (float32), else ``ValueError``. Sharing one scale lets a server sum the integer symbols
-        of all workers (TernGrad's scale sharing); variance grows with ``scale^2``.
-        """
-        scale = float(scale)
-        if not math.isfinite(scale) or scale < 0 or scale > FLOAT32_MAX:
-            raise ValueError(f"{self.name}: external scale must be finite and >= 0, got {scale}")
-        flat = tensor.detach().reshape(-1).to(torch.float32)
-        need = float(flat.abs().max()) if flat.numel() else 0.0
-        scale32 = float(torch.tensor(scale, dtype=torch.float32))
-        clone = copy.copy(self)
-        clone._forced_scale = scale32
-        if not math.isfinite(need):  # NaN/Inf input: encode raises NonFiniteInputError
-            return clone.encode(tensor, key)
-        if scale32 < need:
-            raise ValueError(
-                f"{self.name}: external scale {scale} is smaller than max|g| = {need}; it must "
-                f"bound every coordinate"
-            )
-        return clone.encode(tensor, key)
+    def grid_offsets(self, key: StreamKey, n: int) -> torch.Tensor | None:
+        return None

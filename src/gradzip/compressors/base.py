@@ -40,6 +40,8 @@ from gradzip.compressors._decode_guards import (
     check_declared_size,
     check_finite_output,
 )
+from gradzip.compressors.grid import CommonGrid
+from gradzip.compressors.registry import codec_name
 from gradzip.errors import (
     KeyMismatchError,
     NonFiniteInputError,
@@ -235,6 +237,20 @@ class Compressor(ABC):
         nothing: codecs override it.
         """
         return 0
+
+    # -- optional capabilities ---------------------------------------------------------------
+    def common_grid(self) -> CommonGrid | None:
+        """This compressor's levels on a scale the ranks agree on, for the integer-sum schemes
+        (see :mod:`gradzip.compressors.grid`), or None where its codes cannot be added up
+        (the default)."""
+        return None
+
+    def contraction_delta(self, d: int) -> float | None:
+        """The ``delta`` in ``(0, 1]`` with ``E||C(x) - x||^2 <= (1 - delta) ||x||^2`` for
+        every ``x`` of ``d >= 1`` elements (a delta-approximate compressor, spec 4.2), or None
+        where this compressor has no such guarantee (the default). ``d`` is the size of one
+        tensor: compressors work per parameter tensor."""
+        return None
 
     # -- public API --------------------------------------------------------------------------
     def encode(self, tensor: torch.Tensor, key: StreamKey | None = None) -> Encoded:
@@ -478,8 +494,6 @@ class Compressor(ABC):
         dtype: torch.dtype | None,
     ) -> None:
         if header.codec_id != self.codec_id:
-            from gradzip.compressors.registry import codec_name
-
             raise PayloadMismatchError(
                 f"payload was written by codec '{codec_name(header.codec_id)}' "
                 f"(id {header.codec_id}); this decoder is '{self.name}' (id {self.codec_id})"

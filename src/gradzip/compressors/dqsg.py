@@ -7,23 +7,27 @@ from typing import Any, ClassVar
 import torch
 
 from gradzip.codecs.symbols import check_packing
-from gradzip.compressors._bucket_math import clamp_to_dtype_, device_packed, device_unpacked
-from gradzip.compressors._grid import CommonGrid
-from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
-from gradzip.compressors.common import (
-    DEFAULT_BUCKET_SIZE,
-    bucket_absmax,
-    check_bucket_size,
+from gradzip.compressors._scaled_body import (
     check_scales,
     check_symbols,
-    clip_to_std,
+    clamp_to_dtype_,
+    device_packed,
+    device_unpacked,
     fused_scaled_body,
-    num_buckets,
     read_scales,
     scaled_symbols_bits,
     scaled_symbols_body,
     scaled_symbols_floor_bits,
 )
+from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
+from gradzip.compressors.buckets import (
+    DEFAULT_BUCKET_SIZE,
+    bucket_absmax,
+    check_bucket_size,
+    clip_to_std,
+    num_buckets,
+)
+from gradzip.compressors.grid import CommonGrid
 from gradzip.compressors.registry import register
 from gradzip.kernels.backend import use_torch_ops
 from gradzip.kernels.dithered import fused_decode_affine
@@ -58,7 +62,7 @@ _FLOAT32_MAX_LEVEL = 127
 
 
 @register
-class DQSG(Compressor, CommonGrid):
+class DQSG(Compressor):
     """DQSG: dithered quantization, ``g_hat = sigma * (q - u) / M`` with a shared dither.
 
     Per bucket, ``sigma = max|g_B|`` (float32), ``y = g_B / sigma`` and, with the shared dither
@@ -276,7 +280,10 @@ class DQSG(Compressor, CommonGrid):
             self.name,
         )
 
-    # -- common grid (integer-sum schemes, see gradzip.compressors._grid) ----------------------
+    # -- common grid (integer-sum schemes, see gradzip.compressors.grid) -----------------------
+    def common_grid(self) -> CommonGrid:
+        return self
+
     def grid_levels(self) -> int:
         return self.M
 

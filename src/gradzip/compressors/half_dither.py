@@ -8,20 +8,24 @@ from typing import Any, ClassVar
 import torch
 
 from gradzip.codecs.symbols import check_packing
-from gradzip.compressors._bucket_math import clamp_to_dtype_, device_packed, device_unpacked
-from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
-from gradzip.compressors.common import (
-    DEFAULT_BUCKET_SIZE,
-    bucket_absmax,
-    check_bucket_size,
+from gradzip.compressors._scaled_body import (
     check_scales,
     check_symbols,
+    clamp_to_dtype_,
+    device_packed,
+    device_unpacked,
     fused_scaled_body,
-    num_buckets,
     read_scales,
     scaled_symbols_bits,
     scaled_symbols_body,
     scaled_symbols_floor_bits,
+)
+from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
+from gradzip.compressors.buckets import (
+    DEFAULT_BUCKET_SIZE,
+    bucket_absmax,
+    check_bucket_size,
+    num_buckets,
 )
 from gradzip.compressors.dqsg import FLOAT32_LIMIT, rounded_bound
 from gradzip.compressors.registry import register
@@ -61,7 +65,7 @@ class HalfDither(Compressor):
     Parameters:
         M: levels per sign (``Delta = 1/M``); larger M: less error, more bits.
         bucket_size: elements per float32 scale; default 512 entries
-            (``common.DEFAULT_BUCKET_SIZE``, [CHOICE]: the paper's one scale per tensor is
+            (``buckets.DEFAULT_BUCKET_SIZE``, [CHOICE]: the paper's one scale per tensor is
             ``bucket_size=None``); smaller buckets lower
             the error for 32 bits each.
         dither_sum: ``k`` uniforms summed per dither. ``k >= 2`` makes the error's moments

@@ -54,3 +54,13 @@ class Hou(ScaledStochastic):
 
     def _decode_factor(self, numel: int) -> float:
         return 1.0 / (1.0 + self.omega(numel)) if self.scaled else 1.0
+
+    def contraction_delta(self, d: int) -> float | None:
+        """In expectation over the stochastic rounding: ``delta = 1/(1 + omega)`` when
+        ``scaled`` [RECON, derived; spec 4.2]; unscaled, ``E||Q(x) - x||^2 <= omega ||x||^2``
+        gives ``delta = 1 - omega`` when ``omega < 1`` (small tensors or many bits) and None
+        otherwise [RECON, derived]: the seed's Theorem 2 constant for that case is lost."""
+        omega = self.omega(d)
+        if self.scaled:
+            return 1.0 / (1.0 + omega)
+        return 1.0 - omega if omega < 1 else None

@@ -49,3 +49,7 @@ class Identity(Compressor):
 
     def min_body_bits(self, header: Header) -> int:
         return 8 * torch.empty(0, dtype=header.dtype).element_size() * header.numel
+
+    def contraction_delta(self, d: int) -> float:
+        """``delta = 1``: no error."""
+        return 1.0

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import torch
 
 from gradzip.codecs.symbols import check_packing, packed_symbol_bits, symbol_bits
-from gradzip.compressors._grid import CommonGrid
+from gradzip.compressors._scaled_body import check_scales, read_scales, symbols_floor_bits
 from gradzip.compressors._stochastic import (
     finite_by_bound,
     finite_values_bound,
@@ -18,7 +18,7 @@ from gradzip.compressors._stochastic import (
     symmetric_values,
 )
 from gradzip.compressors.base import Body, Compressor, body_tensor
-from gradzip.compressors.common import check_scales, read_scales, symbols_floor_bits
+from gradzip.compressors.grid import CommonGrid
 from gradzip.compressors.registry import register
 from gradzip.kernels.backend import use_torch_ops
 from gradzip.kernels.stochastic import fused_symmetric_decode
@@ -33,7 +33,7 @@ MAX_CODED_BITS = 16
 
 
 @register
-class LPC(Compressor, CommonGrid):
+class LPC(Compressor):
     """LPC: ``Q_(delta,b)`` on the codebook ``{-s..s}*delta``, ``delta = theta*||u||_inf/s``.
 
     ``s = 2^(b-1) - 1`` positive levels (the paper's "quantization levels": 7 levels is
@@ -143,6 +143,9 @@ class LPC(Compressor, CommonGrid):
         return True
 
     # -- common grid (integer-sum schemes: LPC schemes (b) and (c), spec 3.3) -----------------
+    def common_grid(self) -> CommonGrid:
+        return self
+
     def grid_levels(self) -> int:
         return int(self.s)
 
@@ -159,6 +162,12 @@ class LPC(Compressor, CommonGrid):
 
     def grid_steps(self, scales: torch.Tensor) -> torch.Tensor:
         return torch.tensor([self.delta(float(scales[0]))], dtype=torch.float64)
+
+    def grid_prepare(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def grid_offsets(self, key: StreamKey, n: int) -> torch.Tensor | None:
+        return None
 
     def expected_body_bits(self, x: torch.Tensor) -> int | None:
         bits = packed_symbol_bits(x.numel(), 2 * self.s + 1, self.packing)

@@ -8,7 +8,6 @@ from typing import Any, ClassVar
 import torch
 
 from gradzip.codecs.symbols import check_packing
-from gradzip.compressors._bucket_math import clamp_to_dtype_, device_packed, device_unpacked
 from gradzip.compressors._decode_guards import check_finite_output
 from gradzip.compressors._nested import (
     chebyshev_failure_bound,
@@ -18,19 +17,24 @@ from gradzip.compressors._nested import (
     nested_encode,
     nested_success_bound,
 )
-from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
-from gradzip.compressors.common import (
-    DEFAULT_BUCKET_SIZE,
-    bucket_absmax,
-    check_bucket_size,
+from gradzip.compressors._scaled_body import (
     check_scales,
     check_symbols,
+    clamp_to_dtype_,
+    device_packed,
+    device_unpacked,
     fused_scaled_body,
-    num_buckets,
     read_scales,
     scaled_symbols_bits,
     scaled_symbols_body,
     scaled_symbols_floor_bits,
+)
+from gradzip.compressors.base import Body, Compressor, ParamValue, body_tensor
+from gradzip.compressors.buckets import (
+    DEFAULT_BUCKET_SIZE,
+    bucket_absmax,
+    check_bucket_size,
+    num_buckets,
 )
 from gradzip.compressors.registry import register
 from gradzip.errors import CorruptPayloadError
@@ -83,7 +87,7 @@ class NDQSG(Compressor):
         alpha: shrinkage in ``(0, 1]``; ``alpha < 1`` lowers the failure rate and, when ``y``
             is close, the MSE (optimum ``alpha^2 = 1 - Delta1^2/(24*sigma_z^2)``, derived).
         bucket_size: elements per float32 scale; default 512 entries
-            (``common.DEFAULT_BUCKET_SIZE``, [CHOICE]: the paper's one scale per tensor is
+            (``buckets.DEFAULT_BUCKET_SIZE``, [CHOICE]: the paper's one scale per tensor is
             ``bucket_size=None``).
         packing: ``"fixed"``, ``"dense"`` or ``"entropy"`` symbol packing.
 

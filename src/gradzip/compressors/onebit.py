@@ -19,6 +19,7 @@ from gradzip.compressors._onebit_kernels import (
     pack_signs,
     subtract_reconstruction,
 )
+from gradzip.compressors._scaled_body import read_scales, symbols_floor_bits
 from gradzip.compressors.base import (
     Body,
     Compressor,
@@ -28,7 +29,6 @@ from gradzip.compressors.base import (
     encode_params,
     tensor_bytes,
 )
-from gradzip.compressors.common import read_scales, symbols_floor_bits
 from gradzip.compressors.registry import register
 from gradzip.errors import CorruptPayloadError, NonFiniteInputError, TruncatedPayloadError
 from gradzip.keys import StreamKey

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 import torch
 
 from gradzip.codecs import elias
+from gradzip.compressors._scaled_body import check_scales, read_scales
 from gradzip.compressors._stochastic import (
     FLOAT32_MAX,
     ScaledStochastic,
@@ -19,7 +20,7 @@ from gradzip.compressors._stochastic import (
     symbols_to_values,
 )
 from gradzip.compressors.base import Body, body_tensor
-from gradzip.compressors.common import DEFAULT_BUCKET_SIZE, check_scales, num_buckets, read_scales
+from gradzip.compressors.buckets import DEFAULT_BUCKET_SIZE, num_buckets
 from gradzip.compressors.registry import register
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.keys import StreamKey
@@ -51,7 +52,7 @@ class QSGD(ScaledStochastic):
 
     Variance: unbiased, per coordinate ``(|y| - l/s)((l+1)/s - |y|) * scale^2 <= scale^2/(4s^2)``
     with ``y = g_i/scale``; in total ``<= min(n/s^2, sqrt(n)/s) ||g||_2^2`` for the l2 norm.
-    Default bucket: 512 entries (``common.DEFAULT_BUCKET_SIZE``, [CHOICE], as QSGD's own code);
+    Default bucket: 512 entries (``buckets.DEFAULT_BUCKET_SIZE``, [CHOICE], as QSGD's own code);
     ``bucket_size=None`` gives the per-tensor scale.
 
     Trade-offs: larger ``s`` lowers the variance by ``s^2`` for ``log2`` more bits; smaller buckets
@@ -115,7 +116,7 @@ class QSGD(ScaledStochastic):
     ) -> Body:
         if self.coding == "symbols":
             return super()._encode_flat(x, key, absmax, shape)
-        scales = self._all_scales(x, absmax)
+        scales = self._scales(x, absmax)
         symbols = stochastic_symbols(x, scales, self.s, self.s, key, self._bucket).cpu()
         stream, bits = self._elias_stream(symbols)
         count = int(stream[0])

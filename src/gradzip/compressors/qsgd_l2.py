@@ -8,17 +8,19 @@ from typing import Any, ClassVar
 import torch
 
 from gradzip.codecs.symbols import check_packing
-from gradzip.compressors._stochastic import fit_dtype_, twos_body, twos_values
-from gradzip.compressors.base import Body, Compressor, body_tensor
-from gradzip.compressors.common import (
-    DEFAULT_BUCKET_SIZE,
-    check_bucket_size,
+from gradzip.compressors._scaled_body import (
     check_scales,
-    num_buckets,
-    per_element,
     read_scales,
     scaled_symbols_bits,
     scaled_symbols_floor_bits,
+)
+from gradzip.compressors._stochastic import fit_dtype_, twos_body, twos_values
+from gradzip.compressors.base import Body, Compressor, body_tensor
+from gradzip.compressors.buckets import (
+    DEFAULT_BUCKET_SIZE,
+    check_bucket_size,
+    num_buckets,
+    per_element,
 )
 from gradzip.compressors.registry import register
 from gradzip.keys import StreamKey
@@ -32,7 +34,7 @@ FLOAT32_TINY = 2.0**-149  # the smallest positive (subnormal) float32
 class QSGDL2(Compressor):
     """QSGD as the QESGD paper runs it: the two's complement grid of ``Q_{delta,b}`` (spec 2.1)
     with the step ``delta = ||g_B||_2 / 2^(b-1)`` of each bucket ``B``: by default 512 entries
-    (``common.DEFAULT_BUCKET_SIZE``, [CHOICE]); ``bucket_size=None`` gives the QESGD seed's one
+    (``buckets.DEFAULT_BUCKET_SIZE``, [CHOICE]); ``bucket_size=None`` gives the QESGD seed's one
     bucket, the whole tensor, "no tricks" (spec 2.4), which its reproductions pin.
 
     The paper writes "delta = ||g||"; since its accuracies depend on ``b``, the grid step must

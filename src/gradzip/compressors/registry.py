@@ -1,21 +1,27 @@
 """The registry of compressors: names (the public keys) and wire codec ids.
 
-Codec ids are part of the wire format and never reused. Adding a compressor = one file with a
-class decorated by :func:`register`, plus an import in ``gradzip/compressors/__init__.py``; the
-contract tests then cover it automatically.
+Codec ids are part of the wire format and never reused. Adding a compressor = one file in
+``gradzip/compressors/`` with a class decorated by :func:`register`: importing the package
+imports every public module in it, and the contract tests then cover the new class
+automatically.
+
+The registry holds classes and knows nothing of their behaviour, so it sits below
+:mod:`gradzip.compressors.base` (which names a payload's codec from here); it refers to
+:class:`~gradzip.compressors.base.Compressor` for type checking only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from gradzip.compressors.base import Compressor
+if TYPE_CHECKING:
+    from gradzip.compressors.base import Compressor
 
 _BY_NAME: dict[str, type[Compressor]] = {}
 _BY_ID: dict[int, type[Compressor]] = {}
 
-C = TypeVar("C", bound=type[Compressor])
+C = TypeVar("C", bound="type[Compressor]")
 
 
 def register(cls: C) -> C:

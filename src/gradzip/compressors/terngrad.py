@@ -8,7 +8,7 @@ import torch
 
 from gradzip.compressors._stochastic import ScaledStochastic
 from gradzip.compressors.base import Body
-from gradzip.compressors.common import DEFAULT_BUCKET_SIZE, clip_to_std
+from gradzip.compressors.buckets import DEFAULT_BUCKET_SIZE, clip_to_std
 from gradzip.compressors.registry import register
 from gradzip.keys import StreamKey
 
@@ -34,12 +34,12 @@ class TernGrad(ScaledStochastic):
       computed in float64) before quantizing; TernGrad uses ``c = 2.5``. Clipping makes the
       estimate biased for the clipped coordinates but shrinks the scale, hence the variance of
       the rest. A tensor with ``std == 0`` is not clipped [CHOICE].
-    * :meth:`encode_with_scale` ("max-scale sharing"): every worker uses the same externally
-      agreed scale (the maximum over workers of ``||g||_inf``), so that a server can add the
-      ternary codes of all workers exactly.
+    * max-scale sharing: every worker uses the same agreed scale (the maximum over workers of
+      ``||g||_inf``), so that the ternary codes of all workers add up exactly; this is the
+      common grid (:meth:`common_grid`) the integer-sum schemes use.
 
     Trade-offs: smaller buckets tighten the scale (lower variance) at 32 bits each. Default
-    bucket: 512 entries (``common.DEFAULT_BUCKET_SIZE``, [CHOICE]; TernGrad's per-tensor scale
+    bucket: 512 entries (``buckets.DEFAULT_BUCKET_SIZE``, [CHOICE]; TernGrad's per-tensor scale
     is ``bucket_size=None``).
 
     References: Wen et al., "TernGrad: Ternary Gradients to Reduce Communication in Distributed

@@ -276,3 +276,7 @@ class TopK(KeptValues):
         if self.index_coding == "rice":
             return values + 64  # the Rice parameter and at least one code word
         return values + 8 * packed_bytes(k, index_bits(d))
+
+    def contraction_delta(self, d: int) -> float:
+        """``delta = k/d``, deterministic (Stich et al.'s k-contraction; seed Thm 1)."""
+        return kept_count(self.k, self.ratio, d) / d

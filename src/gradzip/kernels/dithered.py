@@ -34,11 +34,11 @@ import torch
 from numba import njit, prange
 
 from gradzip.buffers import fresh_array
-from gradzip.codecs.bitpack import check_packed, packed_bytes
-from gradzip.codecs.symbols import symbol_bits
 from gradzip.errors import CorruptPayloadError
 from gradzip.kernels._threads import call_parallel
 from gradzip.kernels.bitpack import pack_tile, unpack_tile, unpack_tile_narrow
+from gradzip.kernels.buckets import effective_bucket_size, num_buckets
+from gradzip.kernels.packed import check_packed, packed_bytes, symbol_bits
 from gradzip.kernels.philox import fill_uniform
 
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -58,7 +58,7 @@ DITHER_SPAN = 1024
 
 def tile_elements(bucket_size: int, n: int) -> int:
     """Elements per tile: whole buckets (``bucket_size`` 0 means one bucket), a multiple of 8."""
-    if bucket_size == 0 or bucket_size >= n:
+    if effective_bucket_size(n, bucket_size) == 0:
         return TILE
     per = 8 // np.gcd(bucket_size, 8)  # buckets per tile must make a multiple of 8 elements
     buckets = max(per, -(-TILE // bucket_size))
@@ -675,8 +675,8 @@ def fused_encode(
     compute every bucket's in the kernel. ``bucket_size`` 0 means one bucket.
     """
     n = x.numel()
-    bs = 0 if bucket_size == 0 or bucket_size >= n else bucket_size
-    nb = 1 if bs == 0 else -(-n // bs)
+    bs = effective_bucket_size(n, bucket_size)
+    nb = max(1, num_buckets(n, bucket_size))  # one scale even for an empty tensor
     nbytes = 4 * nb + packed_bytes(n, bits)
     if out.size != nbytes:
         raise ValueError(f"the encoding of {n} elements takes {nbytes} bytes, not {out.size}")
@@ -798,7 +798,7 @@ def fused_decode_affine(
     """
     bits = symbol_bits(alphabet)
     check_packed(data, n, bits)
-    bs = 0 if bucket_size == 0 or bucket_size >= n else bucket_size
+    bs = effective_bucket_size(n, bucket_size)
     unit = tile_elements(bs, n)
     raw = data.contiguous().numpy()
     target = accumulator(out, n)
@@ -853,7 +853,7 @@ def fused_decode_nested(
     that means, as the bound on the output depends on ``max|y|``."""
     bits = symbol_bits(k)
     check_packed(data, n, bits)
-    bs = 0 if bucket_size == 0 or bucket_size >= n else bucket_size
+    bs = effective_bucket_size(n, bucket_size)
     unit = tile_elements(bs, n)
     raw = data.contiguous().numpy()
     y32 = y.to(torch.float32).contiguous()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from gradzip.kernels.buckets import effective_bucket_size
 from gradzip.kernels.philox_torch import philox_one_plus_uniform_torch
 
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -20,9 +21,10 @@ _F32_MAX = float(np.finfo(np.float32).max)
 
 def bucket_of_elements(n: int, bucket_size: int, device: torch.device) -> torch.Tensor:
     """The bucket index of every element (``bucket_size`` 0: one bucket)."""
-    if bucket_size == 0 or bucket_size >= n:
+    bs = effective_bucket_size(n, bucket_size)
+    if bs == 0:
         return torch.zeros(n, dtype=torch.int64, device=device)
-    return torch.arange(n, dtype=torch.int64, device=device) // bucket_size
+    return torch.arange(n, dtype=torch.int64, device=device) // bs
 
 
 def bucket_factors(numer: float, scales: torch.Tensor) -> torch.Tensor:

@@ -41,10 +41,10 @@ import torch
 from numba import njit, prange
 
 from gradzip.buffers import fresh_array
-from gradzip.codecs.bitpack import packed_bytes
-from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
+from gradzip.errors import CorruptPayloadError
 from gradzip.kernels._threads import call_parallel
 from gradzip.kernels.bitpack import pack_tile, unpack_tile, unpack_tile_narrow
+from gradzip.kernels.buckets import effective_bucket_size, num_buckets
 from gradzip.kernels.dithered import (
     TILE,
     accumulator,
@@ -53,6 +53,7 @@ from gradzip.kernels.dithered import (
     tile_elements,
     tile_scales,
 )
+from gradzip.kernels.packed import check_packed, packed_bytes
 from gradzip.kernels.philox import LOCAL_UNIFORM, fill_uniform
 
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -264,10 +265,6 @@ def decode_twos(packed, bits, steps, bucket_size, unit, out):  # type: ignore[no
 # -- Python entry points -----------------------------------------------------------------------
 
 
-def _normal_bucket(n: int, bucket_size: int) -> int:
-    return 0 if bucket_size == 0 or bucket_size >= n else bucket_size
-
-
 def symbol_dtype_for(top: int) -> type:
     """NumPy dtype of symbols in ``[0, top]``."""
     return np.uint8 if top <= 255 else np.int32
@@ -289,8 +286,8 @@ def fused_symmetric_encode(
     single scale given). ``bits`` 0: symbols only (the packed tensor is empty).
     """
     n = x.numel()
-    bs = _normal_bucket(n, bucket_size)
-    nb = 1 if bs == 0 else -(-n // bs)
+    bs = effective_bucket_size(n, bucket_size)
+    nb = max(1, num_buckets(n, bucket_size))  # one scale even for an empty tensor
     xs = x.contiguous().numpy()
     compute = scales is None
     if scales is None:
@@ -324,22 +321,11 @@ def fused_symmetric_encode(
     return torch.from_numpy(sc), torch.from_numpy(symbols), torch.from_numpy(packed)
 
 
-def check_packed(data: torch.Tensor, n: int, bits: int) -> np.ndarray:
+def packed_array(data: torch.Tensor, n: int, bits: int) -> np.ndarray:
     """The bytes of ``n`` packed ``bits``-bit symbols as a NumPy array, after the checks of
-    :func:`gradzip.codecs.bitpack.unpack_bits` (exact length, zero padding bits)."""
-    expected = packed_bytes(n, bits)
-    if data.numel() < expected:
-        raise TruncatedPayloadError(
-            f"packed symbol stream has {data.numel()} bytes; {n} symbols of {bits} bits need {expected}"
-        )
-    if data.numel() > expected:
-        raise CorruptPayloadError(
-            f"packed symbol stream has {data.numel()} bytes; {n} symbols of {bits} bits take {expected}"
-        )
+    :func:`gradzip.kernels.packed.check_packed` (exact length, zero padding bits)."""
+    check_packed(data, n, bits)
     raw: np.ndarray = data.contiguous().numpy()
-    tail_bits = (n * bits) % 8
-    if tail_bits and int(raw[-1]) >> tail_bits:
-        raise CorruptPayloadError("packed symbol stream has non-zero padding bits")
     return raw
 
 
@@ -371,8 +357,8 @@ def fused_symmetric_decode(
     bytes first (:func:`gradzip.kernels.dithered.check_alphabet`), so a corrupt stream raises
     with ``out`` untouched.
     """
-    raw = check_packed(data, n, bits)
-    bs = _normal_bucket(n, bucket_size)
+    raw = packed_array(data, n, bits)
+    bs = effective_bucket_size(n, bucket_size)
     unit = TILE  # decoding needs no whole buckets per tile
     accumulate = out is not None and add
     target = accumulator(out, n)
@@ -390,7 +376,7 @@ def fused_twos_encode(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(symbols, packed)`` of the two's complement grid (``steps`` float32 per bucket)."""
     n = x.numel()
-    bs = _normal_bucket(n, bucket_size)
+    bs = effective_bucket_size(n, bucket_size)
     unit = TILE  # steps are given: no whole buckets per tile needed
     symbols = np.empty(n, dtype=np.uint8 if bits <= 8 else np.int32)
     packed = np.empty(packed_bytes(n, bits) if pack else 0, dtype=np.uint8)
@@ -415,8 +401,8 @@ def fused_twos_decode(
     data: torch.Tensor, n: int, bits: int, steps: torch.Tensor, bucket_size: int
 ) -> torch.Tensor:
     """Unpack, sign-extend and scale by the bucket's float32 step in one parallel pass."""
-    raw = check_packed(data, n, bits)
-    bs = _normal_bucket(n, bucket_size)
+    raw = packed_array(data, n, bits)
+    bs = effective_bucket_size(n, bucket_size)
     unit = TILE
     out = fresh_array(n, np.float32)
     call_parallel(

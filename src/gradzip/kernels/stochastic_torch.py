@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from gradzip.kernels.buckets import effective_bucket_size, num_buckets
 from gradzip.kernels.dithered_torch import bucket_of_elements
 from gradzip.kernels.philox import LOCAL_UNIFORM
 from gradzip.kernels.philox_torch import philox_one_plus_uniform_torch
@@ -24,9 +25,9 @@ _TINY32 = 2.0**-149
 def bucket_absmax_torch(x: torch.Tensor, bucket_size: int) -> torch.Tensor:
     """``max|x_B|`` per bucket (float32) on ``x``'s device."""
     n = x.numel()
-    if bucket_size == 0 or bucket_size >= n:
+    if effective_bucket_size(n, bucket_size) == 0:
         return x.abs().amax().view(1)
-    nb = -(-n // bucket_size)
+    nb = num_buckets(n, bucket_size)
     padded = torch.zeros(nb * bucket_size, dtype=x.dtype, device=x.device)
     padded[:n] = x.abs()
     return padded.view(nb, bucket_size).amax(dim=1)

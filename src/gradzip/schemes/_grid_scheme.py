@@ -7,9 +7,9 @@ from abc import abstractmethod
 import torch
 
 from gradzip.comm.transport import Transport
-from gradzip.compressors._grid import CommonGrid
 from gradzip.compressors.base import Compressor
-from gradzip.compressors.common import per_element
+from gradzip.compressors.buckets import per_element
+from gradzip.compressors.grid import CommonGrid
 from gradzip.errors import NonFiniteInputError
 from gradzip.keys import StreamKey
 from gradzip.schemes.base import Scheme, working_dtype
@@ -33,7 +33,7 @@ class GridScheme(Scheme):
     @classmethod
     def check_compatible(cls, compressor: Compressor) -> None:
         super().check_compatible(compressor)
-        if not isinstance(compressor, CommonGrid) or not compressor.grid_supported():
+        if compressor.common_grid() is None:
             raise ValueError(
                 f"{compressor.name} does not send integer levels on a scale the ranks can share "
                 "(supported: dqsg, qsgd, terngrad, lpc, unscaled hou); the allgather, ps and "
@@ -42,8 +42,10 @@ class GridScheme(Scheme):
 
     @property
     def grid(self) -> CommonGrid:
-        assert isinstance(self.compressor, CommonGrid)
-        return self.compressor
+        """The compressor's common grid (:meth:`check_compatible` made sure it has one)."""
+        grid = self.compressor.common_grid()
+        assert grid is not None
+        return grid
 
     def reduce(
         self, transport: Transport, tensor: torch.Tensor, step: int, tensor_index: int = 0

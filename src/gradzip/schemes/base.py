@@ -21,16 +21,12 @@ from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor
 from gradzip.errors import CheckpointError
 from gradzip.feedback import ErrorFeedback, Slot
+from gradzip.feedback import working_dtype as working_dtype
 from gradzip.keys import StreamKey
 
 _STATE_VERSION = 1
 #: the collective under which a finite-gradient agreement of its own is counted
 FINITE_CHECK = "finite_check"
-
-
-def working_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Averages are float64 for float64 tensors and float32 otherwise."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 class Scheme(ABC):

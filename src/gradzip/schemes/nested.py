@@ -8,11 +8,10 @@ import math
 import torch
 
 from gradzip.comm.transport import Transport
-from gradzip.compressors._nested import failure_rate
 from gradzip.compressors.base import Compressor, empty_output
 from gradzip.compressors.dqsg import DQSG
 from gradzip.compressors.identity import Identity
-from gradzip.compressors.ndqsg import NDQSG
+from gradzip.compressors.ndqsg import NDQSG, failure_rate
 from gradzip.kernels.running_mean import update_running_mean_
 from gradzip.schemes._messages import serve
 from gradzip.schemes.base import Scheme, working_dtype

@@ -4,37 +4,19 @@ residual bound of its Lemma 1 (spec 4.5)."""
 from __future__ import annotations
 
 from gradzip.compressors.base import Compressor
-from gradzip.compressors.hou import Hou
-from gradzip.compressors.identity import Identity
-from gradzip.compressors.topk import TopK, kept_count
 
 
 def delta_of(compressor: Compressor, d: int) -> float | None:
     """The ``delta`` in ``(0, 1]`` with ``E||C(x) - x||^2 <= (1 - delta) ||x||^2`` for every
-    ``x`` of ``d`` elements, or ``None`` where ``compressor`` has no such guarantee.
-
-    * ``identity``: ``delta = 1`` (no error).
-    * ``topk``: ``delta = k/d``, deterministic (Stich et al.'s k-contraction; seed Thm 1).
-    * ``hou`` with ``scaled=True``: ``delta = 1/(1 + omega)``, ``omega = min(d/(4 s^2),
-      sqrt(d)/s)`` [RECON, derived; spec 4.2] (in expectation over the stochastic rounding).
-    * ``hou`` unscaled: ``E||Q(x) - x||^2 <= omega ||x||^2``, so ``delta = 1 - omega`` when
-      ``omega < 1`` (small tensors or many bits) and ``None`` otherwise [RECON, derived]: the
-      seed's Theorem 2 constant for this case is lost.
+    ``x`` of ``d`` elements, or ``None`` where ``compressor`` has no such guarantee: its
+    :meth:`~gradzip.compressors.base.Compressor.contraction_delta` (``identity`` 1, ``topk``
+    ``k/d``, ``hou`` from its variance factor), after checking ``d``.
 
     ``d`` is the size of one tensor: the compressors work per parameter tensor.
     """
     if d < 1:
         raise ValueError(f"d must be >= 1, got {d}")
-    if isinstance(compressor, Identity):
-        return 1.0
-    if isinstance(compressor, TopK):
-        return kept_count(compressor.k, compressor.ratio, d) / d
-    if isinstance(compressor, Hou):
-        omega = compressor.omega(d)
-        if compressor.scaled:
-            return 1.0 / (1.0 + omega)
-        return 1.0 - omega if omega < 1 else None
-    return None
+    return compressor.contraction_delta(d)
 
 
 def lemma1_bound(delta: float, lr: float, g_bound_sq: float) -> float:

@@ -139,10 +139,6 @@ class DeltaSchedule:
         scale = self.c * math.sqrt(epoch + 1) * 2.0 ** (self.bits - 1)
         return (torch.tensor(self.norms, dtype=torch.float64) / scale).to(torch.float32)
 
-    def clip_range(self, epoch: int) -> torch.Tensor:
-        """``delta_t * 2^(b-1)``: how far a coordinate of ``z`` can go before it is clipped."""
-        return self.delta(epoch) * 2.0 ** (self.bits - 1)
-
 
 def theory_delta(grad_norm: float, mu: float, bits: int) -> float:
     """Lemma 2's ``delta_t = ||grad F(w_t)|| / (mu 2^(b-1))``: with it every coordinate of the

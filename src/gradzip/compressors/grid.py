@@ -1,13 +1,14 @@
-"""Quantizers whose codes several ranks can add up: integer levels on a scale they agree on.
+"""The common-grid capability: quantizers whose codes several ranks can add up.
 
-DQSG, QSGD, TernGrad and LPC all send ``level * step`` per coordinate (DQSG minus a shared
-dither). If every rank uses the *same* per-bucket scale -- the maximum over ranks of what each
-would have used -- the integer levels of all ranks can be summed in transit (an integer
-allreduce, or a parameter server adding codes) and the receiver rebuilds the mean from the sum:
-``mean = step * (sum_p level_p - sum_p offset_p) / P``, where ``offset_p`` is rank ``p``'s
-dither (DQSG; regenerated from its key) or zero. The schemes in
-:mod:`gradzip.schemes.integer_sum` use this interface; any compressor implementing it works
-there.
+DQSG, QSGD, TernGrad, unscaled Hou and LPC all send ``level * step`` per coordinate (DQSG minus
+a shared dither). If every rank uses the *same* per-bucket scale -- the maximum over ranks of
+what each would have used -- the integer levels of all ranks can be summed in transit (an
+integer allreduce, or a parameter server adding codes) and the receiver rebuilds the mean from
+the sum: ``mean = step * (sum_p level_p - sum_p offset_p) / P``, where ``offset_p`` is rank
+``p``'s dither (DQSG; regenerated from its key) or zero. The integer-sum schemes
+(:mod:`gradzip.schemes.integer_allreduce`, :mod:`gradzip.schemes.server_integer_sum`) ask a
+compressor for this capability with :meth:`gradzip.compressors.base.Compressor.common_grid`
+and work with any compressor that provides it.
 
 Variance: each rank's error is as for its own compressor but with the common scale
 ``sigma = max_p sigma_p`` in place of ``sigma_p``, so the variance of the mean is
@@ -17,46 +18,44 @@ Variance: each rank's error is as for its own compressor but with the common sca
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 
 from gradzip.keys import StreamKey
 
 
-class CommonGrid:
-    """The interface (a mixin): subclasses implement every method below.
+class CommonGrid(Protocol):
+    """Quantizing on a scale the ranks agree on; every method is required.
 
     All tensors are flat; ``x`` is float32 and finite. Levels are returned as symbols
     ``level + s`` in ``[0, 2s]``.
     """
 
-    def grid_supported(self) -> bool:
-        """Whether this configuration can quantize on an external scale (default True)."""
-        return True
-
     def grid_levels(self) -> int:
         """``s``: levels lie in ``[-s, s]``."""
-        raise NotImplementedError
+        ...
 
     def grid_bucket_size(self, n: int) -> int:
         """Elements per scale for a tensor of ``n`` elements (0: one scale)."""
-        raise NotImplementedError
+        ...
 
     def grid_prepare(self, x: torch.Tensor) -> torch.Tensor:
-        """What the quantizer really encodes (e.g. after clipping); default ``x``."""
-        return x
+        """What the quantizer really encodes (e.g. after clipping); often ``x`` itself."""
+        ...
 
     def grid_statistic(self, x: torch.Tensor) -> torch.Tensor:
         """The scale this rank alone would use, per bucket (float32); ranks agree on the max."""
-        raise NotImplementedError
+        ...
 
     def grid_symbols(self, x: torch.Tensor, scales: torch.Tensor, key: StreamKey) -> torch.Tensor:
         """Symbols of ``x`` on the grid of the agreed ``scales`` (each ``>=`` this rank's)."""
-        raise NotImplementedError
+        ...
 
     def grid_steps(self, scales: torch.Tensor) -> torch.Tensor:
         """The value of one level per bucket (float64), from the agreed ``scales``."""
-        raise NotImplementedError
+        ...
 
     def grid_offsets(self, key: StreamKey, n: int) -> torch.Tensor | None:
         """What the receiver subtracts from rank ``key.rank``'s levels (float32), or None."""
-        return None
+        ...
