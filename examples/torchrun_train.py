@@ -151,10 +151,10 @@ def checksum(model: torch.nn.Module) -> bytes:
 def report(transport: Transport, model: torch.nn.Module, steps: int) -> bool:
     """Rank 0 prints each rank's traffic per step and whether the parameters agree."""
     traffic = transport.meter.total()  # before the report's own messages
-    transport.meter.step = None
     mine = struct.pack("<qqq", traffic.sent, traffic.received, traffic.messages)
-    everyone = [struct.unpack("<qqq", b) for b in transport.all_gather_bytes(mine)]
-    digests = transport.all_gather_bytes(checksum(model))
+    with transport.step_scope(None):  # the report's messages belong to no training step
+        everyone = [struct.unpack("<qqq", b) for b in transport.all_gather_bytes(mine)]
+        digests = transport.all_gather_bytes(checksum(model))
     agree = len(set(digests)) == 1
     if transport.rank == 0:
         print(f"traffic per step over {steps} steps (payloads + 8-byte length prefixes):")

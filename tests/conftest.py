@@ -1,18 +1,23 @@
-"""Shared test settings: one thread (as the benchmarks use), deterministic Hypothesis, and the
-``distributed`` marker enforced: a test that starts a process must carry it, so ``make
-test-fast`` (``-m 'not slow and not distributed'``) never spawns one."""
+"""Shared test settings: one thread (as the benchmarks use), deterministic Hypothesis, the
+``distributed`` marker enforced (a test that starts a process must carry it, so ``make
+test-fast``, ``-m 'not slow and not distributed'``, never spawns one), and the one harness that
+runs a rank function on simulated ranks and on gloo processes (:func:`simulated_and_processes`).
+"""
 
 from __future__ import annotations
 
 import multiprocessing.process
 import subprocess
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 import matplotlib
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
+
+from gradzip.comm.local import run_local
+from gradzip.comm.spawn import run_processes
 
 torch.set_num_threads(1)
 
@@ -46,3 +51,46 @@ def _processes_only_in_distributed_tests(
         monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
         monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
     yield
+
+
+#: a rank's per-operation timeout when a test compares simulated ranks with processes: generous
+#: (a loaded machine starts and runs processes slowly), and only a failing run ever waits it out
+SIMULATED_AND_PROCESSES_TIMEOUT = 120.0
+
+
+class SimulatedAndProcesses(NamedTuple):
+    """What the rank function returned, in rank order: on the simulated ranks (threads of the
+    test's process, :func:`~gradzip.comm.local.run_local`) and on the spawned gloo processes
+    (:func:`~gradzip.comm.spawn.run_processes`)."""
+
+    simulated: list[Any]
+    processes: list[Any]
+
+
+#: the type of the :func:`simulated_and_processes` fixture, for the tests' annotations
+RunSimulatedAndProcesses = Callable[..., SimulatedAndProcesses]
+
+
+def run_simulated_and_processes(
+    world_size: int,
+    fn: Callable[..., Any],
+    *args: Any,
+    timeout: float = SIMULATED_AND_PROCESSES_TIMEOUT,
+) -> SimulatedAndProcesses:
+    """``fn(transport, *args)`` on ``world_size`` simulated ranks, then on as many gloo
+    processes. ``fn`` must be a module-level function (the processes import it by name). Both
+    harnesses reap what they started and raise, naming the rank, when a rank fails or waits
+    longer than ``timeout`` seconds for a peer."""
+    simulated = run_local(world_size, lambda transport: fn(transport, *args), timeout=timeout)
+    processes = run_processes(world_size, fn, *args, timeout=timeout)
+    return SimulatedAndProcesses(simulated, processes)
+
+
+@pytest.fixture
+def simulated_and_processes(request: pytest.FixtureRequest) -> RunSimulatedAndProcesses:
+    """:func:`run_simulated_and_processes`, for tests marked ``distributed`` (it spawns
+    processes): ``runs = simulated_and_processes(2, rank_fn, arg)``, then compare
+    ``runs.simulated`` with ``runs.processes`` as strictly as the test needs."""
+    if request.node.get_closest_marker("distributed") is None:
+        pytest.fail(f"{request.node.nodeid} runs processes: mark it @pytest.mark.distributed")
+    return run_simulated_and_processes

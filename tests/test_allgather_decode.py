@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pytest
 import torch
 
 import gradzip
 from gradzip.comm.local import run_local
-from gradzip.comm.spawn import run_processes
 from gradzip.comm.transport import Transport
 from gradzip.errors import GradzipError, KeyMismatchError
 from gradzip.feedback import ErrorFeedback
 from gradzip.keys import StreamKey
 from gradzip.schemes import AllGatherDecode
+
+if TYPE_CHECKING:
+    from conftest import RunSimulatedAndProcesses
 
 RUN_SEED = 11
 
@@ -133,9 +137,11 @@ def test_side_information_codecs_are_refused() -> None:
 
 
 @pytest.mark.distributed
-def test_processes_match_simulation_bitwise() -> None:
-    real = run_processes(2, averaged, "dqsg")
-    simulated = run_local(2, lambda t: averaged(t, "dqsg"))
+def test_processes_match_simulation_bitwise(
+    simulated_and_processes: RunSimulatedAndProcesses,
+) -> None:
+    runs = simulated_and_processes(2, averaged, "dqsg")
+    real, simulated = runs.processes, runs.simulated
     for rank in range(2):
         for a, b in zip(real[rank], simulated[rank], strict=True):
             assert a.tobytes() == b.tobytes()

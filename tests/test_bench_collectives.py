@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import gradzip
-from gradzip.bench.collective_ranks import RUN_SEED, Case, RankFigures, bench_gradient
+from gradzip.bench.collective_figures import RankFigures
+from gradzip.bench.collective_ranks import RUN_SEED, Case, bench_gradient
 from gradzip.bench.collective_report import format_growth, growth, make_row
 from gradzip.bench.collectives import plan, run
 from gradzip.cli import build_parser, main

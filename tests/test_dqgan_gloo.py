@@ -4,7 +4,7 @@ after every step, for every variant, on the bilinear game and on a small WGAN.""
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
@@ -13,9 +13,10 @@ import gradzip
 from gradzip.algorithms.dqgan import DQGAN, BilinearGame, WGANGame, make_method
 from gradzip.algorithms.dqgan.game import Game
 from gradzip.algorithms.dqgan.mixture import GaussianRing, ring_gan
-from gradzip.comm.local import run_local
-from gradzip.comm.spawn import run_processes
 from gradzip.comm.transport import Transport
+
+if TYPE_CHECKING:
+    from conftest import RunSimulatedAndProcesses
 
 #: (name, compressor, its parameters, DQGAN options) on the bilinear game
 BILINEAR: tuple[tuple[str, str, dict[str, Any], dict[str, Any]], ...] = (
@@ -56,9 +57,11 @@ def run_all(transport: Transport) -> dict[str, tuple[str, int]]:
 
 
 @pytest.mark.distributed
-def test_gloo_processes_equal_simulated_ranks() -> None:
-    real = run_processes(2, run_all, timeout=120)
-    simulated = run_local(2, run_all)
+def test_gloo_processes_equal_simulated_ranks(
+    simulated_and_processes: RunSimulatedAndProcesses,
+) -> None:
+    runs = simulated_and_processes(2, run_all)
+    real, simulated = runs.processes, runs.simulated
     assert real == simulated
     for name in real[0]:  # every rank holds the same parameters after every step
         assert real[0][name][0] == real[1][name][0], name

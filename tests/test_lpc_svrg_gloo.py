@@ -4,6 +4,7 @@ ranks give: every iterate after every round, the output and the measured bits.""
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
@@ -19,9 +20,10 @@ from gradzip.algorithms.svrg import (
     SGDConfig,
     synthetic_regression,
 )
-from gradzip.comm.local import run_local
-from gradzip.comm.spawn import run_processes
 from gradzip.comm.transport import Transport
+
+if TYPE_CHECKING:
+    from conftest import RunSimulatedAndProcesses
 
 
 def state_bytes(algo: DistributedAlgorithm) -> bytes:
@@ -59,9 +61,11 @@ def run_all(transport: Transport) -> dict[str, tuple[str, int, int]]:
 
 
 @pytest.mark.distributed
-def test_gloo_processes_equal_simulated_ranks() -> None:
-    real = run_processes(2, run_all, timeout=120)
-    simulated = run_local(2, run_all)
+def test_gloo_processes_equal_simulated_ranks(
+    simulated_and_processes: RunSimulatedAndProcesses,
+) -> None:
+    runs = simulated_and_processes(2, run_all)
+    real, simulated = runs.processes, runs.simulated
     assert real == simulated
     # and every rank holds the same iterates (the bits differ: the ranks' roles differ)
     for name in real[0]:

@@ -4,7 +4,7 @@ survives a checkpoint and a failed step, bits independent of threads, and sim eq
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numba
 import pytest
@@ -19,6 +19,9 @@ from gradzip.optim import CompressedOptimizer
 from gradzip.payload import parse_payload
 from gradzip.schemes import AllGatherDecode, PowerSGD, make_scheme
 from gradzip.sync import GradientSync
+
+if TYPE_CHECKING:
+    from conftest import RunSimulatedAndProcesses
 
 
 def matrices(world: int, n: int, m: int, seed: int = 0) -> list[torch.Tensor]:
@@ -295,9 +298,11 @@ def test_trains_through_compressed_optimizer_and_ranks_agree() -> None:
 
 
 @pytest.mark.distributed
-def test_simulated_ranks_equal_gloo_processes_bit_for_bit() -> None:
-    real = run_processes(2, train, 4, timeout=120)
-    simulated = run_local(2, lambda t: train(t, 4))
+def test_simulated_ranks_equal_gloo_processes_bit_for_bit(
+    simulated_and_processes: RunSimulatedAndProcesses,
+) -> None:
+    runs = simulated_and_processes(2, train, 4)
+    real, simulated = runs.processes, runs.simulated
     assert [r[1] for r in real] == [s[1] for s in simulated]
 
 

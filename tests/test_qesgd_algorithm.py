@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import statistics
 import warnings
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
@@ -24,12 +25,14 @@ from gradzip.algorithms.qesgd.schedule import (
 )
 from gradzip.algorithms.qesgd.server import DistributedQESGD
 from gradzip.comm.local import run_local
-from gradzip.comm.spawn import run_processes
 from gradzip.comm.transport import LENGTH_PREFIX_BYTES, Transport
 from gradzip.compressors.qesgd import QESGD
 from gradzip.errors import GradzipError, NonFiniteInputError, PayloadMismatchError
 from gradzip.keys import StreamKey
 from gradzip.payload import parse_payload
+
+if TYPE_CHECKING:
+    from conftest import RunSimulatedAndProcesses
 
 KEY = StreamKey(run_seed=3, rank=0, step=5, tensor_index=0)
 
@@ -507,9 +510,11 @@ def test_algorithm3_checkpoint_and_bad_arguments() -> None:
 
 
 @pytest.mark.distributed
-def test_algorithm3_simulated_equals_two_gloo_processes() -> None:
-    real = run_processes(2, alg3_rank, 7, 3, 4, "last", timeout=120)
-    simulated = run_local(2, lambda t: alg3_rank(t, 7, 3, 4, "last"))
+def test_algorithm3_simulated_equals_two_gloo_processes(
+    simulated_and_processes: RunSimulatedAndProcesses,
+) -> None:
+    runs = simulated_and_processes(2, alg3_rank, 7, 3, 4, "last")
+    real, simulated = runs.processes, runs.simulated
     assert real == simulated
     assert real[0] == real[1]
 

@@ -3,17 +3,20 @@ gloo processes give bit-identical averaged gradients and parameters."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 import torch
 
 import gradzip
-from gradzip.comm.local import run_local
-from gradzip.comm.spawn import run_processes
 from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor
 from gradzip.optim import CompressedOptimizer
 from gradzip.schemes import VARIANTS, make_variant, variant_accepts
 from gradzip.sync import GradientSync
+
+if TYPE_CHECKING:
+    from conftest import RunSimulatedAndProcesses
 
 BIASED = {"onebit", "topk", "randk", "threshold", "adaptive"}
 
@@ -76,9 +79,11 @@ def test_the_combinations_cover_every_scheme_and_compressor() -> None:
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_simulated_ranks_equal_gloo_processes_bit_for_bit(world_size: int) -> None:
-    real = run_processes(world_size, train_all, 2, timeout=120)
-    simulated = run_local(world_size, lambda t: train_all(t, 2))
+def test_simulated_ranks_equal_gloo_processes_bit_for_bit(
+    world_size: int, simulated_and_processes: RunSimulatedAndProcesses
+) -> None:
+    runs = simulated_and_processes(world_size, train_all, 2)
+    real, simulated = runs.processes, runs.simulated
     for rank in range(world_size):
         assert real[rank].keys() == simulated[rank].keys()
         differ = [k for k in real[rank] if real[rank][k] != simulated[rank][k]]

@@ -4,6 +4,7 @@ averaging with the identity codec, bit-exact resume, all-or-nothing steps, real 
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -11,12 +12,14 @@ import torch
 
 import gradzip
 from gradzip.comm.local import run_local
-from gradzip.comm.spawn import run_processes
 from gradzip.comm.transport import Transport
 from gradzip.errors import GradzipError, NonFiniteInputError, PayloadMismatchError
 from gradzip.optim import CompressedOptimizer
 from gradzip.schemes import SCHEMES, VARIANTS, make_variant
 from gradzip.sync import GradientSync
+
+if TYPE_CHECKING:
+    from conftest import RunSimulatedAndProcesses
 
 RUN_SEED = 5
 
@@ -166,9 +169,11 @@ def test_state_from_another_rank_or_run_is_refused() -> None:
 
 
 @pytest.mark.distributed
-def test_real_processes_train_exactly_like_the_simulation() -> None:
-    real = run_processes(2, train, "dqsg", True, 3)
-    simulated = run_local(2, lambda t: train(t, "dqsg", True, 3))
+def test_real_processes_train_exactly_like_the_simulation(
+    simulated_and_processes: RunSimulatedAndProcesses,
+) -> None:
+    runs = simulated_and_processes(2, train, "dqsg", True, 3)
+    real, simulated = runs.processes, runs.simulated
     for rank in range(2):
         assert params_bytes(real[rank][0]) == params_bytes(simulated[rank][0])
 

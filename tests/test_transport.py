@@ -4,15 +4,18 @@ behave like real processes, and clear errors when a peer is missing."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 import torch
 
 from gradzip.comm.local import run_local
-from gradzip.comm.spawn import run_processes
 from gradzip.comm.transport import LENGTH_PREFIX_BYTES, Transport
 from gradzip.errors import GradzipError
+
+if TYPE_CHECKING:
+    from conftest import RunSimulatedAndProcesses
 
 
 def payload_of(rank: int, step: int = 0) -> bytes:
@@ -90,14 +93,14 @@ def exchange_tensors(transport: Transport, seed: int) -> np.ndarray:
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_processes_match_simulation_bitwise(world_size: int) -> None:
-    real = run_processes(world_size, collectives)
-    check_collectives(real)
-    simulated = run_local(world_size, collectives)
-    assert real == simulated
-    real_values = run_processes(world_size, exchange_tensors, 7)
-    simulated_values = run_local(world_size, lambda t: exchange_tensors(t, 7))
-    for a, b in zip(real_values, simulated_values, strict=True):
+def test_processes_match_simulation_bitwise(
+    world_size: int, simulated_and_processes: RunSimulatedAndProcesses
+) -> None:
+    runs = simulated_and_processes(world_size, collectives)
+    check_collectives(runs.processes)
+    assert runs.processes == runs.simulated
+    values = simulated_and_processes(world_size, exchange_tensors, 7)
+    for a, b in zip(values.processes, values.simulated, strict=True):
         assert a.tobytes() == b.tobytes()
 
 
@@ -138,8 +141,10 @@ def test_the_flag_bit_reaches_every_rank_at_no_cost() -> None:
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_every_pattern_counts_the_same_bytes_on_processes_and_threads(world_size: int) -> None:
-    real = run_processes(world_size, every_pattern)
-    simulated = run_local(world_size, every_pattern)
+def test_every_pattern_counts_the_same_bytes_on_processes_and_threads(
+    world_size: int, simulated_and_processes: RunSimulatedAndProcesses
+) -> None:
+    runs = simulated_and_processes(world_size, every_pattern)
+    real, simulated = runs.processes, runs.simulated
     assert real == simulated
     assert real[0]["meter"]["ring"][0] == BIG + LENGTH_PREFIX_BYTES  # type: ignore[index]

@@ -60,9 +60,9 @@ def agree_all_finite(
     ``"skip"`` every rank gets ``False`` and can skip consistently.
     """
     finite = all_finite(tensors)
-    transport.meter.step = step
     flag = b"\x01" if finite else b"\x00"
-    _, down = transport.all_gather_flagged(flag, finite, FINITE_CHECK)
+    with transport.step_scope(step):
+        _, down = transport.all_gather_flagged(flag, finite, FINITE_CHECK)
     return nonfinite_verdict(down, step, on_nonfinite, where, advice)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from gradzip.bench.collective_ranks import RankFigures, barrier
+from gradzip.bench.collective_figures import RankFigures, barrier
 from gradzip.comm.transport import Transport
 
 FP32_TIMED = "torch.distributed.all_reduce of the float32 tensor, then division by P"

@@ -7,11 +7,13 @@ One spawn per world size runs :func:`rank_main` on every rank, which loops over 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from gradzip.bench.collective_baselines import ddp_fp16_hook, fp32_allreduce
+from gradzip.bench.collective_figures import RankFigures, barrier
 from gradzip.comm.transport import Transport
 from gradzip.compressors.registry import create
 from gradzip.schemes import Scheme, make_scheme
@@ -40,29 +42,12 @@ class Case:
         )
 
 
-@dataclass
-class RankFigures:
-    """One rank's figures for one case, per timed step (the warm-up step is left out)."""
-
-    sent: list[int] = field(default_factory=list)
-    received: list[int] = field(default_factory=list)
-    seconds: list[float] = field(default_factory=list)
-    extra_seconds: dict[str, list[float]] = field(default_factory=dict)
-
-
 def bench_gradient(rank: int, step: int, numel: int) -> torch.Tensor:
     """Rank ``rank``'s float32 gradient at ``step``: a common N(0, 1) part plus N(0, NOISE^2)
     noise of its own, both reproducible from ``(step, rank)``."""
     common = torch.randn(numel, generator=torch.Generator().manual_seed(1_000_003 * step + 7))
     own = torch.Generator().manual_seed(1_000_003 * step + 11 + 7919 * (rank + 1))
     return common.add_(torch.randn(numel, generator=own), alpha=NOISE)
-
-
-def barrier(transport: Transport) -> None:
-    """Line the ranks up before a timed step: an all-gather of empty payloads, counted outside
-    any step (``meter.step = None``) and never in a case's bytes."""
-    transport.meter.step = None
-    transport.all_gather_bytes(b"")
 
 
 def measure_scheme(transport: Transport, scheme: Scheme, grads: list[torch.Tensor]) -> RankFigures:
@@ -90,8 +75,6 @@ def rank_main(
     grads = [bench_gradient(transport.rank, step, numel) for step in range(steps + 1)]
     out = [measure_scheme(transport, case.build(), grads) for case in cases]
     if baselines:
-        from gradzip.bench.collective_baselines import ddp_fp16_hook, fp32_allreduce
-
         out.append(fp32_allreduce(transport, grads))
         out.append(ddp_fp16_hook(transport, grads))
     return out

@@ -6,7 +6,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from gradzip.bench.collective_baselines import ring_allreduce_bytes
-from gradzip.bench.collective_ranks import RankFigures
+from gradzip.bench.collective_figures import RankFigures
 
 
 @dataclass

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 
@@ -21,19 +23,41 @@ class Traffic:
 
 
 class ByteMeter:
-    """Per-rank traffic keyed by ``(step, collective)``; ``step`` is whatever the caller tags
-    (the communication round), ``None`` for traffic outside any step."""
+    """Per-rank traffic keyed by ``(step, collective)``; ``step`` is the communication round of
+    the innermost :meth:`step_scope` open when the message went out, ``None`` for traffic
+    outside any step.
+
+    [CHOICE] A message sent outside every scope is counted under ``None``, not refused: set-up
+    and bookkeeping traffic (barriers, checkpoints gathered to one rank, metrics, start-up
+    checks) legitimately belongs to no step, and ``None`` is what every earlier caller set for
+    it. A scope is entered and left by the one thread that uses the transport."""
 
     def __init__(self) -> None:
         self._traffic: dict[tuple[int | None, str], Traffic] = defaultdict(Traffic)
         # the collectives seen per step, so a per-step total does not scan the whole history
         self._by_step: dict[int | None, set[str]] = defaultdict(set)
-        self.step: int | None = None
+        self._step: int | None = None
+
+    @property
+    def step(self) -> int | None:
+        """The step messages are counted under now (``None``: outside any step)."""
+        return self._step
+
+    @contextmanager
+    def step_scope(self, step: int | None) -> Iterator[None]:
+        """Count the messages sent inside the ``with`` block under ``step`` (``None``: under no
+        step, also inside an enclosing scope); the enclosing scope's step comes back on exit,
+        also when the block raises. Scopes nest."""
+        enclosing, self._step = self._step, step
+        try:
+            yield
+        finally:
+            self._step = enclosing
 
     def record(self, collective: str, sent: int, received: int) -> None:
         """Add one message's bytes to the current step's entry for ``collective``."""
-        self._traffic[self.step, collective].add(sent, received)
-        self._by_step[self.step].add(collective)
+        self._traffic[self._step, collective].add(sent, received)
+        self._by_step[self._step].add(collective)
 
     def total(self, step: int | None = None, collective: str | None = None) -> Traffic:
         """Traffic summed over every entry matching ``step`` and ``collective`` (None: any)."""

@@ -19,8 +19,12 @@ cycle of ranks can block on each other.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import ParamSpec, TypeVar, cast
 
 from gradzip.comm.meter import ByteMeter
 
@@ -32,6 +36,9 @@ FLAG_DOWN_BIT = 1 << 62
 #: one message to send: ``(destination rank, payload, the sender's flag)``
 Send = tuple[int, bytes, bool]
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
 
 class Transport(ABC):
     """One rank's endpoint of a group of ``world_size`` ranks."""
@@ -42,6 +49,13 @@ class Transport(ABC):
         self.rank = rank
         self.world_size = world_size
         self.meter = ByteMeter()
+
+    def step_scope(self, step: int | None) -> AbstractContextManager[None]:
+        """``with transport.step_scope(step):`` counts the messages this rank sends and
+        receives inside the block under ``step`` (``None``: under no step); the enclosing
+        scope's step comes back on exit, also on an exception
+        (:meth:`~gradzip.comm.meter.ByteMeter.step_scope`)."""
+        return self.meter.step_scope(step)
 
     # -- the primitive (supplied by the concrete transports) ------------------------------------
     @abstractmethod
@@ -141,3 +155,22 @@ class Transport(ABC):
     def _check_peer(self, peer: int) -> None:
         if not 0 <= peer < self.world_size:
             raise ValueError(f"rank {peer} is not in this group of {self.world_size}")
+
+
+def in_step_scope(method: Callable[P, R]) -> Callable[P, R]:
+    """Run ``method`` inside ``transport.step_scope(step)`` of its own ``transport`` and
+    ``step`` arguments: for a method all of whose messages belong to the step it is given (a
+    scheme's ``reduce``), declared once at its ``def``."""
+    names = list(inspect.signature(method).parameters)
+    if "transport" not in names or "step" not in names:
+        raise TypeError(f"in_step_scope: {method.__qualname__} needs parameters transport and step")
+    transport_at, step_at = names.index("transport"), names.index("step")
+
+    @functools.wraps(method)
+    def scoped(*args: P.args, **kwargs: P.kwargs) -> R:
+        transport = kwargs["transport"] if "transport" in kwargs else args[transport_at]
+        step = kwargs["step"] if "step" in kwargs else args[step_at]
+        with cast(Transport, transport).step_scope(cast("int | None", step)):
+            return method(*args, **kwargs)
+
+    return scoped

@@ -113,12 +113,8 @@ def save_rank(
     counted by the transport outside any step (it is not a training step's traffic)."""
     buffer = io.BytesIO()
     torch.save(rank_state(trainer, algorithm), buffer)
-    meter = transport.meter
-    step, meter.step = meter.step, None
-    try:
+    with transport.step_scope(None):
         blobs = transport.gather_bytes(buffer.getvalue(), root=0)
-    finally:
-        meter.step = step
     if blobs is not None:
         assert directory is not None, "rank 0 writes the checkpoint"
         ranks = [torch.load(io.BytesIO(blob), weights_only=True) for blob in blobs]

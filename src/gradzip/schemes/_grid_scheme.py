@@ -6,7 +6,7 @@ from abc import abstractmethod
 
 import torch
 
-from gradzip.comm.transport import Transport
+from gradzip.comm.transport import Transport, in_step_scope
 from gradzip.compressors.base import Compressor
 from gradzip.compressors.buckets import per_element
 from gradzip.compressors.grid import CommonGrid
@@ -47,11 +47,11 @@ class GridScheme(Scheme):
         assert grid is not None
         return grid
 
+    @in_step_scope
     def reduce(
         self, transport: Transport, tensor: torch.Tensor, step: int, tensor_index: int = 0
     ) -> torch.Tensor:
         self.check_sum_range(transport.world_size)
-        transport.meter.step = step
         n = tensor.numel()
         own_key = self.key(transport.rank, step, tensor_index)
         feedback = self.feedback.get("worker")

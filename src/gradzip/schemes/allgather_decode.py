@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gradzip.comm.transport import Transport
+from gradzip.comm.transport import Transport, in_step_scope
 from gradzip.compressors.base import empty_output
 from gradzip.errors import NonFiniteInputError
 from gradzip.schemes.base import Scheme, working_dtype
@@ -121,14 +121,15 @@ class AllGatherDecode(Scheme):
                 pass
         return Outgoing(b"", False, tensor.dtype)
 
+    @in_step_scope
     def gather_flagged(
         self, transport: Transport, outgoing: Outgoing, step: int
     ) -> tuple[list[bytes], list[int]]:
         """Phase 2 (communication only): every rank's payload, and the ranks whose flag is down
         (ascending; when there are any, the payloads are not to be decoded)."""
-        transport.meter.step = step
         return transport.all_gather_flagged(outgoing.payload, outgoing.finite)
 
+    @in_step_scope
     def exchange(
         self,
         transport: Transport,
@@ -139,7 +140,6 @@ class AllGatherDecode(Scheme):
         dtype: torch.dtype,
     ) -> torch.Tensor:
         """All-gather this rank's already encoded ``payload`` and average the decoded payloads."""
-        transport.meter.step = step
         payloads = transport.all_gather_bytes(payload)
         return self.average(payloads, step, tensor_index, shape, dtype)
 

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import torch
 
 from gradzip.accounting import Encoded
-from gradzip.comm.transport import Transport
+from gradzip.comm.transport import Transport, in_step_scope
 from gradzip.compressors.base import Compressor
 from gradzip.errors import CheckpointError
 from gradzip.feedback import ErrorFeedback, Slot
@@ -100,6 +100,7 @@ class Scheme(ABC):
         """The average over ranks (float32, float64 for float64 input; on the CPU; the shape of
         ``tensor``), bit-identical on every rank."""
 
+    @in_step_scope
     def reduce_if_all_finite(
         self,
         transport: Transport,
@@ -116,7 +117,6 @@ class Scheme(ABC):
         :meth:`snapshot`. This default all-gathers a one-byte flag first (counted under
         ``"finite_check"``); a scheme whose first message is an all-gather overrides it to let
         the flag ride in that message's header, at no extra byte or round [CHOICE]."""
-        transport.meter.step = step
         flag = b"\x01" if finite else b"\x00"
         _, down = transport.all_gather_flagged(flag, finite, FINITE_CHECK)
         if down:

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from gradzip.comm.transport import Transport
+from gradzip.comm.transport import Transport, in_step_scope
 from gradzip.compressors.base import Compressor, empty_output
 from gradzip.compressors.dqsg import DQSG
 from gradzip.compressors.identity import Identity
@@ -112,10 +112,10 @@ class NestedScheme(Scheme):
         # the epsilon keeps float noise from adding a rank (0.3 * 10 is 3.0000000000000004)
         return max(1, math.ceil(self.ratio * world_size - 1e-9))
 
+    @in_step_scope
     def reduce(
         self, transport: Transport, tensor: torch.Tensor, step: int, tensor_index: int = 0
     ) -> torch.Tensor:
-        transport.meter.step = step
         rank, size = transport.rank, transport.world_size
         own = self.coarse if rank < self.first_group(size) else self.compressor
         key = self.key(rank, step, tensor_index)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from gradzip.comm.transport import Transport
+from gradzip.comm.transport import Transport, in_step_scope
 from gradzip.compressors.base import Compressor
 from gradzip.compressors.identity import Identity
 from gradzip.schemes._messages import serve
@@ -60,10 +60,10 @@ class ParameterServer(Scheme):
         self.downlink = downlink
         self._fp32 = Identity()
 
+    @in_step_scope
     def reduce(
         self, transport: Transport, tensor: torch.Tensor, step: int, tensor_index: int = 0
     ) -> torch.Tensor:
-        transport.meter.step = step
         size, shape = transport.world_size, tensor.shape
         payload, dtype = self.encode_own(
             "worker", tensor, self.key(transport.rank, step, tensor_index)

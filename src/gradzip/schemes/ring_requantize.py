@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from gradzip.comm.transport import Transport
+from gradzip.comm.transport import Transport, in_step_scope
 from gradzip.schemes._ring_ints import slice_bounds
 from gradzip.schemes.base import Scheme, working_dtype
 
@@ -55,10 +55,10 @@ class RingRequantize(Scheme):
     name = "ring"
     feedback_roles = ("reduce_scatter", "allgather")
 
+    @in_step_scope
     def reduce(
         self, transport: Transport, tensor: torch.Tensor, step: int, tensor_index: int = 0
     ) -> torch.Tensor:
-        transport.meter.step = step
         size, rank = transport.world_size, transport.rank
         work = working_dtype(tensor.dtype)
         x = tensor.detach().to("cpu")

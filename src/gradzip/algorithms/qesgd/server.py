@@ -104,8 +104,8 @@ class DistributedQESGD:
         if flat.numel() == 0:
             raise ValueError("qesgd: there are no parameters to train")
         self.numel = flat.numel()
-        transport.meter.step = None  # set-up traffic belongs to no step
-        self.state = EpochState(self.link.broadcast(flat, 0, ANCHOR, self.numel))
+        with transport.step_scope(None):  # set-up traffic belongs to no step
+            self.state = EpochState(self.link.broadcast(flat, 0, ANCHOR, self.numel))
         self.schedule: DeltaSchedule | None = None
         if schedule is not None:
             self.set_schedule(schedule)
@@ -143,21 +143,21 @@ class DistributedQESGD:
         if count < 1:
             raise ValueError(f"qesgd: count must be >= 1, got {count}")
         flat = self._flat_gradient(grad_sum)
-        self.transport.meter.step = None
-        shares = self.link.gather(flat, 0, CALIBRATE, reply=CALIBRATE)
-        norms = None
-        if shares is not None:
-            total = torch.zeros(self.numel, dtype=torch.float64)
-            for share in shares:
-                total += share.to(torch.float64)
-            norms = bucket_norms(total / count, self.codec.bucket_size)
-            if not bool(torch.isfinite(norms).all()):  # beyond float32: tell the workers too
-                raise self.link.fail(
-                    "qesgd: the full gradient's norm overflows float32; cannot calibrate delta",
-                    CALIBRATE,
-                )
-        buckets = bucket_count(self.numel, self.codec.bucket_size)
-        norms = self.link.broadcast(norms, 0, CALIBRATE, buckets)
+        with self.transport.step_scope(None):
+            shares = self.link.gather(flat, 0, CALIBRATE, reply=CALIBRATE)
+            norms = None
+            if shares is not None:
+                total = torch.zeros(self.numel, dtype=torch.float64)
+                for share in shares:
+                    total += share.to(torch.float64)
+                norms = bucket_norms(total / count, self.codec.bucket_size)
+                if not bool(torch.isfinite(norms).all()):  # beyond float32: tell the workers too
+                    raise self.link.fail(
+                        "qesgd: the full gradient's norm overflows float32; cannot calibrate delta",
+                        CALIBRATE,
+                    )
+            buckets = bucket_count(self.numel, self.codec.bucket_size)
+            norms = self.link.broadcast(norms, 0, CALIBRATE, buckets)
         schedule = DeltaSchedule(
             tuple(float(v) for v in norms), self.codec.bits, self.c, self.codec.bucket_size
         )
@@ -183,33 +183,33 @@ class DistributedQESGD:
         delta = self.delta()
         state = self.state
         flat = self._flat_gradient(grad_sum)
-        self.transport.meter.step = state.step
-        key = self.link.key(self.server, state.step, CODES)
-        grads = self.link.gather(flat, state.step, GRAD, reply=CODES)
-        if grads is not None:  # the server
-            total = torch.zeros(self.numel, dtype=torch.float32)
-            for g in grads:
-                total += g
-            z_hat = state.proposal(total / self.batch_size, lr, self.weight_decay)
-            if not bool(torch.isfinite(z_hat).all()):
-                # finite gradients whose sum or lr-scaled step overflows float32: the codec
-                # would raise here, on the server only, with every worker waiting for codes
-                raise self.link.fail(
-                    f"qesgd: step {state.step}: the offset update overflows float32 (learning "
-                    "rate times gradient too large); no rank applied anything",
-                    CODES,
-                )
-            payload = bytes(self.codec.encode(z_hat, delta, key).payload)
-            self.link.send_workers(payload, CODES)
-            clipped = self.codec.clipped(z_hat, delta)
-        else:
-            payload = self.link.receive(CODES)
-            clipped = 0
-        z_new = self.codec.decode(payload, delta, key, self.numel)
-        w_next = None
-        if end_epoch:
-            preview = state.preview_anchor(z_new, self.output) if self.is_server else None
-            w_next = self.link.broadcast(preview, state.step, ANCHOR, self.numel)
+        with self.transport.step_scope(state.step):
+            key = self.link.key(self.server, state.step, CODES)
+            grads = self.link.gather(flat, state.step, GRAD, reply=CODES)
+            if grads is not None:  # the server
+                total = torch.zeros(self.numel, dtype=torch.float32)
+                for g in grads:
+                    total += g
+                z_hat = state.proposal(total / self.batch_size, lr, self.weight_decay)
+                if not bool(torch.isfinite(z_hat).all()):
+                    # finite gradients whose sum or lr-scaled step overflows float32: the codec
+                    # would raise here, on the server only, with every worker waiting for codes
+                    raise self.link.fail(
+                        f"qesgd: step {state.step}: the offset update overflows float32 (learning "
+                        "rate times gradient too large); no rank applied anything",
+                        CODES,
+                    )
+                payload = bytes(self.codec.encode(z_hat, delta, key).payload)
+                self.link.send_workers(payload, CODES)
+                clipped = self.codec.clipped(z_hat, delta)
+            else:
+                payload = self.link.receive(CODES)
+                clipped = 0
+            z_new = self.codec.decode(payload, delta, key, self.numel)
+            w_next = None
+            if end_epoch:
+                preview = state.preview_anchor(z_new, self.output) if self.is_server else None
+                w_next = self.link.broadcast(preview, state.step, ANCHOR, self.numel)
         state.commit(z_new)  # every message of the step is in: now the state moves
         self.last_codes_bits = 8 * len(payload)
         self.last_clipped = clipped

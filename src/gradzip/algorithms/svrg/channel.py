@@ -110,10 +110,9 @@ class Channel:
         part = problem.grad_range(x, start, stop) if stop > start else torch.zeros_like(x)
         agree_all_finite(t, [part], step, "raise", " (the full gradient)")
         key = StreamKey(self.run_seed, t.rank, step, FULL_TENSOR_INDEX)
-        t.meter.step = step
-        payloads = t.all_gather_bytes(
-            bytes(self._fp32.encode(part.to(torch.float32), key).payload), FULL_GRADIENT
-        )
+        payload = bytes(self._fp32.encode(part.to(torch.float32), key).payload)
+        with t.step_scope(step):
+            payloads = t.all_gather_bytes(payload, FULL_GRADIENT)
         total = torch.zeros(x.shape, dtype=torch.float64)
         for rank, payload in enumerate(payloads):
             expected = StreamKey(self.run_seed, rank, step, FULL_TENSOR_INDEX)
