@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 
 from gradzip.cli.bench import add_bench_parser
@@ -17,6 +16,7 @@ from gradzip.cli.train import add_train_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``gradzip`` parser: every subcommand, each option's default in its help."""
     parser = argparse.ArgumentParser(
         prog="gradzip", description="Gradient compressors that emit real bytes."
     )
@@ -31,11 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``); its exit status."""
     args = parse(build_parser(), argv)
     return int(args.func(args))
 
 
 __all__ = ["build_parser", "main"]
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
