@@ -89,7 +89,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=5)
     args = parser.parse_args()
     from gradzip.bench.cluster_netns import ClusterNetwork, missing_privilege
-    from gradzip.experiments.bits import parse_params
+    from gradzip.cli.params import compressor_params
 
     problem = missing_privilege()
     if problem:
@@ -106,7 +106,7 @@ def main() -> int:
                 "world_size": args.world_size,
                 "master": net.address(0),
                 "compressor": args.compressor,
-                "params": parse_params(args.compressor, args.param),
+                "params": compressor_params(args.compressor, args.param),
                 "scheme": args.scheme,
                 "ef": args.error_feedback,
                 "steps": args.steps,

@@ -10,13 +10,9 @@ from typing import Any
 import pytest
 
 from gradzip.cli import main
+from gradzip.cli.params import ParamError, compressor_params
 from gradzip.compressors import create
-from gradzip.experiments.bits import (
-    UsageError,
-    measure_bits,
-    model_gradient,
-    parse_params,
-)
+from gradzip.experiments.bits import measure_bits, model_gradient
 from gradzip.experiments.shapes import MODEL_SHAPES
 from gradzip.keys import StreamKey
 
@@ -88,15 +84,18 @@ def test_real_gradient_is_seeded() -> None:
 
 
 def test_param_values_are_typed_by_the_signature() -> None:
-    assert parse_params("dqsg", ["M=2", "bucket_size=none", "packing=dense"]) == {
+    assert compressor_params("dqsg", ["M=2", "bucket_size=none", "packing=dense"]) == {
         "M": 2,
         "bucket_size": None,
         "packing": "dense",
     }
-    assert parse_params("threshold", ["tau=1", "rice_k=auto"]) == {"tau": 1.0, "rice_k": "auto"}
-    assert parse_params("onebit", ["sample=true"]) == {"sample": True}
-    with pytest.raises(UsageError, match="expects int"):
-        parse_params("dqsg", ["M=1.5"])
+    assert compressor_params("threshold", ["tau=1", "rice_k=auto"]) == {
+        "tau": 1.0,
+        "rice_k": "auto",
+    }
+    assert compressor_params("onebit", ["sample=true"]) == {"sample": True}
+    with pytest.raises(ParamError, match="expects int"):
+        compressor_params("dqsg", ["M=1.5"])
 
 
 @pytest.mark.parametrize(
@@ -123,6 +122,9 @@ def test_bad_inputs_exit_2_with_one_line(
     assert err.count("\n") == 1
 
 
-def test_table1_subcommand_still_works(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bits", "table1"]) == 0
-    assert "342.6" in capsys.readouterr().out
+def test_the_table1_subcommand_is_gone(capsys: pytest.CaptureFixture[str]) -> None:
+    # Table 1 is made by `gradzip reproduce dqsg-table1`, in one place
+    with pytest.raises(SystemExit) as exit_:
+        main(["bits", "table1"])
+    assert exit_.value.code == 2
+    assert "unrecognized arguments: table1" in capsys.readouterr().err

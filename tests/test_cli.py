@@ -72,14 +72,6 @@ def test_bench_rejects_unknown_names_and_sizes(capsys: pytest.CaptureFixture[str
     assert "unknown compressor" in capsys.readouterr().err
 
 
-def test_bits_table1_prints_every_model(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bits", "table1"]) == 0
-    out = capsys.readouterr().out
-    for model in ("FC-300-100", "LeNet", "CifarNet"):
-        assert model in out
-    assert "619.2" in out
-
-
 def test_an_unknown_compressor_parameter_lists_the_valid_ones(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

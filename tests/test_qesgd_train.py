@@ -1,4 +1,4 @@
-"""``gradzip train --algorithm qesgd``: Algorithm 3 in the trainer, its bits, its options, and the
+"""``gradzip train --method qesgd``: Algorithm 3 in the trainer, its bits, its options, and the
 same metrics from simulated ranks and gloo processes."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from gradzip.cli import main
 from gradzip.experiments.config import TrainConfig
 
 QESGD = [
-    "--algorithm", "qesgd", "--optimizer", "sgd", "--lr", "0.1", "--workers", "2",
-    "--qesgd-norm-samples", "512", "--no-progress",
+    "--method", "qesgd", "--optimizer", "sgd", "--lr", "0.1", "--workers", "2",
+    "--method-param", "norm_samples=512", "--no-progress",
 ]  # fmt: skip
 D = 266_610  # FC-300-100
 
@@ -30,11 +30,18 @@ def test_a_qesgd_run_learns_and_reports_the_codes_it_sent(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "run"
-    args = ["--max-steps", "12", "--eval-every", "12", "--qesgd-output", "last"]
+    args = ["--max-steps", "12", "--eval-every", "12", "--method-param", "output=last"]
     assert main(["train", *QESGD, *args, "--out", str(out)]) == 0
     assert "12 steps" in capsys.readouterr().out
     config = json.loads((out / "config.json").read_text())
-    assert config["training_method"] == "qesgd" and config["scheme"] is None
+    assert config["method"] == "qesgd" and config["scheme"] is None
+    assert config["method_options"] == {
+        "bits": 8,
+        "c": 1.0,
+        "output": "last",
+        "bucket_size": 0,
+        "norm_samples": 512,
+    }
     rows = metrics(out)
     for row in rows[:-1]:  # the last step also carries w_{t+1} (the run's end closes an epoch)
         # the codes payload: 8 bits per coordinate plus one header (a few dozen bytes)
@@ -44,7 +51,7 @@ def test_a_qesgd_run_learns_and_reports_the_codes_it_sent(
         assert row["sent_bits"] == pytest.approx((row["wire_bits"] + 32 * D) / 2, rel=1e-3)
     assert rows[-1]["loss"] < rows[0]["loss"]  # type: ignore[operator]
     assert rows[-1]["test_acc"] is not None and rows[-1]["test_acc"] > 0.5  # type: ignore[operator]
-    default = TrainConfig(algorithm="qesgd").resolved_out()
+    default = TrainConfig(method="qesgd").resolved_out()
     assert re.fullmatch(r"runs/fc-300-100-qesgd8-8w-s0-[0-9a-f]{6}", default), default
 
 
@@ -54,10 +61,13 @@ def test_a_qesgd_run_learns_and_reports_the_codes_it_sent(
         (["--optimizer", "adam"], "--optimizer sgd"),
         (["--momentum", "0.9"], "--optimizer sgd"),
         (["--scheme", "allgather"], "--scheme"),
-        (["--qesgd-bits", "0"], "--qesgd-bits"),
-        (["--qesgd-c", "-1"], "--qesgd-c"),
-        (["--qesgd-bucket-size", "-5"], "--qesgd-bucket-size"),
-        (["--qesgd-norm-samples", "10"], "--qesgd-norm-samples"),
+        (["--method-param", "bits=0"], "--method-param bits must be an int in [1, 16], got 0"),
+        (["--method-param", "c=-1"], "--method-param c must be a positive number"),
+        (["--method-param", "bucket_size=-5"], "--method-param bucket_size must be"),
+        (["--batch-size", "1024"], "norm_samples must be an int of at least --batch-size (1024)"),
+        (["--method-param", "bits=eight"], "parameter bits expects int, got 'eight'"),
+        (["--method-param", "output=first"], "expects one of average, last, got 'first'"),
+        (["--method-param", "b=8"], "has no parameter 'b'; choices: bits, c, output,"),
     ],
 )
 def test_bad_qesgd_options_are_one_line(
@@ -72,7 +82,7 @@ def test_bad_qesgd_options_are_one_line(
 def test_buckets_and_the_average_output_run(tmp_path: Path) -> None:
     out = tmp_path / "b"
     # 4 steps per "epoch" of a 64-sample batch: the run crosses an epoch end (the w_{t+1} message)
-    args = ["--max-steps", "3", "--qesgd-bucket-size", "4096", "--batch-size", "64"]
+    args = ["--max-steps", "3", "--method-param", "bucket_size=4096", "--batch-size", "64"]
     assert main(["train", *QESGD, *args, "--out", str(out)]) == 0
     rows = metrics(out)
     assert len(rows) == 3 and all(r["paper_bits"] == 8 * D for r in rows)

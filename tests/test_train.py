@@ -41,7 +41,8 @@ def test_a_tiny_run_writes_the_whole_run_directory(
     assert config["scheme"] == "nested[server,dqsg-downlink]" and config["lr"] == 0.001
     # resolved values under names that cannot be misread (not "algorithm": "sgd" beside Adam)
     assert config["dataset"] == "mnist" and config["optimizer"] == "adam"
-    assert config["training_method"] == "compressed-gradients" and "algorithm" not in config
+    assert config["method"] == "compressed-gradients" and config["method_options"] == {}
+    assert "algorithm" not in config
     rows = metrics(out)
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert rows[1]["test_acc"] is not None and rows[0]["test_acc"] is None

@@ -27,7 +27,7 @@ TINY = ["--max-steps", "3", "--eval-every", "2", "--workers", "2", "--no-progres
 LONG = ["--epochs", "50", "--eval-every", "4", "--workers", "2", "--no-progress"]
 #: state that a resume must carry: Adam's moments, each rank's error-feedback residual
 STATEFUL = ["--compressor", "qsgd", "--error-feedback"]
-QESGD = ["--algorithm", "qesgd", "--optimizer", "sgd", "--qesgd-norm-samples", "256"]
+QESGD = ["--method", "qesgd", "--optimizer", "sgd", "--method-param", "norm_samples=256"]
 RESULTS = ("summary.json", "report.md", "accuracy.png", "loss.png", "bits.png")
 
 

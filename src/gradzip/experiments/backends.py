@@ -16,15 +16,7 @@ from gradzip.experiments.config import ConfigError, TrainConfig
 from gradzip.experiments.run_dir import RESULT_FILES, claim_run_dir, drop_if_empty, remove
 from gradzip.experiments.run_output import RunWriter
 from gradzip.experiments.stopping import StopRequest
-from gradzip.experiments.trainer import (
-    Exchange,
-    Exchanged,
-    Trainer,
-    make_scheme,
-    make_sync,
-    rank_bits,
-)
-from gradzip.experiments.workers import WorkerStep
+from gradzip.experiments.trainer import Trainer
 
 
 def train(config: TrainConfig, *, force: bool = False, resume: bool = False) -> dict[str, Any]:
@@ -37,8 +29,7 @@ def train(config: TrainConfig, *, force: bool = False, resume: bool = False) -> 
     written its checkpoint, summary, plots and report. The summary also names the run
     directory (``run_dir``)."""
     config.validate()
-    if config.algorithm == "sgd":
-        make_scheme(config)  # option errors here, not inside the ranks
+    config.training_method().preflight(config)  # option errors here, not inside the ranks
     if config.backend == "env":
         return train_env(config, force, resume)
     config = prepare_resume(config) if resume else claim_run_dir(config, force)
@@ -124,119 +115,22 @@ def _finish(
 
 
 def train_simulated(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
-    """P simulated ranks: one vectorized gradient pass, real synchronisation on threads."""
+    """P simulated ranks: the workers' gradients computed here, the method's real exchange
+    on threads."""
     assert config.out is not None
     with StopRequest(escalate=True, notice=config.progress) as stop:
-        if config.algorithm == "qesgd":
-            return train_simulated_qesgd(config, resume, stop)
         trainer = Trainer(config)
+        states = checkpoint.restore(trainer, checkpoint.load(config.out), None) if resume else None
         with RankPool(config.workers) as pool:
-            syncs = [make_sync(config, transport) for transport in pool.transports]
-            if resume:
-                states = checkpoint.restore(trainer, checkpoint.load(config.out), None)
-                for sync, state in zip(syncs, states, strict=True):
-                    sync.load_state_dict(state)
+            ranks = config.training_method().simulated(trainer, pool, states, stop)
             writer = RunWriter(config.out, config.to_dict(), trainer.rows)
-
-            def exchange(step: int, out: WorkerStep) -> Exchanged:
-                def on_rank(transport: Transport) -> tuple[list[Any], dict[str, float | None]]:
-                    sync = syncs[transport.rank]
-                    means = sync.synchronize([g[transport.rank] for g in out.grads])
-                    assert means is not None  # non-finite gradients raise (the default)
-                    return means, rank_bits(sync, step)
-
-                results = pool.run(on_rank)
-                losses = [float(v) for v in out.loss]
-                return Exchanged(
-                    results[0][0],
-                    [r[1] for r in results],
-                    losses,
-                    int(out.correct.sum()),
-                    stop=stop.requested,
-                )
 
             def save() -> None:
                 assert config.out is not None
-                checkpoint.save(trainer, config.out, [sync.state_dict() for sync in syncs])
+                checkpoint.save(trainer, config.out, ranks.state())
 
-            summary = trainer.run(exchange, writer, checkpoint=save)
+            summary = trainer.run(ranks.exchange, writer, checkpoint=save)
         return _finish(writer, summary, config, stop)
-
-
-def train_simulated_qesgd(config: TrainConfig, resume: bool, stop: StopRequest) -> dict[str, Any]:
-    """``--algorithm qesgd`` on P simulated ranks: Algorithm 3 of the QESGD paper
-    (:mod:`gradzip.algorithms.qesgd_train`), the gradients from one vectorized pass."""
-    from gradzip.algorithms import qesgd_train
-
-    assert config.out is not None
-    trainer = Trainer(config)
-    w0 = qesgd_train.flatten(list(trainer.model.parameters()))
-    states: list[Any] = []
-    if resume:  # the state of every rank replaces the calibration (done once, at w_0)
-        states = checkpoint.restore(trainer, checkpoint.load(config.out), None)
-    else:
-        sums, count = qesgd_train.calibration_sums(trainer, None)
-    writer = RunWriter(config.out, config.to_dict(), trainer.rows)
-    per = config.batch_size // config.workers
-    with RankPool(config.workers) as pool:
-
-        def set_up(transport: Transport) -> Any:
-            q = qesgd_train.make_qesgd(config, transport, w0)
-            if resume:
-                q.load_state_dict(states[transport.rank])
-            else:
-                q.calibrate(sums[transport.rank], count)
-            return q
-
-        ranks = pool.run(set_up)
-
-        def exchange(step: int, out: WorkerStep) -> Exchanged:
-            lr, end = trainer.lr(), trainer.is_epoch_end(step)
-
-            def on_rank(transport: Transport) -> tuple[Any, dict[str, float | None]]:
-                q = ranks[transport.rank]
-                u = q.step(qesgd_train.worker_sum(out, transport.rank, per), lr, end)
-                return u, qesgd_train.rank_bits(q, transport, step)
-
-            results = pool.run(on_rank)
-            return Exchanged(
-                None,
-                [r[1] for r in results],
-                [float(v) for v in out.loss],
-                int(out.correct.sum()),
-                params=qesgd_train.unflatten_like(trainer.model, results[0][0]),
-                stop=stop.requested,
-            )
-
-        def save() -> None:
-            assert config.out is not None
-            checkpoint.save(trainer, config.out, [q.state_dict() for q in ranks])
-
-        summary = trainer.run(exchange, writer, checkpoint=save)
-    return _finish(writer, summary, config, stop)
-
-
-def gather_metrics(
-    transport: Transport, out: WorkerStep, bits: dict[str, float | None], stop: StopRequest
-) -> dict[str, Any]:
-    """Every rank's bits and loss, the total of correct predictions, and whether any rank was
-    asked to stop (so that all stop after this step), all-gathered (counted apart, as
-    ``"metrics"``); the fields of :class:`Exchanged` but the gradients."""
-    mine = {
-        "loss": float(out.loss[0]),
-        "correct": int(out.correct[0]),
-        "bits": bits,
-        "stop": stop.requested,
-    }
-    every = [
-        json.loads(m) for m in transport.all_gather_bytes(json.dumps(mine).encode(), "metrics")
-    ]
-    return {
-        "bits": [e["bits"] for e in every],
-        "losses": [e["loss"] for e in every],
-        "correct": sum(e["correct"] for e in every),
-        "stop": any(e["stop"] for e in every),
-    }
 
 
 def train_env(config: TrainConfig, force: bool, resume: bool) -> dict[str, Any]:
@@ -271,57 +165,14 @@ def train_rank(transport: Transport, config: TrainConfig, resume: bool = False) 
         mine = None
         if resume:
             mine = checkpoint.restore(trainer, checkpoint.load(config.out), rank)[0]
-        if config.algorithm == "qesgd":
-            exchange, state = qesgd_exchange(transport, trainer, stop, mine)
-        else:
-            sync = make_sync(config, transport)
-            if mine is not None:
-                sync.load_state_dict(mine)
-            state = sync.state_dict
-
-            def exchange(step: int, out: WorkerStep) -> Exchanged:
-                means = sync.synchronize([g[0] for g in out.grads])
-                assert means is not None
-                return Exchanged(
-                    means, **gather_metrics(transport, out, rank_bits(sync, step), stop)
-                )
-
+        ranks = config.training_method().process(trainer, transport, mine, stop)
         writer = RunWriter(config.out, config.to_dict(), trainer.rows) if rank == 0 else None
 
         def save() -> None:
-            checkpoint.save_rank(trainer, transport, config.out if rank == 0 else None, state())
+            checkpoint.save_rank(
+                trainer, transport, config.out if rank == 0 else None, ranks.state()
+            )
 
-        summary = trainer.run(exchange, writer, shard=rank, checkpoint=save)
+        summary = trainer.run(ranks.exchange, writer, shard=rank, checkpoint=save)
     summary["rank"] = rank
     return _finish(writer, summary, config, stop)
-
-
-def qesgd_exchange(
-    transport: Transport, trainer: Trainer, stop: StopRequest, resumed: Any = None
-) -> tuple[Exchange, Any]:
-    """One process's ``--algorithm qesgd`` exchange: its shard's gradient through Algorithm 3,
-    the new parameters written into its own model copy; and the function giving its state.
-    ``resumed``: this rank's state from a checkpoint (replaces the calibration at ``w_0``)."""
-    from gradzip.algorithms import qesgd_train
-
-    config = trainer.config
-    q = qesgd_train.make_qesgd(
-        config, transport, qesgd_train.flatten(list(trainer.model.parameters()))
-    )
-    if resumed is not None:
-        q.load_state_dict(resumed)
-    else:
-        sums, count = qesgd_train.calibration_sums(trainer, transport.rank)
-        q.calibrate(sums[0], count)
-    per = config.batch_size // config.workers
-
-    def exchange(step: int, out: WorkerStep) -> Exchanged:
-        u = q.step(qesgd_train.worker_sum(out, 0, per), trainer.lr(), trainer.is_epoch_end(step))
-        bits = qesgd_train.rank_bits(q, transport, step)
-        return Exchanged(
-            None,
-            **gather_metrics(transport, out, bits, stop),
-            params=qesgd_train.unflatten_like(trainer.model, u),
-        )
-
-    return exchange, q.state_dict

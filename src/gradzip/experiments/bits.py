@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import inspect
 import json
-import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -132,32 +131,6 @@ def model_gradient(model: str, seed: int = 0, batch: int = DEFAULT_BATCH) -> lis
     return [g.detach() for g in torch.autograd.grad(loss, params)]
 
 
-def _convert(compressor: str, key: str, text: str, hint: Any) -> Any:
-    """``text`` as the first type of ``hint`` it parses as (None, bool, int, float, str)."""
-    options = typing.get_args(hint) or (hint,)
-    lowered = text.strip().lower()
-    if type(None) in options and lowered in ("none", "null"):
-        return None
-    if bool in options and lowered in ("true", "false", "1", "0", "yes", "no"):
-        return lowered in ("true", "1", "yes")
-    if int in options:
-        try:
-            return int(text)
-        except ValueError:
-            pass
-    if float in options:
-        try:
-            return float(text)
-        except ValueError:
-            pass
-    if str in options:
-        return text
-    expected = " or ".join(
-        "None" if t is type(None) else getattr(t, "__name__", str(t)) for t in options
-    )
-    raise UsageError(f"{compressor} parameter {key} expects {expected}, got {text!r}")
-
-
 def _keyword_parameters(cls: type[Compressor]) -> list[inspect.Parameter]:
     """The named constructor parameters of a compressor class (no self, no *args/**kwargs)."""
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
@@ -166,28 +139,6 @@ def _keyword_parameters(cls: type[Compressor]) -> list[inspect.Parameter]:
         for p in inspect.signature(cls.__init__).parameters.values()
         if p.name != "self" and p.kind in kinds
     ]
-
-
-def parse_params(compressor: str, items: Sequence[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` strings to keyword arguments of ``compressor``, typed by its signature."""
-    if compressor not in names():
-        raise UsageError(f"unknown compressor {compressor!r}; choices: {', '.join(names())}")
-    cls = get(compressor)
-    hints = typing.get_type_hints(cls.__init__)
-    accepted = [p.name for p in _keyword_parameters(cls)]
-    params: dict[str, Any] = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise UsageError(f"--param expects KEY=VALUE, got {item!r}")
-        if key not in accepted:
-            choices = ", ".join(accepted) if accepted else "none"
-            raise UsageError(f"{compressor} has no parameter {key!r}; choices: {choices}")
-        if key in params:
-            raise UsageError(f"{compressor} parameter {key} is given twice")
-        params[key] = _convert(compressor, key, text, hints.get(key, str))
-    return params
 
 
 def make_compressor(compressor: str, params: Mapping[str, Any]) -> Compressor:

@@ -9,7 +9,7 @@ last step, and when a signal stops the run. It holds:
   summary and plots cover the whole run), the training seconds so far, the last test accuracy;
 * the state shared by every replica: model (parameters and buffers), optimizer, learning-rate
   schedule;
-* ``ranks``: one entry per worker rank, since ranks differ: its algorithm state
+* ``ranks``: one entry per worker rank, since ranks differ: its training method's state
   (:meth:`GradientSync.state_dict <gradzip.sync.GradientSync.state_dict>` with its
   error-feedback residuals, or the QESGD rank's state), its torch RNG state (dropout) and its
   model buffers (a rank's batch-norm statistics come from its own shard). Process ranks send
@@ -21,7 +21,7 @@ goes on from its step; the resumed run's rows and parameters equal those of a ru
 never stopped. Only options that do not change the computation may differ on resume
 (:data:`RESUMABLE_CHANGES`: the length of the run, ``--timeout``, ``--no-progress``).
 
-One exception, for ``--algorithm qesgd``: the last step of a run closes its epoch (the anchor
+One exception, for ``--method qesgd``: the last step of a run closes its epoch (the anchor
 becomes the epoch's average), so continuing a *finished* qesgd run with more steps continues
 from that closed epoch, not as the longer run would have. A run stopped by a signal resumes
 exactly.
@@ -55,7 +55,7 @@ _OPTION = {
     "compressor_params": "--param",
     "scheme_params": "--scheme-param",
     "progress": "--no-progress",
-    "training_method": "--algorithm",
+    "method_options": "--method-param",
 }
 
 

@@ -15,18 +15,17 @@ import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gradzip.errors import GradzipError
 
+if TYPE_CHECKING:  # the methods import the trainer; only their type is needed here
+    from gradzip.experiments.methods.base import TrainingMethod
+
 OPTIMIZERS = ("sgd", "adam", "adagrad")
 BACKENDS = ("local", "gloo", "env")
-#: sgd: compressed-gradient training (compressor + scheme + optimizer); qesgd: Algorithm 3 of
-#: the QESGD paper (fp32 gradients up, b-bit parameter offsets down, spec 2.2)
-ALGORITHMS = ("sgd", "qesgd")
-#: how ``config.json`` names each algorithm (apart from the optimizer that applies the update)
-TRAINING_METHODS = {"sgd": "compressed-gradients", "qesgd": "qesgd"}
-QESGD_OUTPUTS = ("average", "last")
+#: the training method of a run that names none (:mod:`gradzip.experiments.methods`)
+DEFAULT_METHOD = "compressed-gradients"
 #: learning rates of spec 1.10 (SGD, Adam) and a common Adagrad default
 DEFAULT_LR = {"sgd": 0.01, "adam": 0.001, "adagrad": 0.01}
 #: options that do not change what a run computes: left out of the default directory's hash,
@@ -72,12 +71,10 @@ class TrainConfig:
     # not bit-exact with process ranks (the default computes each worker's gradient as a rank does)
     vectorized_gradients: bool = False
     timeout: float = 60.0  # seconds a process rank waits for a peer before it gives up
-    algorithm: str = "sgd"  # ALGORITHMS; "qesgd" ignores compressor/scheme, needs --optimizer sgd
-    qesgd_bits: int = 8  # b: bits per coordinate of the offset codes the server sends
-    qesgd_c: float = 1.0  # the delta schedule's c (the paper picks it from 1, 2, 3, 4, 5, 10)
-    qesgd_output: str = "average"  # w_{t+1}: iterate average (the paper) or "last" iterate
-    qesgd_bucket_size: int = 0  # 0: the whole vector (the paper); else one delta per bucket
-    qesgd_norm_samples: int | None = None  # samples of the full gradient at w_0 (None: all)
+    # what the ranks exchange and how the parameters follow (gradzip.experiments.methods);
+    # qesgd ignores compressor and scheme
+    method: str = DEFAULT_METHOD
+    method_options: dict[str, Any] = field(default_factory=dict)  # the method's, by name
 
     def resolved_scheme(self) -> str:
         if self.scheme is not None:
@@ -97,8 +94,8 @@ class TrainConfig:
         :mod:`gradzip.experiments.run_dir` for repeats of the same run)."""
         if self.out is not None:
             return self.out
-        method = f"qesgd{self.qesgd_bits}" if self.algorithm == "qesgd" else self.compressor
-        return f"runs/{self.model}-{method}-{self.workers}w-s{self.seed}-{self.run_hash()}"
+        label = self.training_method().run_label(self)
+        return f"runs/{self.model}-{label}-{self.workers}w-s{self.seed}-{self.run_hash()}"
 
     def run_hash(self) -> str:
         """6 hex digits of a hash of the resolved options that change the run (all but
@@ -107,18 +104,27 @@ class TrainConfig:
         for neutral in RUN_NEUTRAL:
             values.pop(neutral)
         values.update(lr=self.resolved_lr(), scheme=self.resolved_scheme())
+        values.update(method_options=self.resolved_method_options())
         text = json.dumps(values, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:6]
 
+    def training_method(self) -> TrainingMethod:
+        """The registered method :attr:`method` names."""
+        from gradzip.experiments.methods import get_method
+
+        return get_method(self.method)
+
+    def resolved_method_options(self) -> dict[str, Any]:
+        """Every option of the training method, its defaults filled in."""
+        return self.training_method().resolved_options(self)
+
     def to_dict(self) -> dict[str, Any]:
-        """Every field, with the defaults that depend on others filled in."""
+        """Every field, with the defaults that depend on others filled in (the run record)."""
         out = asdict(self)
-        scheme = self.resolved_scheme() if self.algorithm == "sgd" else None  # qesgd: its own
-        out.update(scheme=scheme, lr=self.resolved_lr(), out=self.resolved_out())
-        out["dataset"] = self.resolved_dataset()
-        # "algorithm": "sgd" read as the optimizer in an Adam run: the training method (what
-        # is exchanged) is named apart from the optimizer that applies the update
-        out["training_method"] = TRAINING_METHODS[out.pop("algorithm")]
+        out.update(lr=self.resolved_lr(), out=self.resolved_out())
+        out.update(scheme=self.resolved_scheme(), dataset=self.resolved_dataset())
+        out["method_options"] = self.resolved_method_options()
+        out.update(self.training_method().record(self))  # qesgd: no scheme
         return out
 
     def resolved_dataset(self) -> str:
@@ -132,6 +138,10 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        """The config of a checkpoint's ``config`` entry (the fields, as ``asdict`` gives
+        them); the keys of checkpoints written before training methods were a registry
+        (``algorithm`` and ``qesgd_*``) are read as ``method`` and ``method_options``."""
+        values = upgrade_keys(values)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -180,35 +190,32 @@ class TrainConfig:
                 f"--batch-size {self.batch_size} must be divisible by --workers {self.workers} "
                 "(the total batch is split evenly)"
             )
-        if self.algorithm not in ALGORITHMS:
-            raise ConfigError(f"unknown algorithm {self.algorithm!r}; choose one of {ALGORITHMS}")
-        if self.algorithm == "qesgd":
-            self._validate_qesgd()
+        method = self.training_method()
+        method.validate(self, method.options_of(self))
         return self
 
-    def _validate_qesgd(self) -> None:
-        """QESGD's own options, and the compressed-gradient options it cannot take."""
-        if self.optimizer != "sgd" or self.momentum != 0:
-            raise ConfigError(
-                "--algorithm qesgd takes plain SGD steps on the quantized offset (spec 2.2): "
-                "pass --optimizer sgd and no --momentum"
-            )
-        if self.error_feedback or self.scheme is not None or self.entropy:
-            raise ConfigError(
-                "--algorithm qesgd has its own parameter-server exchange: leave out --scheme, "
-                "--error-feedback and --entropy"
-            )
-        if isinstance(self.qesgd_bits, bool) or not 1 <= self.qesgd_bits <= 16:
-            raise ConfigError(f"--qesgd-bits must be an int in [1, 16], got {self.qesgd_bits}")
-        if not (math.isfinite(self.qesgd_c) and self.qesgd_c > 0):
-            raise ConfigError(f"--qesgd-c must be a positive number, got {self.qesgd_c}")
-        if self.qesgd_output not in QESGD_OUTPUTS:
-            raise ConfigError(
-                f"--qesgd-output must be one of {QESGD_OUTPUTS}, got {self.qesgd_output!r}"
-            )
-        if self.qesgd_bucket_size < 0:
-            raise ConfigError("--qesgd-bucket-size must be >= 0 (0: the whole vector)")
-        if self.qesgd_norm_samples is not None and self.qesgd_norm_samples < self.batch_size:
-            raise ConfigError(
-                f"--qesgd-norm-samples must be at least --batch-size ({self.batch_size})"
-            )
+
+#: ``algorithm`` values of old checkpoints, as method names
+_OLD_ALGORITHMS = {"sgd": "compressed-gradients", "qesgd": "qesgd"}
+#: ``qesgd_*`` fields of old checkpoints, as options of the qesgd method
+_OLD_QESGD_FIELDS = {
+    "qesgd_bits": "bits",
+    "qesgd_c": "c",
+    "qesgd_output": "output",
+    "qesgd_bucket_size": "bucket_size",
+    "qesgd_norm_samples": "norm_samples",
+}
+
+
+def upgrade_keys(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with the keys of an old config (``algorithm``, ``qesgd_*``) replaced by
+    ``method`` and ``method_options``; a config without them is returned as it is."""
+    if "algorithm" not in values and not set(values) & set(_OLD_QESGD_FIELDS):
+        return values
+    new = {k: v for k, v in values.items() if k != "algorithm" and k not in _OLD_QESGD_FIELDS}
+    algorithm = values.get("algorithm", "sgd")
+    new["method"] = _OLD_ALGORITHMS.get(algorithm, algorithm)
+    if new["method"] == "qesgd":
+        options = {_OLD_QESGD_FIELDS[k]: v for k, v in values.items() if k in _OLD_QESGD_FIELDS}
+        new["method_options"] = {**options, **values.get("method_options", {})}
+    return new

@@ -8,7 +8,7 @@
   :class:`~gradzip.comm.signals.Interrupted`; ranks leave escalation to their launcher.
 
 The ranks of a process backend agree on when to stop through the statistics they all-gather
-every step (:func:`gradzip.experiments.backends.gather_metrics`), so all of them stop after
+every step (:func:`gradzip.experiments.methods.base.gather_metrics`), so all of them stop after
 the same step even when the request reaches them at different moments.
 """
 

@@ -159,9 +159,9 @@ def evaluate(model: torch.nn.Module, data: Dataset, batch: int = 2000) -> float:
 @dataclass
 class Exchanged:
     """What one step's exchange returns: the averaged gradients, every rank's bits, and the
-    workers' losses (rank order) and correct predictions, gathered over all workers. An
-    algorithm that computes the new parameters itself (``--algorithm qesgd``) returns them as
-    ``params`` instead of ``means``, and no optimizer step is taken."""
+    workers' losses (rank order) and correct predictions, gathered over all workers. A
+    training method that computes the new parameters itself (``--method qesgd``) returns them
+    as ``params`` instead of ``means``, and no optimizer step is taken."""
 
     means: list[torch.Tensor] | None
     bits: list[dict[str, float | None]]
@@ -181,8 +181,8 @@ class Trainer:
 
     def __init__(self, config: TrainConfig) -> None:
         self.config = config.validate()
-        if config.algorithm == "sgd":
-            make_scheme(config)  # option errors now, in the caller, not later on a rank
+        # option errors now, in the caller, not later on a rank
+        config.training_method().preflight(config)
         info = model_info(config.model)
         data = load_dataset(config.dataset or info.dataset, config.data_dir)
         self.inputs = InputFit(data, info.input_shape, config.model, config.seed)
@@ -248,7 +248,7 @@ class Trainer:
                 images, labels = images[shard : shard + 1], labels[shard : shard + 1]
             out = self.gradients(images, labels)
             result = exchange(step, out)
-            if result.params is not None:  # the algorithm computed the parameters itself
+            if result.params is not None:  # the method computed the parameters itself
                 with torch.no_grad():
                     for p, new in zip(params, result.params, strict=True):
                         p.copy_(new.view_as(p))

@@ -3,37 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
+from gradzip.cli.params import compressor_params, scheme_params
+from gradzip.cli.train_method import DEPRECATED_FIELDS, add_method_options, method_from_args
 from gradzip.errors import GradzipError
-from gradzip.experiments.config import (
-    ALGORITHMS,
-    BACKENDS,
-    OPTIMIZERS,
-    QESGD_OUTPUTS,
-    ConfigError,
-    TrainConfig,
-)
-
-
-def parse_value(text: str) -> Any:
-    """``KEY=VALUE`` values: JSON where it parses (numbers, true/false, null), else a string."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def parse_pairs(pairs: list[str], option: str) -> dict[str, Any]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"{option} takes KEY=VALUE, got {pair!r}")
-        out[key] = parse_value(value)
-    return out
+from gradzip.experiments.config import BACKENDS, OPTIMIZERS, ConfigError, TrainConfig
 
 
 def add_train_parser(sub: Any) -> None:
@@ -57,10 +33,11 @@ def add_train_parser(sub: Any) -> None:
     p.add_argument("--compressor", default=d.compressor, help="any name from `gradzip list`")
     p.add_argument(
         "--param",
-        action="append",
+        action="extend",
+        nargs="+",
         default=[],
         metavar="KEY=VALUE",
-        help="compressor parameter (repeatable), e.g. --param M=2",
+        help="compressor parameter(s) (repeatable), typed by its signature, e.g. --param M=2",
     )
     p.add_argument(
         "--scheme",
@@ -68,7 +45,7 @@ def add_train_parser(sub: Any) -> None:
         help="a scheme variant, `gradzip list schemes` (default: nested[server,dqsg-downlink] "
         "for ndqsg, the paper's server with a 5-bit DQSG downlink; ps[fp32] otherwise)",
     )
-    p.add_argument("--scheme-param", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--scheme-param", action="extend", nargs="+", default=[], metavar="KEY=VALUE")
     p.add_argument("--error-feedback", action="store_true")
     p.add_argument("--workers", type=int, default=d.workers)
     p.add_argument("--backend", choices=BACKENDS, default=d.backend)
@@ -124,29 +101,7 @@ def add_train_parser(sub: Any) -> None:
         "about twice as fast, but NOT bit-exact with --backend gloo/env (by default each worker's "
         "gradient is computed exactly as a process rank computes it)",
     )
-    q = p.add_argument_group(
-        "QESGD (--algorithm qesgd: Algorithm 3 of the QESGD paper; fp32 gradients to a "
-        "parameter server, b-bit parameter offsets back; needs --optimizer sgd)"
-    )
-    q.add_argument("--algorithm", choices=ALGORITHMS, default=d.algorithm)
-    q.add_argument("--qesgd-bits", type=int, default=d.qesgd_bits, help="b (default 8)")
-    q.add_argument(
-        "--qesgd-c",
-        type=float,
-        default=d.qesgd_c,
-        help="delta_t = |grad F(w0)| / (c sqrt(t+1) 2^(b-1))",
-    )
-    q.add_argument("--qesgd-output", choices=QESGD_OUTPUTS, default=d.qesgd_output)
-    q.add_argument(
-        "--qesgd-bucket-size", type=int, default=d.qesgd_bucket_size, help="0: the whole vector"
-    )
-    q.add_argument(
-        "--qesgd-norm-samples",
-        type=int,
-        default=None,
-        metavar="N",
-        help="compute the full gradient at w0 on the first N training samples (default: all)",
-    )
+    add_method_options(p)
     p.set_defaults(func=cmd_train)
     _record_explicit(p)
 
@@ -177,14 +132,16 @@ def _record_explicit(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    method, method_options = method_from_args(args)
+    scheme = TrainConfig(compressor=args.compressor, scheme=args.scheme).resolved_scheme()
     return TrainConfig(
         model=args.model,
         dataset=args.dataset,
         data_dir=args.data_dir,
         compressor=args.compressor,
-        compressor_params=parse_pairs(args.param, "--param"),
+        compressor_params=compressor_params(args.compressor, args.param) if args.param else {},
         scheme=args.scheme,
-        scheme_params=parse_pairs(args.scheme_param, "--scheme-param"),
+        scheme_params=scheme_params(scheme, args.scheme_param) if args.scheme_param else {},
         error_feedback=args.error_feedback,
         workers=args.workers,
         backend=args.backend,
@@ -204,18 +161,20 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         progress=not args.no_progress,
         vectorized_gradients=args.vectorized_gradients,
         timeout=args.timeout,
-        algorithm=args.algorithm,
-        qesgd_bits=args.qesgd_bits,
-        qesgd_c=args.qesgd_c,
-        qesgd_output=args.qesgd_output,
-        qesgd_bucket_size=args.qesgd_bucket_size,
-        qesgd_norm_samples=args.qesgd_norm_samples,
+        method=method,
+        method_options=method_options,
     )
 
 
 #: ``gradzip train`` destinations that are not TrainConfig fields, or are named otherwise
 _NOT_FIELDS = {"func", "command", "explicit", "force", "resume"}
-_FIELD = {"param": "compressor_params", "scheme_param": "scheme_params", "no_progress": "progress"}
+_FIELD = {
+    "param": "compressor_params",
+    "scheme_param": "scheme_params",
+    "method_param": "method_options",
+    "no_progress": "progress",
+    **DEPRECATED_FIELDS,
+}
 
 
 def resume_config(args: argparse.Namespace) -> TrainConfig:

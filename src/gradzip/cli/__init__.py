@@ -1,0 +1,39 @@
+"""The ``gradzip`` command line: ``gradzip list``, ``gradzip bench codecs|collectives|cluster``,
+``gradzip bits``, ``gradzip train`` and ``gradzip reproduce``, one module per subcommand
+(:mod:`gradzip.cli.params`: the ``KEY=VALUE`` grammar they share)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from gradzip.cli.bench import add_bench_parser
+from gradzip.cli.bits import add_bits_parser
+from gradzip.cli.help import parse, show_defaults
+from gradzip.cli.listing import add_list_parser
+from gradzip.cli.reproduce import add_reproduce_parser
+from gradzip.cli.train import add_train_parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``gradzip`` parser: every subcommand, each option's default in its help."""
+    parser = argparse.ArgumentParser(
+        prog="gradzip", description="Gradient compressors that emit real bytes."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_list_parser(sub)
+    add_bench_parser(sub)
+    add_bits_parser(sub)
+    add_train_parser(sub)
+    add_reproduce_parser(sub)
+    show_defaults(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``); its exit status."""
+    args = parse(build_parser(), argv)
+    return int(args.func(args))
+
+
+__all__ = ["build_parser", "main"]

@@ -1,0 +1,58 @@
+"""``gradzip list [compressors|experiments|models|schemes]``: what the library offers."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from gradzip.compressors import get, names
+from gradzip.compressors.registry import summary
+
+
+def add_list_parser(sub: Any) -> None:
+    """Register ``gradzip list`` on the CLI's subparsers."""
+    p_list = sub.add_parser(
+        "list", help="list the compressors (default), experiments, models or schemes"
+    )
+    p_list.add_argument(
+        "what",
+        nargs="?",
+        default="compressors",
+        choices=("compressors", "experiments", "models", "schemes"),
+        help="what to list (default: compressors)",
+    )
+    p_list.add_argument("-v", "--verbose", action="store_true", help="show ids and example configs")
+    p_list.set_defaults(func=cmd_list)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    if args.what == "experiments":
+        from gradzip.cli.reproduce import print_experiments
+
+        print_experiments()
+        return 0
+    if args.what == "models":
+        from gradzip.experiments.models import MODELS, model_info
+
+        width = max(len(m) for m in MODELS)
+        for model in MODELS:
+            info = model_info(model)
+            count = sum(p.numel() for p in info.factory(0.0).parameters())
+            shape = "x".join(map(str, info.input_shape))
+            print(f"{model:<{width}}  {info.dataset}, input {shape}, {count:,} parameters")
+        return 0
+    if args.what == "schemes":
+        from gradzip.schemes import VARIANTS
+
+        for variant in VARIANTS:
+            print(variant)
+        return 0
+    width = max(len(n) for n in names())
+    for name in names():
+        cls = get(name)
+        print(f"{name:<{width}}  {summary(cls)}")
+        if args.verbose:
+            print(
+                f"{'':<{width}}  codec id {cls.codec_id}; example: {cls(**cls.example_params).describe()}"
+            )
+    return 0
