@@ -5,9 +5,9 @@ dither). If every rank uses the *same* per-bucket scale -- the maximum over rank
 would have used -- the integer levels of all ranks can be summed in transit (an integer
 allreduce, or a parameter server adding codes) and the receiver rebuilds the mean from the sum:
 ``mean = step * (sum_p level_p - sum_p offset_p) / P``, where ``offset_p`` is rank ``p``'s
-dither (DQSG; regenerated from its key) or zero. The schemes in
-:mod:`gradzip.schemes.integer_sum` use this interface; any compressor implementing it works
-there.
+dither (DQSG; regenerated from its key) or zero. The schemes
+:mod:`gradzip.schemes.server_integer_sum` and :mod:`gradzip.schemes.integer_allreduce` use this
+interface; any compressor implementing it works there.
 
 Variance: each rank's error is as for its own compressor but with the common scale
 ``sigma = max_p sigma_p`` in place of ``sigma_p``, so the variance of the mean is
