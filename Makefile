@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup data run test test-fast test-slow lint typecheck bench clean
+.PHONY: setup data run test test-fast test-slow lint typecheck bench docs docs-check clean
 
 # A virtual environment with torch pinned exactly: a looser torch requirement would pull a
 # multi-gigabyte CUDA build.
@@ -52,13 +52,26 @@ test-slow: setup
 	$(BIN)/pytest -m slow
 
 lint: setup
-	$(BIN)/ruff check src tests examples
-	$(BIN)/ruff format --check src tests examples
+	$(BIN)/ruff check src tests examples tools
+	$(BIN)/ruff format --check src tests examples tools
 
 typecheck: setup
 	$(BIN)/mypy
 
 bench: run
 
+# The documentation site: docs/ and the API reference generated from the docstrings, built into
+# site/ in strict mode (a broken link, anchor or API reference fails). Installs the `docs`
+# extra into the virtual environment when it is missing.
+docs: setup
+	@$(BIN)/python -c 'import mkdocs, mkdocstrings, mkdocstrings_handlers.python, material' \
+		2>/dev/null || $(BIN)/pip install --quiet -e '.[docs]'
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+# The built pages as a reader sees them, in headless Chromium: titles, internal links, rendered
+# API signatures (skips with a message where Chromium is not installed).
+docs-check: docs
+	$(BIN)/python tools/check_site.py site
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis src/*.egg-info
+	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache .hypothesis src/*.egg-info

@@ -15,57 +15,24 @@ Any gradzip scheme (and so any compressor it accepts) replaces DDP's all-reduce:
         opt.step()
     state.close()  # stops the stages' threads (garbage collection and interpreter exit do too)
 
-DDP packs gradients into flat buckets and, as each becomes ready during ``backward()``, calls
-``hook(state, bucket)``, which returns a ``torch.futures.Future`` of the bucket's *averaged* flat
-tensor; with a hook registered DDP neither communicates nor divides by the world size itself.
+DDP calls ``hook(state, bucket)`` as each flat bucket of gradients becomes ready; the hook
+returns a future of the bucket's *average* (DDP then neither communicates nor divides). Each
+bucket travels as one tensor keyed by the smallest model-order index of its parameters (a
+:attr:`~gradzip.schemes.base.Scheme.needs_shapes` scheme, PowerSGD, gets each parameter in its
+own shape instead), with the finite-gradient agreement on its first message.
 
-On the wire, per bucket and rank: whatever ``scheme.reduce`` sends for the bucket's flat buffer
-as *one* tensor, with the finite-gradient agreement riding on its first message
-(:func:`gradzip.stepping.reduce_all_finite`: a flag bit in the payload's header for the
-allgather scheme, a flag byte all-gathered first for the others) (``tensor_index`` = the smallest model-order index of the
-bucket's parameters): one payload per peer and round, whatever the number of parameters. Bytes
-are counted on ``state.transport.meter``, tagged with the hook's step counter. Under
-``ddp_model.no_sync()`` DDP calls no hook; the next synchronising backward pass is one step.
+[CHOICE] Overlap: the hook only queues the bucket; three threads (encode, transfer, decode)
+reduce it while backward goes on. With the allgather scheme they pipeline chunks of at most
+``chunk_elements`` values, so the codec's time hides behind the wire; other schemes requantize
+between messages and run whole in the transfer stage. The last bucket's call waits for the step
+and raises its error, so it reaches the caller of ``loss.backward()``.
 
-Overlap: the hook only queues the bucket; three threads of the state (stages) take the buckets
-in the order DDP hands them over (bucket index order, the same on every rank) and complete each
-future with the bucket's mean (the scheme's result itself where it has the buffer's dtype and
-device, which DDP copies into the gradients; else copied into the bucket's buffer), so
-communication runs while backward computes the earlier layers' gradients. [CHOICE] With the
-allgather scheme the stages are a pipeline over chunks of at most ``chunk_elements`` values
-(default :data:`CHUNK_ELEMENTS`; each chunk its own payload, key ``chunk`` and residual slot):
-the encode stage builds the next chunk's payload (through its error-feedback residual) while
-the transfer stage has the current one on the wire and the decode stage averages the previous
-one into its place in the bucket, so the codec's CPU time hides behind the transfer instead of
-adding to it (the wire starts after one chunk's encoding, and only the last chunk's decoding
-follows the last byte); the transfer thread does nothing but communicate. Other
-schemes requantize between their messages, so their whole reduction runs in the transfer stage
-(still off the main thread). The call for the last bucket waits for the step to finish (DDP
-would wait for every future right after it anyway) and raises the step's error there, so it
-reaches the caller of ``loss.backward()`` with its own type. While buckets are in flight the main
-thread must not use the same process group (DDP does not: its own collectives run in the
-forward pass).
+[CHOICE] Residuals are kept per parameter (:mod:`gradzip.integrations._residuals`), so they
+survive DDP's bucket rebuild and a resume with another ``bucket_cap_mb``; a checkpoint
+(:meth:`GradzipHookState.state_dict`) resumes bit-exactly.
 
-A scheme that works on each tensor's shape (:attr:`~gradzip.schemes.base.Scheme.needs_shapes`:
-PowerSGD) gets the bucket's parameters one by one, each in its own shape under its model-order
-index, instead of the flat buffer; it keeps its warm starts and residuals per parameter itself.
-
-Error-feedback residuals are kept per parameter and re-assembled for each bucket (see
-:mod:`gradzip.integrations._residuals`), so keys and residuals survive DDP's bucket rebuild after
-the first iteration and a resumed run with another ``bucket_cap_mb``.
-
-Checkpoints: ``state.state_dict()`` holds the step counter, the skip count, the run seed, rank
-and group size, and the per-parameter residuals (one per rank: they differ between ranks). To
-resume, wrap the model again, register a fresh hook state with the same scheme settings and run
-seed, and call ``state.load_state_dict(saved)`` on every rank before the first backward pass; the
-run continues bit-exactly, whatever the new buckets. A state of another rank, group size, run
-seed or model, or a malformed one, raises :class:`~gradzip.errors.CheckpointError` and changes
-nothing.
-
-Buffers are not gradients: BatchNorm's running statistics stay per rank (DDP's default
-``broadcast_buffers=True`` overwrites them with rank 0's each forward pass); use
-``torch.nn.SyncBatchNorm`` for statistics over the global batch.
-
+The user guide's page "The DDP hook and GradientSync" (docs/guide/ddp-hook-and-gradientsync.md)
+explains the pipeline, the state, checkpoints, buffers (BatchNorm) and every failure mode.
 Not supported: DDP's ``join()`` for uneven inputs, and sparse gradients.
 """
 
@@ -133,40 +100,29 @@ def _match_threads(job: BucketJob) -> None:
 
 class GradzipHookState:
     """The state of :func:`gradzip_hook`: the scheme, the transport, the step counter, the
-    per-parameter residuals and the worker thread.
+    per-parameter residuals and the worker threads.
 
-    ``GradzipHookState(scheme, model, transport=None, on_nonfinite="raise")``: ``model`` is the
-    DDP wrapper or the module it wraps (both list the same parameters in the same order);
-    ``transport`` defaults to a :class:`~gradzip.comm.distributed.DistributedTransport` on the
-    default process group.
+    ``model`` is the DDP wrapper or the module it wraps (both list the same parameters in the
+    same order); ``transport`` defaults to a
+    :class:`~gradzip.comm.distributed.DistributedTransport` on the default process group.
 
-    [CHOICE] Steps. One backward pass is one step: the counter keys the payloads and advances
-    after the bucket for which ``bucket.is_last()`` holds. A step is all-or-nothing: if any
-    bucket fails, the scheme's state and the residuals return to where the step began, the
-    counter stays, every future of the step holds the error (the first failed bucket's) and the
-    last bucket's hook call raises it (the buckets' gradients are then undefined: the all-gather
-    builds its means in them). Later buckets are not communicated after a failure the
-    transfer stage sees (a refused bucket, the non-finite agreement, a failed exchange, any
-    failure of a non-pipelined reduction: every rank stops at the same bucket); after a
-    payload that fails to decode in the pipelined decode stage, the later buckets already
-    follow on the wire and are exchanged but not decoded, so that every rank's collectives
-    still pair up whatever its stages' timing. A gradzip ``NonFiniteInputError`` passes through
-    unchanged; any other exception becomes a :class:`~gradzip.errors.GradzipError` naming the
-    step and bucket (the original as its ``__cause__``). DDP refuses the next forward pass of a
-    wrapper whose backward raised: wrap the module again and register this state on it (its
-    state is consistent), or resume from a checkpoint. A backward pass abandoned for a reason
-    outside the hook is rolled back when the next one starts (or at :meth:`state_dict`).
+    [CHOICE] One backward pass is one step, and a step is all-or-nothing on every rank: the
+    counter keys the payloads and advances after the last bucket; if any bucket fails, the
+    scheme's state and the residuals return to where the step began, the counter stays and the
+    last bucket's hook call raises the error (a gradzip ``NonFiniteInputError`` as it is, any
+    other exception as a :class:`~gradzip.errors.GradzipError` naming the step and bucket).
+    Whether a later bucket is still communicated depends only on what every rank knows at the
+    transfer stage, so the ranks' collectives always pair up. DDP then needs a fresh wrapper;
+    this state stays consistent.
 
-    [CHOICE] Non-finite gradients. With each bucket's first message the ranks agree that its
-    gradients are finite (a flag bit in the allgather payload's header, whose encoder scans the
-    bucket anyway; a flag byte of its own before the reduction for other schemes). A NaN or Inf on any rank then raises
-    :class:`~gradzip.errors.NonFiniteInputError` on every rank (``on_nonfinite="raise"``) or,
-    with ``"skip"``, skips the whole step on every rank: state restored, every bucket of the step
-    zero-filled (the futures complete only when the step ends, so DDP copies the zeros),
-    ``skipped_steps`` counts it and the counter does not advance. A hook cannot stop the
-    optimizer: ``opt.step()`` runs with zero gradients (momentum, weight decay and Adam still
-    move the parameters); compare ``state.skipped_steps`` before and after ``backward()`` to skip
-    it too.
+    [CHOICE] Non-finite gradients: the ranks agree on each bucket's first message. A NaN or Inf
+    on any rank raises :class:`~gradzip.errors.NonFiniteInputError` on every rank
+    (``on_nonfinite="raise"``) or, with ``"skip"``, zero-fills the whole step on every rank and
+    counts it in ``skipped_steps`` (``opt.step()`` still runs: compare ``skipped_steps`` to skip
+    it too).
+
+    The user guide's page "The DDP hook and GradientSync" gives the details and the errors a
+    user sees.
     """
 
     def __init__(
