@@ -13,8 +13,8 @@ from gradzip.cli import main
 from gradzip.cli.params import ParamError, compressor_params
 from gradzip.compressors import create
 from gradzip.experiments.bits import measure_bits, model_gradient
-from gradzip.experiments.shapes import MODEL_SHAPES
 from gradzip.keys import StreamKey
+from gradzip.models.shapes import MODEL_SHAPES
 
 FC_N = 266_610
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from gradzip.data.datasets import Dataset
 from gradzip.experiments.config import ConfigError
-from gradzip.experiments.data import Dataset
 from gradzip.experiments.inputs import InputFit
 
 

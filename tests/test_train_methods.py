@@ -23,7 +23,7 @@ from gradzip.experiments.methods import METHODS, RankSetup, TrainingMethod, get_
 from gradzip.experiments.stopping import StopRequest
 from gradzip.experiments.traffic import step_traffic
 from gradzip.experiments.trainer import Exchanged, Trainer
-from gradzip.experiments.workers import WorkerStep
+from gradzip.simulation.workers import WorkerStep
 
 TINY = ["--max-steps", "3", "--eval-every", "3", "--workers", "2", "--no-progress"]
 

@@ -13,7 +13,7 @@ from after the barrier to after ``opt.step()``, and the veth's ``tx_bytes`` coun
 (``/sys/class/net/veth0/statistics``, the real wire: payload plus TCP/IP and Ethernet headers,
 retransmissions, ACKs) is read right after the barrier and right after the step.
 
-Data [CHOICE]: MNIST from :mod:`gradzip.experiments.data` (offline), one fixed permutation; at
+Data [CHOICE]: MNIST from :mod:`gradzip.data.datasets` (offline), one fixed permutation; at
 step ``s`` rank ``r`` takes examples ``[(s P + r) B, (s P + r + 1) B)``; every variant sees the
 same batches, so their losses are comparable. ``synthetic`` data: Gaussian inputs labelled by a
 fixed random linear teacher (learnable, so the loss still falls).
@@ -95,7 +95,7 @@ def batches(config: RankConfig) -> list[tuple[torch.Tensor, torch.Tensor]]:
     total = config.warmup + config.steps
     needed = total * config.world_size * config.batch
     if config.data == "mnist":
-        from gradzip.experiments.data import load_dataset
+        from gradzip.data.datasets import load_dataset
 
         data = load_dataset("mnist")
         x, y = data.train_x, data.train_y
@@ -119,7 +119,7 @@ class Trainee:
     """One variant on this rank: its model copy, DDP wrapper, optimizer and figures."""
 
     def __init__(self, name: str, config: RankConfig) -> None:
-        from gradzip.experiments.models import build_model
+        from gradzip.models.paper import build_model
 
         self.name = name
         self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=config.timeout))

@@ -10,7 +10,7 @@ from typing import Any
 
 def add_bits_parser(sub: Any) -> None:
     """Register ``gradzip bits`` on the CLI's subparsers."""
-    from gradzip.experiments.models import MODELS
+    from gradzip.models.paper import MODELS
 
     p_bits = sub.add_parser(
         "bits",

@@ -32,7 +32,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print_experiments()
         return 0
     if args.what == "models":
-        from gradzip.experiments.models import MODELS, model_info
+        from gradzip.models.paper import MODELS, model_info
 
         width = max(len(m) for m in MODELS)
         for model in MODELS:

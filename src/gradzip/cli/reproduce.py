@@ -36,7 +36,7 @@ def print_experiments() -> None:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from gradzip.experiments.data_files import DatasetUnavailableError
+    from gradzip.data.files import DatasetUnavailableError
     from gradzip.experiments.reproduce import EXPERIMENTS, reproduce
 
     if args.list or args.id in (None, "list"):

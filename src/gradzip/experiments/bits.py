@@ -1,6 +1,6 @@
 """Bits one worker sends per iteration for a real model gradient: "Table 1 without training".
 
-:func:`measure_bits` builds a model of :mod:`gradzip.experiments.models` (seeded), computes ONE
+:func:`measure_bits` builds a model of :mod:`gradzip.models.paper` (seeded), computes ONE
 real gradient on a small random batch, encodes every parameter tensor's gradient with a
 registered compressor and reports, per worker per iteration (spec 0.5; 1 Kbit = 1000 bits):
 
@@ -38,8 +38,8 @@ import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 
 from gradzip.compressors import Compressor, create, get, names
 from gradzip.errors import GradzipError
-from gradzip.experiments.models import build_model, model_info
 from gradzip.keys import StreamKey
+from gradzip.models.paper import build_model, model_info
 from gradzip.rng import text_generator
 
 #: default examples in the gradient's batch (256 total / 32 workers, the DQSG paper's Table 2)

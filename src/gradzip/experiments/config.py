@@ -41,7 +41,7 @@ class ConfigError(GradzipError, ValueError):
 class TrainConfig:
     """Every option of ``gradzip train``; see the field comments."""
 
-    model: str = "fc-300-100"  # gradzip.experiments.models.MODELS
+    model: str = "fc-300-100"  # gradzip.models.paper.MODELS
     dataset: str | None = None  # default: the model's dataset
     data_dir: str | None = None  # a directory with the dataset's files (else the defaults)
     compressor: str = "ndqsg"  # any registered compressor (`gradzip list`)
@@ -131,7 +131,7 @@ class TrainConfig:
         """The dataset's name: the one given, or the model's own (as ``load_dataset`` reads)."""
         if self.dataset is not None:
             return self.dataset
-        from gradzip.experiments.models import model_info
+        from gradzip.models.paper import model_info
 
         name = model_info(self.model).dataset.lower()
         return {"cifar-10": "cifar10"}.get(name, name)
@@ -152,7 +152,7 @@ class TrainConfig:
         """Check every option (names against the registries, numbers in range); returns self."""
         # imported here: the registries import torch-heavy modules
         import gradzip
-        from gradzip.experiments.models import MODELS
+        from gradzip.models.paper import MODELS
         from gradzip.schemes import VARIANTS
 
         if self.model not in MODELS:

@@ -13,8 +13,8 @@ from dataclasses import replace
 
 import torch
 
+from gradzip.data.datasets import Dataset, center_crop, random_crop_flip
 from gradzip.experiments.config import ConfigError
-from gradzip.experiments.data import Dataset, center_crop, random_crop_flip
 
 
 class InputFit:

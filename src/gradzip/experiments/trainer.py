@@ -8,7 +8,7 @@ Backends:
 
 * ``local`` (default): P simulated ranks in this process. The P gradients are computed here,
   each exactly as a process rank computes its own
-  (:class:`~gradzip.experiments.workers.PerWorkerGradients`; ``--vectorized-gradients`` swaps in
+  (:class:`~gradzip.simulation.workers.PerWorkerGradients`; ``--vectorized-gradients`` swaps in
   one ``torch.func.vmap`` pass that is faster but not bit-exact), the ranks run the real SPMD
   synchronisation code on threads (:class:`~gradzip.comm.pool.RankPool`) with real payloads and
   byte counts, and one model copy is updated (the replicas are identical by construction).
@@ -33,16 +33,16 @@ import torch
 import gradzip
 from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor
+from gradzip.data.datasets import Dataset, EpochBatches, load_dataset
 from gradzip.experiments.config import ConfigError, TrainConfig
-from gradzip.experiments.data import Dataset, EpochBatches, load_dataset
 from gradzip.experiments.inputs import InputFit
-from gradzip.experiments.models import build_model, model_info
 from gradzip.experiments.progress import Progress
 from gradzip.experiments.run_output import RunWriter
 from gradzip.experiments.traffic import combine_ranks, fp32_ring_allreduce_bits, step_traffic
-from gradzip.experiments.workers import PerWorkerGradients, WorkerGradients, WorkerStep
+from gradzip.models.paper import build_model, model_info
 from gradzip.schemes import make_variant
 from gradzip.schemes.base import Scheme
+from gradzip.simulation.workers import PerWorkerGradients, WorkerGradients, WorkerStep
 from gradzip.sync import GradientSync
 
 

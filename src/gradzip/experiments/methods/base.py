@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # the trainer imports torch-heavy modules; only its types are
     from gradzip.experiments.config import TrainConfig
     from gradzip.experiments.stopping import StopRequest
     from gradzip.experiments.trainer import Exchange, Trainer
-    from gradzip.experiments.workers import WorkerStep
+    from gradzip.simulation.workers import WorkerStep
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from gradzip.experiments.config import TrainConfig
 from gradzip.experiments.methods.base import RankSetup, TrainingMethod, gather_metrics
 from gradzip.experiments.stopping import StopRequest
 from gradzip.experiments.trainer import Exchanged, Trainer, make_scheme, make_sync, rank_bits
-from gradzip.experiments.workers import WorkerStep
+from gradzip.simulation.workers import WorkerStep
 
 
 class CompressedGradients(TrainingMethod):

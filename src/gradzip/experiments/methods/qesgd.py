@@ -1,5 +1,5 @@
 """``gradzip train --method qesgd``: Algorithm 3 of the QESGD paper
-(:mod:`gradzip.algorithms.qesgd_server`) inside the training loop of
+(:mod:`gradzip.algorithms.qesgd.server`) inside the training loop of
 :mod:`gradzip.experiments.trainer`, on every backend: fp32 gradients to a parameter server,
 b-bit parameter offsets back.
 
@@ -28,15 +28,15 @@ from typing import Any, Literal
 
 import torch
 
-from gradzip.algorithms.qesgd_schedule import flatten, unflatten
-from gradzip.algorithms.qesgd_server import DistributedQESGD
+from gradzip.algorithms.qesgd.schedule import flatten, unflatten
+from gradzip.algorithms.qesgd.server import DistributedQESGD
 from gradzip.comm.pool import RankPool
 from gradzip.comm.transport import Transport
 from gradzip.experiments.config import ConfigError, TrainConfig
 from gradzip.experiments.methods.base import RankSetup, TrainingMethod, gather_metrics
 from gradzip.experiments.stopping import StopRequest
 from gradzip.experiments.trainer import Exchanged, Trainer
-from gradzip.experiments.workers import WorkerStep
+from gradzip.simulation.workers import WorkerStep
 
 __all__ = [
     "QESGD",
