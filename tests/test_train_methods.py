@@ -19,10 +19,11 @@ from gradzip.cli.train import config_from_args
 from gradzip.comm.pool import RankPool
 from gradzip.comm.transport import Transport
 from gradzip.experiments.config import ConfigError, TrainConfig
+from gradzip.experiments.exchange import Exchanged
 from gradzip.experiments.methods import METHODS, RankSetup, TrainingMethod, get_method, register
 from gradzip.experiments.stopping import StopRequest
 from gradzip.experiments.traffic import step_traffic
-from gradzip.experiments.trainer import Exchanged, Trainer
+from gradzip.experiments.trainer import Trainer
 from gradzip.simulation.workers import WorkerStep
 
 TINY = ["--max-steps", "3", "--eval-every", "3", "--workers", "2", "--no-progress"]
@@ -195,3 +196,11 @@ def test_the_deprecated_options_map_onto_method_and_method_param(
     sgd = config_from_args(build_parser().parse_args(["train", "--algorithm", "sgd"]))
     assert sgd.method == "compressed-gradients"
     assert "--algorithm" not in build_parser().format_help()
+
+
+def test_the_default_method_is_registered() -> None:
+    from gradzip.experiments.config import DEFAULT_METHOD, TrainConfig
+    from gradzip.experiments.methods import METHODS
+
+    assert DEFAULT_METHOD in METHODS
+    assert TrainConfig().method == DEFAULT_METHOD

@@ -52,3 +52,7 @@ class PayloadMismatchError(PayloadError):
 class KeyMismatchError(PayloadMismatchError):
     """The payload's randomness keys (run seed, rank, step, tensor index) differ from the
     receiver's: its shared dither would not be regenerated correctly."""
+
+
+class ConfigError(GradzipError, ValueError):
+    """A training option is invalid; the message names the option and the fix."""

@@ -17,7 +17,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from gradzip.errors import GradzipError
+from gradzip.errors import ConfigError as ConfigError  # its home before gradzip.errors
 
 if TYPE_CHECKING:  # the methods import the trainer; only their type is needed here
     from gradzip.experiments.methods.base import TrainingMethod
@@ -31,10 +31,6 @@ DEFAULT_LR = {"sgd": 0.01, "adam": 0.001, "adagrad": 0.01}
 #: options that do not change what a run computes: left out of the default directory's hash,
 #: and free to change when a run is resumed (with ``epochs`` and ``max_steps``)
 RUN_NEUTRAL = ("out", "progress", "timeout")
-
-
-class ConfigError(GradzipError, ValueError):
-    """A training option is invalid; the message names the option and the fix."""
 
 
 @dataclass

@@ -22,97 +22,21 @@ gradients, hence every payload, loss and parameter), on any CPU.
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-import gradzip
-from gradzip.comm.transport import Transport
-from gradzip.compressors.base import Compressor
 from gradzip.data.datasets import Dataset, EpochBatches, load_dataset
-from gradzip.experiments.config import ConfigError, TrainConfig
+from gradzip.experiments.config import TrainConfig
+from gradzip.experiments.exchange import Exchange, mean_bits
 from gradzip.experiments.inputs import InputFit
 from gradzip.experiments.progress import Progress
 from gradzip.experiments.run_output import RunWriter
-from gradzip.experiments.traffic import combine_ranks, fp32_ring_allreduce_bits, step_traffic
+from gradzip.experiments.traffic import fp32_ring_allreduce_bits
 from gradzip.models.paper import build_model, model_info
-from gradzip.schemes import make_variant
-from gradzip.schemes.base import Scheme
-from gradzip.simulation.workers import PerWorkerGradients, WorkerGradients, WorkerStep
-from gradzip.sync import GradientSync
-
-
-def make_compressor(config: TrainConfig, name: str | None = None, **overrides: Any) -> Compressor:
-    """The configured compressor (``packing="entropy"`` when entropy coding is on)."""
-    params = {**config.compressor_params, **overrides} if name is None else dict(overrides)
-    if config.entropy:
-        params["packing"] = "entropy"
-    codec = name or config.compressor
-    try:
-        cls = gradzip.get(codec)
-    except (KeyError, ValueError) as err:
-        raise ConfigError(f"compressor {codec!r}: {err}") from err
-    unknown = sorted(set(params) - set(keyword_parameters(cls)))
-    if unknown:
-        raise ConfigError(
-            f"compressor {codec!r} has no parameter {', '.join(map(repr, unknown))}; "
-            f"its parameters: {', '.join(keyword_parameters(cls)) or 'none'}"
-        )
-    try:
-        return cls(**params)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"compressor {codec!r}: {err}") from err
-
-
-def keyword_parameters(cls: type) -> list[str]:
-    """The keyword parameters ``cls(...)`` takes (for error messages naming the valid keys)."""
-    signature = inspect.signature(cls)
-    return [
-        p.name
-        for p in signature.parameters.values()
-        if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-    ]
-
-
-def make_sync(config: TrainConfig, transport: Transport) -> GradientSync:
-    """One rank's synchronisation object for ``config``."""
-    return GradientSync(transport, scheme=make_scheme(config))
-
-
-def make_scheme(config: TrainConfig) -> Scheme:
-    """The configured scheme around the configured compressor (each rank builds its own)."""
-    options = dict(config.scheme_params)
-    if config.resolved_scheme().startswith("nested") and "coarse" not in options:
-        # the paper's P1 workers: DQSG with Delta = 1/2 (spec 1.10, Figure 5)
-        # its scales bucketed as the fine compressor's (the nested decoder pairs them)
-        bucket = {k: v for k, v in config.compressor_params.items() if k == "bucket_size"}
-        options["coarse"] = make_compressor(config, "dqsg", M=2, **bucket)
-    try:
-        scheme = make_variant(
-            config.resolved_scheme(),
-            make_compressor(config),
-            run_seed=config.seed,
-            error_feedback=config.error_feedback,
-            **options,
-        )
-    except ConfigError:
-        raise
-    except (TypeError, ValueError) as err:
-        if isinstance(err, TypeError) and "unexpected keyword" in str(err):
-            from gradzip.schemes import SCHEMES, VARIANTS
-
-            cls = SCHEMES[VARIANTS[config.resolved_scheme()][0]]
-            valid = [k for k in keyword_parameters(cls) if k not in ("compressor", "run_seed")]
-            raise ConfigError(
-                f"scheme {config.resolved_scheme()!r}: {err}; its parameters (--scheme-param): "
-                f"{', '.join(valid)}"
-            ) from err
-        raise ConfigError(f"scheme {config.resolved_scheme()!r}: {err}") from err
-    return scheme
+from gradzip.simulation.workers import PerWorkerGradients, WorkerGradients
 
 
 def make_optimizer(config: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -122,26 +46,6 @@ def make_optimizer(config: TrainConfig, model: torch.nn.Module) -> torch.optim.O
     if config.optimizer == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=wd)
     return torch.optim.Adagrad(params, lr=lr, weight_decay=wd)
-
-
-def rank_bits(sync: GradientSync, step: int) -> dict[str, float | None]:
-    """This rank's bits for ``step``: its own payloads (wire, paper, entropy) and everything it
-    sent and received as counted by its transport (:mod:`gradzip.experiments.traffic`)."""
-    produced = list(sync.scheme.produced.values())
-    traffic = step_traffic(sync.transport.meter, step)
-    if not produced:  # schemes that never send a whole compressor payload (integer sums)
-        return {"wire_bits": None, "paper_bits": None, "entropy_bits": None, **traffic}
-    return {
-        "wire_bits": float(sum(e.wire_bits for e in produced)),
-        "paper_bits": float(sum(e.paper_bits for e in produced)),
-        "entropy_bits": float(sum(e.entropy_bits for e in produced)),
-        **traffic,
-    }
-
-
-def mean_bits(per_rank: list[dict[str, float | None]]) -> dict[str, float | None]:
-    """A step row's bits: the mean over the ranks, and the maximum of the transport totals."""
-    return combine_ranks(per_rank)
 
 
 def evaluate(model: torch.nn.Module, data: Dataset, batch: int = 2000) -> float:
@@ -154,25 +58,6 @@ def evaluate(model: torch.nn.Module, data: Dataset, batch: int = 2000) -> float:
             correct += int((logits.argmax(dim=1) == data.test_y[start : start + batch]).sum())
     model.train()
     return correct / len(data.test_y)
-
-
-@dataclass
-class Exchanged:
-    """What one step's exchange returns: the averaged gradients, every rank's bits, and the
-    workers' losses (rank order) and correct predictions, gathered over all workers. A
-    training method that computes the new parameters itself (``--method qesgd``) returns them
-    as ``params`` instead of ``means``, and no optimizer step is taken."""
-
-    means: list[torch.Tensor] | None
-    bits: list[dict[str, float | None]]
-    losses: list[float]
-    correct: int
-    params: list[torch.Tensor] | None = None
-    #: whether the run stops after this step (a signal asked it to); the same on every rank
-    stop: bool = False
-
-
-Exchange = Callable[[int, WorkerStep], Exchanged]
 
 
 class Trainer:

@@ -20,13 +20,14 @@ from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from gradzip.comm.transport import Transport
-from gradzip.experiments.config import ConfigError
+from gradzip.errors import ConfigError
 
 if TYPE_CHECKING:  # the trainer imports torch-heavy modules; only its types are needed here
     from gradzip.comm.pool import RankPool
     from gradzip.experiments.config import TrainConfig
+    from gradzip.experiments.exchange import Exchange
     from gradzip.experiments.stopping import StopRequest
-    from gradzip.experiments.trainer import Exchange, Trainer
+    from gradzip.experiments.trainer import Trainer
     from gradzip.simulation.workers import WorkerStep
 
 

@@ -6,15 +6,18 @@ the configured optimizer."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gradzip.comm.pool import RankPool
 from gradzip.comm.transport import Transport
-from gradzip.experiments.config import TrainConfig
+from gradzip.experiments.exchange import Exchanged, make_scheme, make_sync, rank_bits
 from gradzip.experiments.methods.base import RankSetup, TrainingMethod, gather_metrics
 from gradzip.experiments.stopping import StopRequest
-from gradzip.experiments.trainer import Exchanged, Trainer, make_scheme, make_sync, rank_bits
 from gradzip.simulation.workers import WorkerStep
+
+if TYPE_CHECKING:  # types only: the configuration names the methods, the trainer runs them
+    from gradzip.experiments.config import TrainConfig
+    from gradzip.experiments.trainer import Trainer
 
 
 class CompressedGradients(TrainingMethod):

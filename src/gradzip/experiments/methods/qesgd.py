@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -32,11 +32,15 @@ from gradzip.algorithms.qesgd.schedule import flatten, unflatten
 from gradzip.algorithms.qesgd.server import DistributedQESGD
 from gradzip.comm.pool import RankPool
 from gradzip.comm.transport import Transport
-from gradzip.experiments.config import ConfigError, TrainConfig
+from gradzip.errors import ConfigError
+from gradzip.experiments.exchange import Exchanged
 from gradzip.experiments.methods.base import RankSetup, TrainingMethod, gather_metrics
 from gradzip.experiments.stopping import StopRequest
-from gradzip.experiments.trainer import Exchanged, Trainer
 from gradzip.simulation.workers import WorkerStep
+
+if TYPE_CHECKING:  # types only: the configuration names the methods, the trainer runs them
+    from gradzip.experiments.config import TrainConfig
+    from gradzip.experiments.trainer import Trainer
 
 __all__ = [
     "QESGD",
