@@ -1,5 +1,5 @@
 """Deprecated: Table 1 of the DQSG paper moved to
-:mod:`gradzip.experiments.reproduce.dqsg.bit_counts`; run it as ``gradzip reproduce dqsg-table1``.
+``gradzip.experiments.reproduce.dqsg.bit_counts``; run it as ``gradzip reproduce dqsg-table1``.
 
 Kept for compatibility only (old imports keep working, with a ``DeprecationWarning``); it will be
 removed. ``python -m gradzip.tables`` is gone.

@@ -111,7 +111,7 @@ def gather_metrics(
 ) -> dict[str, Any]:
     """Every rank's bits and loss, the total of correct predictions, and whether any rank was
     asked to stop (so that all stop after this step), all-gathered (counted apart, as
-    ``"metrics"``); the fields of :class:`~gradzip.experiments.trainer.Exchanged` but the
+    ``"metrics"``); the fields of :class:`~gradzip.experiments.exchange.Exchanged` but the
     gradients."""
     mine = {
         "loss": float(out.loss[0]),

@@ -22,7 +22,7 @@ class Experiment:
     """One reproducible table or figure: its id, a one-line summary and the rough ``--quick``
     wall time on 2 cores. The id names the module whose ``run(out, quick)`` computes it
     (imported only when the experiment runs): ``<paper>-<name>`` is ``<paper>/<name>.py`` of
-    this package, e.g. ``dqsg-table1`` is :mod:`gradzip.experiments.reproduce.dqsg.table1`."""
+    this package, e.g. ``dqsg-table1`` is ``gradzip.experiments.reproduce.dqsg.table1``."""
 
     id: str
     summary: str
