@@ -16,7 +16,7 @@ from gradzip.schemes import VARIANTS, make_variant, variant_accepts
 from gradzip.sync import GradientSync
 
 if TYPE_CHECKING:
-    from conftest import RunSimulatedAndProcesses
+    from tests.conftest import RunSimulatedAndProcesses
 
 BIASED = {"onebit", "topk", "randk", "threshold", "adaptive"}
 

@@ -19,7 +19,7 @@ from gradzip.schemes import SCHEMES, VARIANTS, make_variant
 from gradzip.sync import GradientSync
 
 if TYPE_CHECKING:
-    from conftest import RunSimulatedAndProcesses
+    from tests.conftest import RunSimulatedAndProcesses
 
 RUN_SEED = 5
 

@@ -33,7 +33,7 @@ levels). Hence the stream is within 2% of ``n*H/8`` plus the model as soon as ``
 hundred bytes (every quantizer distribution with ``n >= 10**5`` down to ``P(mode) = 0.999``),
 and within 0.1% of ``n*H/8`` for ordinary entropies (``H >= 0.5``) at ``n >= 10**5``. Below that
 the 4 bytes of coder state dominate (``P(mode) = 0.9999``, ``n = 10**5``: 16 bytes of entropy, 23
-in all). Tested in ``tests/test_entropy.py``.
+in all). Tested in ``tests/codecs/test_entropy.py``.
 
 Decoding validates everything: a short model raises :class:`TruncatedPayloadError`; a malformed
 model (overlong varints, symbols outside ``[0, L)``, counts that do not add up to ``n`` or that

@@ -41,9 +41,7 @@ def run_training(label: str, out: Path, **options: Any) -> Run:
             options["compressor"], options.get("compressor_params", {})
         )
     if "scheme" not in options:  # the papers' parameter server with its fp32 downlink
-        options["scheme"] = (
-            "nested[server]" if options.get("compressor") == "ndqsg" else "ps[fp32]"
-        )
+        options["scheme"] = "nested[server]" if options.get("compressor") == "ndqsg" else "ps[fp32]"
     config = TrainConfig(out=str(out), progress=False, **options)
     summary = train(config, force=True)
     with (out / "metrics.jsonl").open() as f:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gradzip.data import datasets
-from gradzip.data import DatasetUnavailableError
+from gradzip.data import DatasetUnavailableError, datasets
 
 #: The environment variable naming the user's CIFAR-10 directory.
 CIFAR10_ENV = "GRADZIP_CIFAR10_DIR"

@@ -25,8 +25,8 @@ import torch
 
 from gradzip.compressors import create
 from gradzip.compressors.common import papers_scales
-from gradzip.models.shapes import MODEL_SHAPES, Shape
 from gradzip.keys import StreamKey
+from gradzip.models.shapes import MODEL_SHAPES, Shape
 
 
 @dataclass(frozen=True)
@@ -138,4 +138,3 @@ def format_table1(rows: Iterable[Table1Row]) -> str:
             f"{100 * r.rel_diff:>+7.2f}%  {r.codec}"
         )
     return "\n".join(lines)
-

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gradzip.data import datasets
-from gradzip.data import DatasetUnavailableError
+from gradzip.data import DatasetUnavailableError, datasets
 from gradzip.experiments.reproduce.common import Outcome
 from gradzip.experiments.reproduce.qesgd.table1 import Setting, run_table
 from gradzip.experiments.reproduce.user_data import fashion_mnist_dir, fashion_mnist_hint

@@ -28,7 +28,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 
-from gradzip.models.charlstm import CharLSTM, State, char_lstm
 from gradzip.data.corpus import CharBatches, Corpus, pydoc_corpus
 from gradzip.experiments.reproduce.common import Outcome, Row
 from gradzip.experiments.reproduce.qesgd.runs import (
@@ -39,6 +38,7 @@ from gradzip.experiments.reproduce.qesgd.runs import (
     plot_results,
     traffic_rows,
 )
+from gradzip.models.charlstm import CharLSTM, State, char_lstm
 
 METHODS = (
     Method("SGD", "sgd", 0.0, None),

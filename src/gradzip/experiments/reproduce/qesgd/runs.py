@@ -128,7 +128,11 @@ class Updater:
             )
         else:
             self.optimizer = torch.optim.SGD(self.params, lr=lr, weight_decay=wd)
-            self.codec = Identity() if method.kind == "sgd" else QSGDL2(bits=method.bits or 8, bucket_size=None)
+            self.codec = (
+                Identity()
+                if method.kind == "sgd"
+                else QSGDL2(bits=method.bits or 8, bucket_size=None)
+            )
 
     def clipped_share(self) -> float | None:
         """QESGD's clipped coordinates over all coordinate updates so far (None otherwise)."""

@@ -15,7 +15,7 @@ from gradzip.comm.transport import LENGTH_PREFIX_BYTES, Transport
 from gradzip.errors import GradzipError
 
 if TYPE_CHECKING:
-    from conftest import RunSimulatedAndProcesses
+    from tests.conftest import RunSimulatedAndProcesses
 
 
 def payload_of(rank: int, step: int = 0) -> bytes:

@@ -32,7 +32,7 @@ from gradzip.keys import StreamKey
 from gradzip.payload import parse_payload
 
 if TYPE_CHECKING:
-    from conftest import RunSimulatedAndProcesses
+    from tests.conftest import RunSimulatedAndProcesses
 
 KEY = StreamKey(run_seed=3, rank=0, step=5, tensor_index=0)
 

@@ -171,7 +171,7 @@ def start_and_signal(
     first metrics row is written; its exit status, standard error, and the members of its
     process group still alive right after it exited (ranks, apart from Python's resource
     tracker, which only notices its parent is gone then)."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")}
     command = [sys.executable, "-m", "gradzip.cli", "train", *args, "--out", str(out)]
     proc = subprocess.Popen(
         command, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env

@@ -48,7 +48,7 @@ LOSSY_CONFIGS = [
     for comp, ef in LOSSY
     for name, cls in SCHEMES.items()
     if cls.compatible(gradzip.create(comp, **gradzip.get(comp).example_params))
-    # PowerSGD approximates each parameter (not the flat bucket): tests/test_powersgd.py
+    # PowerSGD approximates each parameter (not the flat bucket): tests/schemes/test_powersgd.py
     and not cls.needs_shapes
 ]
 NAN_STEP = 1  # the step at which rank 1 has a NaN gradient in the non-finite scenarios

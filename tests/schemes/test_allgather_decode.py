@@ -17,7 +17,7 @@ from gradzip.keys import StreamKey
 from gradzip.schemes import AllGatherDecode
 
 if TYPE_CHECKING:
-    from conftest import RunSimulatedAndProcesses
+    from tests.conftest import RunSimulatedAndProcesses
 
 RUN_SEED = 11
 

@@ -21,7 +21,7 @@ from gradzip.schemes import AllGatherDecode, PowerSGD, make_scheme
 from gradzip.sync import GradientSync
 
 if TYPE_CHECKING:
-    from conftest import RunSimulatedAndProcesses
+    from tests.conftest import RunSimulatedAndProcesses
 
 
 def matrices(world: int, n: int, m: int, seed: int = 0) -> list[torch.Tensor]:

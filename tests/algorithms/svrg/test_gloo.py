@@ -23,7 +23,7 @@ from gradzip.algorithms.svrg import (
 from gradzip.comm.transport import Transport
 
 if TYPE_CHECKING:
-    from conftest import RunSimulatedAndProcesses
+    from tests.conftest import RunSimulatedAndProcesses
 
 
 def state_bytes(algo: DistributedAlgorithm) -> bytes:

@@ -16,7 +16,7 @@ from gradzip.algorithms.dqgan.mixture import GaussianRing, ring_gan
 from gradzip.comm.transport import Transport
 
 if TYPE_CHECKING:
-    from conftest import RunSimulatedAndProcesses
+    from tests.conftest import RunSimulatedAndProcesses
 
 #: (name, compressor, its parameters, DQGAN options) on the bilinear game
 BILINEAR: tuple[tuple[str, str, dict[str, Any], dict[str, Any]], ...] = (
