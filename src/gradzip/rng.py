@@ -13,7 +13,7 @@ Seed derivation (spec 0.4, [CHOICE]): ``sha256(f"{run_seed}:{rank}:{step}:{tenso
 randomness prefixes ``local:``. The derivation is stateless, so a dropped message cannot
 desynchronise the streams and a checkpoint needs no RNG state.
 
-Generation [CHOICE, differs from the spec's torch.Generator suggestion on purpose]: numbers come
+Generation [CHOICE; spec 0.4 records why a torch.Generator is not used]: numbers come
 from Philox4x32-10 (Salmon et al., SC 2011; cuRAND's and PyTorch's CUDA generator), a
 counter-based generator: element ``i`` of a stream is computed from ``(seed, domain, i)`` alone,
 so it vectorizes, splits across threads without changing a bit, and runs on any device. The

@@ -49,7 +49,7 @@ class Adaptive(Compressor):
     threshold are all sent; with ``n+ = 0`` nothing positive is sent and ``mu+_c = 0``. Without
     ties and sampling ``nnz_c = n+ + n-`` and the sent reconstructions sum to the sent values.
 
-    [CHOICE] Exact zeros are in neither set, where the spec puts them in ``Pos``: they carry
+    [CHOICE] Exact zeros are in neither set (an earlier draft of spec 5.3 put them in ``Pos``): they carry
     nothing, and as ``Pos`` members they would all be sent (as ``mu+``) whenever the threshold
     reaches 0, as it does on a sparse (ReLU, embedding) gradient whose column holds fewer than
     ``|Pos|/p`` positive entries: an all-zero 4096-entry tensor cost 131,464 bits that way.

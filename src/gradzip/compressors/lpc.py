@@ -50,8 +50,8 @@ class LPC(Compressor):
     (spec 3.7): a level then has the resolution of a float32 mantissa. The limit is where the
     arithmetic stays exact: levels are formed in float64 (spec 0.3) and codes up to
     ``2^24 - 2`` are integers a float32 holds exactly, so the decoder's ``(code - s) * delta``
-    is one float32 rounding; the stochastic rounding's uniforms have 23 fractional bits, so its
-    bias is below ``2^-23`` of a level. ``packing="dense"`` and ``"entropy"`` handle alphabets
+    is one float32 rounding; the stochastic rounding's uniforms are the midpoints of ``2^16``
+    equal cells (spec 0.4), so its bias is at most ``2^-17`` of a level. ``packing="dense"`` and ``"entropy"`` handle alphabets
     up to ``2^16``, i.e. ``b <= 16``; wider codes travel at fixed width.
 
     Variance: inside the hull ``E(Q(v) - v)^2 = (v - a)(a + delta - v) <= delta^2/4`` (Lemma 3);
