@@ -25,7 +25,7 @@ from gradzip.kernels.buckets import num_buckets as num_buckets
 #: hook, dqsg (M=2), qsgd and terngrad diverged within 7 steps with it and trained with 512-entry
 #: buckets, for 32 bits per 512 entries (0.0625 bits per coordinate). QSGD's and CGX's own
 #: implementations default to buckets too (512 and 128). The papers' experiments pin
-#: ``bucket_size=None`` explicitly (``gradzip bits table1``, ``gradzip reproduce``).
+#: ``bucket_size=None`` explicitly (``gradzip reproduce dqsg-table1`` and the other reproductions).
 DEFAULT_BUCKET_SIZE = 512
 #: the registered compressors whose default is :data:`DEFAULT_BUCKET_SIZE`
 BUCKETED_BY_DEFAULT = ("dqsg", "ndqsg", "half_dither", "qsgd", "terngrad", "qsgd_l2")
