@@ -52,8 +52,8 @@ test-slow: setup
 	$(BIN)/pytest -m slow
 
 lint: setup
-	$(BIN)/ruff check src tests examples tools
-	$(BIN)/ruff format --check src tests examples tools
+	$(BIN)/ruff check src tests examples benchmarks tools
+	$(BIN)/ruff format --check src tests examples benchmarks tools
 
 typecheck: setup
 	$(BIN)/mypy
