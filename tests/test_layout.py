@@ -38,6 +38,7 @@ MOVED = {
     "gradzip.algorithms.qesgd_server": ("gradzip.algorithms.qesgd.server", "DistributedQESGD"),
     "gradzip.algorithms.qesgd_state": ("gradzip.algorithms.qesgd.state", "EpochState"),
     "gradzip.tables": ("gradzip.experiments.reproduce.dqsg.bit_counts", "table1"),
+    "gradzip.compressors.common": ("gradzip.compressors.buckets", "num_buckets"),
 }
 
 

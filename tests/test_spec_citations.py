@@ -41,7 +41,9 @@ CITATION = re.compile(
 HEADING = re.compile(rf"^#{{1,6}}\s+§?(?P<number>{_NUMBER})\.?(?:\s|$)", re.MULTILINE)
 #: an upper-case word of four or more letters in square brackets, optionally with ``-X``,
 #: followed by ``]``, a space, ``,``, ``:`` or ``;``: ``[CHOICE]``, ``[SEED-R: ...]``
-TAG = re.compile(r"\[(?P<tag>[A-Z]{4,}(?:-[A-Z])?)(?=[\]\s,:;])")
+# a tag in brackets; not a Markdown link text (``[QESGD](qesgd.md)``) nor a list of names
+# (``members: [SCHEMES, VARIANTS]``)
+TAG = re.compile(r"(?<!members: )\[(?P<tag>[A-Z]{4,}(?:-[A-Z])?)(?:(?=[\s,:;])|\](?![(\[]))")
 TAG_DEFINITION = re.compile(r"^\|\s*\[(?P<tag>[A-Z]{4,}(?:-[A-Z])?)\]\s*\|", re.MULTILINE)
 
 

@@ -1,13 +1,37 @@
-"""Deprecated alias of :mod:`gradzip.compressors.buckets`, kept so that imports written before
-issue 15 keep working; import from :mod:`gradzip.compressors.buckets` instead."""
+"""Deprecated: moved to :mod:`gradzip.compressors.buckets`.
+
+Kept for compatibility only (old imports keep working, with a ``DeprecationWarning``); it will be
+removed. Import from :mod:`gradzip.compressors.buckets` instead.
+"""
 
 from __future__ import annotations
 
-from gradzip.compressors.buckets import BUCKETED_BY_DEFAULT as BUCKETED_BY_DEFAULT
-from gradzip.compressors.buckets import DEFAULT_BUCKET_SIZE as DEFAULT_BUCKET_SIZE
-from gradzip.compressors.buckets import bucket_absmax as bucket_absmax
-from gradzip.compressors.buckets import check_bucket_size as check_bucket_size
-from gradzip.compressors.buckets import clip_to_std as clip_to_std
-from gradzip.compressors.buckets import num_buckets as num_buckets
-from gradzip.compressors.buckets import papers_scales as papers_scales
-from gradzip.compressors.buckets import per_element as per_element
+import warnings
+
+from gradzip.compressors.buckets import (
+    BUCKETED_BY_DEFAULT,
+    DEFAULT_BUCKET_SIZE,
+    bucket_absmax,
+    check_bucket_size,
+    clip_to_std,
+    num_buckets,
+    papers_scales,
+    per_element,
+)
+
+__all__ = [
+    "BUCKETED_BY_DEFAULT",
+    "DEFAULT_BUCKET_SIZE",
+    "bucket_absmax",
+    "check_bucket_size",
+    "clip_to_std",
+    "num_buckets",
+    "papers_scales",
+    "per_element",
+]
+
+warnings.warn(
+    "gradzip.compressors.common is deprecated; import from gradzip.compressors.buckets",
+    DeprecationWarning,
+    stacklevel=2,
+)

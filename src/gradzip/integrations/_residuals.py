@@ -27,9 +27,9 @@ import torch
 from gradzip.comm.transport import Transport
 from gradzip.compressors.base import empty_output
 from gradzip.errors import CheckpointError, GradzipError
-from gradzip.feedback import Slot, is_count
+from gradzip.feedback import Slot, is_count, working_dtype
 from gradzip.integrations._layout import BucketLayout, FeedbackSlice, feedback_slices
-from gradzip.schemes.base import Scheme, working_dtype
+from gradzip.schemes.base import Scheme
 
 _STATE_VERSION = 1
 

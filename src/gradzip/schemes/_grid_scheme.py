@@ -11,8 +11,9 @@ from gradzip.compressors.base import Compressor
 from gradzip.compressors.buckets import per_element
 from gradzip.compressors.grid import CommonGrid
 from gradzip.errors import NonFiniteInputError
+from gradzip.feedback import working_dtype
 from gradzip.keys import StreamKey
-from gradzip.schemes.base import Scheme, working_dtype
+from gradzip.schemes.base import Scheme
 
 #: the largest integer up to which every integer is exact in float32
 FLOAT32_EXACT = 2**24

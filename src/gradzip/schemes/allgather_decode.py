@@ -9,7 +9,8 @@ import torch
 from gradzip.comm.transport import Transport, in_step_scope
 from gradzip.compressors.base import empty_output
 from gradzip.errors import NonFiniteInputError
-from gradzip.schemes.base import Scheme, working_dtype
+from gradzip.feedback import working_dtype
+from gradzip.schemes.base import Scheme
 
 
 @dataclass(frozen=True)

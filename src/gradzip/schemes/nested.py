@@ -12,9 +12,10 @@ from gradzip.compressors.base import Compressor, empty_output
 from gradzip.compressors.dqsg import DQSG
 from gradzip.compressors.identity import Identity
 from gradzip.compressors.ndqsg import NDQSG, failure_rate
+from gradzip.feedback import working_dtype
 from gradzip.kernels.running_mean import update_running_mean_
 from gradzip.schemes._messages import serve
-from gradzip.schemes.base import Scheme, working_dtype
+from gradzip.schemes.base import Scheme
 
 _TOPOLOGIES = ("allgather", "server")
 _DOWNLINKS = ("fp32", "dqsg")

@@ -7,8 +7,9 @@ import torch
 from gradzip.comm.transport import Transport, in_step_scope
 from gradzip.compressors.base import Compressor
 from gradzip.compressors.identity import Identity
+from gradzip.feedback import working_dtype
 from gradzip.schemes._messages import serve
-from gradzip.schemes.base import Scheme, working_dtype
+from gradzip.schemes.base import Scheme
 
 _DOWNLINKS = ("fp32", "requantize")
 

@@ -15,13 +15,13 @@ import torch
 from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor, empty_output
 from gradzip.errors import CheckpointError, GradzipError
-from gradzip.feedback import Slot
+from gradzip.feedback import Slot, working_dtype
 from gradzip.kernels import lowrank
 from gradzip.kernels._threads import call_parallel
 from gradzip.keys import StreamKey
 from gradzip.rng import shared_uniform
 from gradzip.schemes.allgather_decode import AllGatherDecode
-from gradzip.schemes.base import Scheme, working_dtype
+from gradzip.schemes.base import Scheme
 from gradzip.schemes.integer_allreduce import IntegerAllreduce
 
 _STATE_VERSION = 1

@@ -6,8 +6,9 @@ from __future__ import annotations
 import torch
 
 from gradzip.comm.transport import Transport, in_step_scope
+from gradzip.feedback import working_dtype
 from gradzip.schemes._ring_ints import slice_bounds
-from gradzip.schemes.base import Scheme, working_dtype
+from gradzip.schemes.base import Scheme
 
 
 class RingRequantize(Scheme):

@@ -40,7 +40,7 @@ import torch
 from gradzip.accounting import Encoded
 from gradzip.algorithms.qesgd.schedule import bucket_count, check_bits
 from gradzip.compressors.base import ParamValue, encode_params
-from gradzip.compressors.common import check_bucket_size, per_element
+from gradzip.compressors.buckets import check_bucket_size, per_element
 from gradzip.compressors.qesgd import QESGD
 from gradzip.errors import KeyMismatchError, PayloadMismatchError
 from gradzip.keys import StreamKey

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gradzip.compressors.common import check_bucket_size, num_buckets
+from gradzip.compressors.buckets import check_bucket_size, num_buckets
 
 MAX_BITS = 16
 

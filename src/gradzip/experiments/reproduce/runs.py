@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gradzip.compressors.common import papers_scales
+from gradzip.compressors.buckets import papers_scales
 from gradzip.experiments.config import TrainConfig
 from gradzip.experiments.reproduce.plots import line_plot
 

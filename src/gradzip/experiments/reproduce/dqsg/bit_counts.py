@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from gradzip.compressors import create
-from gradzip.compressors.common import papers_scales
+from gradzip.compressors.buckets import papers_scales
 from gradzip.keys import StreamKey
 from gradzip.models.shapes import MODEL_SHAPES, Shape
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from gradzip.compressors.common import papers_scales
+from gradzip.compressors.buckets import papers_scales
 from gradzip.experiments.bits import measure_bits
 from gradzip.experiments.reproduce.common import Outcome, Row
 from gradzip.experiments.reproduce.runs import plot_curves, run_training
