@@ -37,6 +37,9 @@ def add_bits_parser(sub: Any) -> None:
         "--batch", type=int, default=8, help="examples in the gradient's batch (default 8)"
     )
     p_bits.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    # `gradzip bits table1` was removed in favour of `gradzip reproduce dqsg-table1`: caught
+    # here so that old scripts get the new command, not argparse's "unrecognized arguments"
+    p_bits.add_argument("removed_subcommand", nargs="?", help=argparse.SUPPRESS)
     p_bits.set_defaults(func=cmd_bits)
 
 
@@ -44,6 +47,15 @@ def cmd_bits(args: argparse.Namespace) -> int:
     from gradzip.cli.params import ParamError, compressor_params
     from gradzip.experiments.bits import UsageError, format_report, measure_bits, write_json
 
+    if args.removed_subcommand == "table1":
+        print(
+            "gradzip bits table1 was removed: run `gradzip reproduce dqsg-table1`",
+            file=sys.stderr,
+        )
+        return 2
+    if args.removed_subcommand is not None:
+        print(f"gradzip bits: unexpected argument {args.removed_subcommand!r}", file=sys.stderr)
+        return 2
     if args.model is None or args.compressor is None:
         print("gradzip bits: give --model and --compressor", file=sys.stderr)
         return 2
