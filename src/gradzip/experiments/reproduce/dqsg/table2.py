@@ -62,6 +62,8 @@ SETTING = "faithful"
 
 def run(out: Path, quick: bool) -> Outcome:
     steps = QUICK_STEPS if quick else FULL_STEPS
+    setting = SETTING
+    training = SETTINGS[setting]
     rows: list[Row] = []
     measured: dict[str, dict[str, Any]] = {}
     started = time.perf_counter()
@@ -75,7 +77,7 @@ def run(out: Path, quick: bool) -> Outcome:
                 compressor_params=params,
                 error_feedback=feedback,
                 workers=32,
-                **SETTINGS[SETTING],
+                **training,
                 max_steps=steps_for_model,
                 eval_every=10_000,  # accuracy is not the point: evaluated once, at the end
                 entropy=True,
@@ -95,7 +97,7 @@ def run(out: Path, quick: bool) -> Outcome:
     seconds = time.perf_counter() - started
     scaled = [
         "32 workers are simulated in one process (real ANS payloads per worker). Setting "
-        f"{SETTING!r}: {SETTINGS[SETTING]} (the authors' scripts: plain SGD, lr 0.01 x0.9 per "
+        f"{setting!r}: {training} (the authors' scripts: plain SGD, lr 0.01 x0.9 per "
         "epoch, total batch 200, i.e. 6 examples per worker).",
         "Only FC-300-100"
         + (" and LeNet" if not quick else "")
