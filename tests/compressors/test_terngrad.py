@@ -125,3 +125,33 @@ def test_a_shared_max_scale_puts_the_workers_on_one_grid() -> None:
     ).mean(0)
     se = math.sqrt(float(shared[0]) ** 2 / 4 / 400)
     assert float((mean - g).abs().max()) < 5.5 * se
+
+
+def test_the_dqsg_authors_terngrad_on_a_small_tensor() -> None:
+    """The DQSG authors' TernGrad (their ``quantizers/ternary_quantizer.py``), by hand: no
+    clipping, one scale ``max|g| = 1.0`` per tensor, ``P(g_hat_i = sign(g_i)) = |g_i| / 1.0``.
+
+    ``[0.5, -1.0, 0.25, 0.0]``: entry 1 is always ``-1.0``, entry 3 always 0, entries 0 and 2
+    are ``+1.0`` in half and a quarter of the keys (within 5 standard errors over 2000 keys).
+    """
+    x = torch.tensor([0.5, -1.0, 0.25, 0.0])
+    comp = TernGrad(bucket_size=None)  # clip_sigma=None: the authors' variant
+    outs = torch.stack([comp.round_trip(x, StreamKey(run_seed=5, step=k))[1] for k in range(2000)])
+    assert set(outs.unique().tolist()) <= {-1.0, 0.0, 1.0}
+    assert bool((outs[:, 1] == -1.0).all()) and bool((outs[:, 3] == 0.0).all())
+    assert bool((outs[:, [0, 2]] >= 0).all())
+    for i, p in ((0, 0.5), (2, 0.25)):
+        freq = float((outs[:, i] == 1.0).double().mean())
+        assert abs(freq - p) < 5 * math.sqrt(p * (1 - p) / 2000)
+
+
+def test_wen_et_al_clipping_on_a_small_tensor() -> None:
+    """Wen et al.'s 2.5-sigma clipping, by hand: ``[10, 0 x 9]`` has mean 1 and population std
+    ``sqrt((81 + 9) / 10) = 3``, so it is clipped to 7.5, which becomes the scale; the outlier
+    is then sent as exactly 7.5 and the zeros as 0 (the DQSG authors' TernGrad would send 10)."""
+    x = torch.zeros(10)
+    x[0] = 10.0
+    enc, out = TernGrad(clip_sigma=2.5, bucket_size=None).round_trip(x, KEY)
+    assert sent_scales(enc.payload, 1).item() == 7.5
+    assert out.tolist() == [7.5] + [0.0] * 9
+    assert TernGrad(bucket_size=None).round_trip(x, KEY)[1].tolist() == [10.0] + [0.0] * 9

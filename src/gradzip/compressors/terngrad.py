@@ -31,7 +31,9 @@ class TernGrad(ScaledStochastic):
     Options (spec 1.9: TernGrad's own tricks are not in the seed, so both default off):
 
     * ``clip_sigma=c``: clip ``g`` to ``+-c*std(g)`` (population std over the whole tensor,
-      computed in float64) before quantizing; TernGrad uses ``c = 2.5``. Clipping makes the
+      computed in float64) before quantizing; Wen et al. use ``c = 2.5``. The DQSG authors'
+      TernGrad (``quantizers/ternary_quantizer.py`` in their public code) does not clip, so
+      the DQSG reproductions keep ``clip_sigma=None`` with one scale per tensor. Clipping makes the
       estimate biased for the clipped coordinates but shrinks the scale, hence the variance of
       the rest. A tensor with ``std == 0`` is not clipped [CHOICE].
     * max-scale sharing: every worker uses the same agreed scale (the maximum over workers of

@@ -30,7 +30,9 @@ def run(out: Path, quick: bool) -> Outcome:
             "TernGrad is counted as QSG with M=1 (n*log2(3) + 32 per tensor); the paper's "
             "TernGrad figures are 0.17-0.81% higher for FC-300-100 and LeNet and no per-tensor "
             "overhead rule fits all three models, so the FC-300-100 TernGrad cell is not "
-            "reproduced (the paper does not say what the extra bits are).",
+            "reproduced (the paper does not say what the extra bits are). The authors' public "
+            "code cannot settle it: its TernGrad quantizer (no clipping, one scale) sends "
+            "exactly n*log2(3) + 32 per tensor, and none of its scripts counts TernGrad's bits.",
             "The CifarNet DQSGD/QSGD and One-Bit cells are 0.21% above the paper while its "
             "baseline is exact: the same factor on both, most likely a rounding or averaging "
             "artefact in the paper's figures rather than a different rule.",

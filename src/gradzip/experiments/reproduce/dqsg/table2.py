@@ -4,6 +4,14 @@ worker per iteration) at 32 workers, from short training runs with entropy codin
 With ``entropy=True`` every payload is ANS-coded, so a run's ``wire_bits`` are real coded sizes
 and its ``entropy_bits`` the empirical entropy of the symbols plus side data; both are averaged
 over the run's iterations and the 32 workers.
+
+The training follows the authors' scripts (``NDQSG/compare_algorithms_fc.py`` and
+``compare_algorithms_lenet.py`` in their public repository): plain gradient descent at learning
+rate 0.01, multiplied by 0.9 after every epoch, a total batch of 200 split over the workers
+(6 per worker at 32 workers; 192 here, since the batch must divide evenly), one scale per tensor
+and no clipping for every ternary method. That is :data:`FAITHFUL`; the earlier Adam setting is
+kept as :data:`ADAM` for comparison. Why the ternary cells still differ (the scale rule) is in
+``docs/reproduction.md`` (DQSG, Table 2).
 """
 
 from __future__ import annotations
@@ -31,19 +39,31 @@ PAPER_TABLE2: dict[tuple[str, str], float] = {
     ("CifarNet", "One-Bit"): 1241.0,
 }
 
-#: (label, compressor, parameters, error feedback); the columns of Table 2
+#: (label, compressor, parameters, error feedback); the columns of Table 2. TernGrad is the
+#: authors' ``quantizers/ternary_quantizer.py``: no clipping, one max-norm scale per tensor.
 METHODS: tuple[tuple[str, str, dict[str, Any], bool], ...] = (
     ("DQSGD", "dqsg", {"M": 1}, False),
     ("QSGD", "qsgd", {"s": 1, "norm": "max"}, False),
-    ("TernGrad", "terngrad", {}, False),
+    ("TernGrad", "terngrad", {"clip_sigma": None}, False),
     ("One-Bit", "onebit", {"group": "out"}, True),
 )
 MODELS = {"FC-300-100": "fc-300-100", "LeNet": "lenet"}
 QUICK_STEPS, FULL_STEPS = {"FC-300-100": 4}, {"FC-300-100": 100, "LeNet": 30}
 
+#: the authors' training setting (their compare_algorithms_*.py): plain SGD, lr 0.01 decayed
+#: x0.9 per epoch, total batch 200 = 6 per worker at 32 workers (192: it must divide evenly)
+FAITHFUL: dict[str, Any] = {"optimizer": "sgd", "lr": 0.01, "lr_decay": 0.9, "batch_size": 192}
+#: the setting this reproduction used before issue 16 (Adam at its default rate, batch 256)
+ADAM: dict[str, Any] = {"optimizer": "adam", "batch_size": 256}
+SETTINGS: dict[str, dict[str, Any]] = {"faithful": FAITHFUL, "adam": ADAM}
+#: the setting :func:`run` trains with
+SETTING = "faithful"
+
 
 def run(out: Path, quick: bool) -> Outcome:
     steps = QUICK_STEPS if quick else FULL_STEPS
+    setting = SETTING
+    training = SETTINGS[setting]
     rows: list[Row] = []
     measured: dict[str, dict[str, Any]] = {}
     started = time.perf_counter()
@@ -57,8 +77,7 @@ def run(out: Path, quick: bool) -> Outcome:
                 compressor_params=params,
                 error_feedback=feedback,
                 workers=32,
-                optimizer="adam",
-                batch_size=256,
+                **training,
                 max_steps=steps_for_model,
                 eval_every=10_000,  # accuracy is not the point: evaluated once, at the end
                 entropy=True,
@@ -77,17 +96,17 @@ def run(out: Path, quick: bool) -> Outcome:
             }
     seconds = time.perf_counter() - started
     scaled = [
-        "32 workers are simulated in one process (real ANS payloads per worker); the total "
-        "batch stays 256, i.e. 8 examples per worker as in the paper.",
+        "32 workers are simulated in one process (real ANS payloads per worker). Setting "
+        f"{setting!r}: {training} (the authors' scripts: plain SGD, lr 0.01 x0.9 per "
+        "epoch, total batch 200, i.e. 6 examples per worker).",
         "Only FC-300-100"
         + (" and LeNet" if not quick else "")
         + " are run; CifarNet needs CIFAR-10, which the user must supply (no downloads).",
         "Runs are short: "
         + ", ".join(f"{m} {n} iterations" for m, n in steps.items())
-        + " per method instead of the paper's full training (several epochs at 32 workers "
-        "cost minutes per epoch on 2 cores). The paper does not say at which point of training "
-        "its entropies were taken; entropy of the quantized gradient changes as training "
-        "proceeds, so early-training figures are expected to differ.",
+        + " per method instead of the authors' 5 epochs (about 1560 iterations at 32 workers, "
+        "about 0.6 s each here). Their scripts record the entropy at every iteration, so the "
+        "paper's figure is presumably the mean over the whole run; it falls as training goes on.",
     ]
     return Outcome(
         id="dqsg-table2",
@@ -101,6 +120,11 @@ def run(out: Path, quick: bool) -> Outcome:
             "paper claims adaptive arithmetic coding comes within 5% of the entropy; the coded "
             "payloads here include headers and per-tensor side data.",
             "One-Bit runs with error feedback (Seide et al.'s method); the others without.",
+            "Each worker here scales by its own max-norm, as the authors' QSG quantizer does. "
+            "Derived outside this reproduction (docs/reproduction.md): FC-300-100's ternary "
+            "cells fit one scale shared by all workers (the max over workers, which the "
+            "authors' ternary quantizer allows), LeNet's fit each worker's own scale after "
+            "about one epoch; no single rule fits both.",
             f"Wall time of the {len(measured)} runs: {seconds:.1f} s.",
         ],
         extra={"measured": measured},

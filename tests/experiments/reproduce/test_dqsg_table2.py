@@ -1,0 +1,43 @@
+"""``dqsg-table2`` trains with the DQSG authors' setting and their TernGrad (no clipping)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gradzip.experiments.reproduce.dqsg import table2
+from gradzip.experiments.reproduce.runs import Run
+
+
+def test_the_faithful_setting_is_the_authors_and_the_default() -> None:
+    # the authors' compare_algorithms_fc.py / _lenet.py: plain gradient descent, lr 0.01 decayed
+    # x0.9 per epoch, total batch 200 split over the workers (6 each at 32 workers)
+    assert table2.SETTING == "faithful"
+    assert table2.FAITHFUL == {"optimizer": "sgd", "lr": 0.01, "lr_decay": 0.9, "batch_size": 192}
+    assert table2.FAITHFUL["batch_size"] // 32 == 200 // 32
+
+
+def test_terngrad_is_the_authors_unclipped_quantizer() -> None:
+    columns = {label: (codec, params) for label, codec, params, _ in table2.METHODS}
+    assert columns["TernGrad"] == ("terngrad", {"clip_sigma": None})
+
+
+def test_run_trains_every_cell_with_the_setting(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    calls: list[dict[str, Any]] = []
+
+    def fake_training(label: str, out: Path, **options: Any) -> Run:
+        calls.append(options)
+        rows = [{"step": 1, "entropy_bits": 1000.0, "wire_bits": 1100.0}]
+        return Run(label, {"steps": 1, "test_acc": 0.1}, rows)
+
+    monkeypatch.setattr(table2, "run_training", fake_training)
+    outcome = table2.run(tmp_path, quick=True)
+    assert len(calls) == len(table2.METHODS)
+    for options in calls:
+        assert options["workers"] == 32 and options["entropy"] is True
+        assert {k: options[k] for k in table2.FAITHFUL} == table2.FAITHFUL
+    assert outcome.rows[0].ours == pytest.approx(1.0)
