@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gradzip.accounting", "gradzip.optimizer_state"),
     ("gradzip.kernels",),
     ("gradzip.codecs",),
-    ("gradzip.rng", "gradzip.payload"),
+    ("gradzip.rng", "gradzip.payload", "gradzip.seed_schedule"),
     ("gradzip.comm",),
     ("gradzip.compressors",),
     ("gradzip.feedback",),

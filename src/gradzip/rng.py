@@ -105,6 +105,14 @@ def shared_uniform(
     return _one_plus_uniform(derive_seed(key, domain="shared"), SHARED_UNIFORM, n, device).sub_(1.0)
 
 
+def shared_uniform_from_seed(
+    seed: int, n: int, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """``n`` shared uniforms of the stream whose seed is ``seed`` (a seed schedule's, see
+    :mod:`gradzip.seed_schedule`); ``shared_uniform(key, n)`` is this with the keyed seed."""
+    return _one_plus_uniform(seed, SHARED_UNIFORM, n, device).sub_(1.0)
+
+
 def shared_uniform_plus_one(
     key: StreamKey, n: int, device: torch.device | str | None = None
 ) -> torch.Tensor:

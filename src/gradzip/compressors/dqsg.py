@@ -35,7 +35,8 @@ from gradzip.kernels.dithered_torch import decode_affine_torch, encode_symbols_t
 from gradzip.kernels.philox import SHARED_UNIFORM
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
-from gradzip.rng import derive_seed, shared_uniform
+from gradzip.rng import shared_uniform_from_seed
+from gradzip.seed_schedule import SeedSchedule
 
 #: the largest finite float32
 FLOAT32_LIMIT = float(torch.finfo(torch.float32).max)
@@ -93,6 +94,10 @@ class DQSG(Compressor):
             this trades a bias for a smaller scale. Skipped when ``std(g) == 0`` [CHOICE]. The
             receiver does not need it, so it is not a wire parameter.
         packing: ``"fixed"``, ``"dense"`` or ``"entropy"`` symbol packing.
+        seed_schedule: ``"keyed"`` (default, [CHOICE]) or ``"chain"``, the authors' chained
+            seeds [CODE] for faithful reproduction (:mod:`gradzip.seed_schedule`, spec 0.4);
+            ``"chain"`` needs ``chain_draws``, the dither uniforms per iteration in the
+            authors' code (the model's number of gradient elements).
 
     Randomness: one shared uniform per element from ``shared_uniform(key, n)``; buckets are
     consecutive slices of the tensor's stream, and zero buckets consume theirs too (spec 0.3).
@@ -122,6 +127,8 @@ class DQSG(Compressor):
         partitions: int | None = None,
         clip_std: float | None = None,
         packing: str = "fixed",
+        seed_schedule: str = "keyed",
+        chain_draws: int | None = None,
     ) -> None:
         if isinstance(M, bool) or not isinstance(M, int) or not 1 <= M <= 2**30:
             raise ValueError(f"M must be an int in [1, 2**30], got {M!r}")
@@ -139,6 +146,7 @@ class DQSG(Compressor):
         self.partitions = partitions
         self.clip_std = None if clip_std is None else float(clip_std)
         self.packing = check_packing(packing)
+        self.seed_schedule = SeedSchedule(seed_schedule, chain_draws)
 
     @property
     def bucket_size(self) -> int:
@@ -150,7 +158,12 @@ class DQSG(Compressor):
         return 2 * self.M + 1
 
     def wire_params(self) -> dict[str, ParamValue]:
-        return {"M": self.M, "partitions": self.partitions or 0, "packing": self.packing}
+        params: dict[str, ParamValue] = {
+            "M": self.M,
+            "partitions": self.partitions or 0,
+            "packing": self.packing,
+        }
+        return params | self.seed_schedule.wire_params()
 
     def bucket_size_for(self, n: int) -> int:
         """Elements per bucket for a tensor of ``n`` elements (0: one bucket)."""
@@ -186,7 +199,7 @@ class DQSG(Compressor):
     def _fused_body(self, x: torch.Tensor, key: StreamKey, given: torch.Tensor | None) -> Body:
         """The fixed-packed body from the fused kernel (see :func:`fused_scaled_body`)."""
         bs = self.bucket_size_for(x.numel())
-        args = _encode_args(self.M, key)
+        args = _encode_args(self.M, self.seed_schedule.shared_seed(key))
         return fused_scaled_body(x, given, bs, self.alphabet, args, self.non_finite_input)
 
     def _encode_flat(
@@ -201,7 +214,7 @@ class DQSG(Compressor):
             given = torch.tensor([absmax], dtype=torch.float32) if one else None
             return self._fused_body(x, key, given)
         scales = bucket_absmax(x, bs, absmax)
-        symbols = dither_symbols(x, scales, bs, self.M, key)
+        symbols = dither_symbols(x, scales, bs, self.M, self.seed_schedule.shared_seed(key))
         return scaled_symbols_body(
             scales,
             symbols,
@@ -225,7 +238,8 @@ class DQSG(Compressor):
         else:
             symbols = device_unpacked(body_tensor(rest), n, self.alphabet, self.packing)
             check_symbols(symbols, self.alphabet, self.name)
-            out = dither_reconstruct(symbols, scales, bs, self.M, header.key)
+            seed = self.seed_schedule.shared_seed(header.key)
+            out = dither_reconstruct(symbols, scales, bs, self.M, seed)
         clamp_to_dtype_(out, header.dtype, self._reach(scales))
         return out
 
@@ -274,7 +288,7 @@ class DQSG(Compressor):
             float(self.M),
             1.5 - self.M,
             True,
-            derive_seed(header.key, domain="shared"),
+            self.seed_schedule.shared_seed(header.key),
             SHARED_UNIFORM,
             self.M > _FLOAT32_MAX_LEVEL,
             self.name,
@@ -300,20 +314,22 @@ class DQSG(Compressor):
         return bucket_absmax(x, self.bucket_size_for(x.numel()), absmax)
 
     def grid_symbols(self, x: torch.Tensor, scales: torch.Tensor, key: StreamKey) -> torch.Tensor:
-        return dither_symbols(x, scales, self.bucket_size_for(x.numel()), self.M, key)
+        seed = self.seed_schedule.shared_seed(key)
+        return dither_symbols(x, scales, self.bucket_size_for(x.numel()), self.M, seed)
 
     def grid_steps(self, scales: torch.Tensor) -> torch.Tensor:
         return scales.to(torch.float64) / self.M
 
     def grid_offsets(self, key: StreamKey, n: int) -> torch.Tensor | None:
         """The subtractive dither ``up = u01 - 1/2`` of rank ``key.rank`` (exact in float32)."""
-        return shared_uniform(key, n).sub_(0.5)
+        return shared_uniform_from_seed(self.seed_schedule.shared_seed(key), n).sub_(0.5)
 
 
 def dither_symbols(
-    x: torch.Tensor, scales: torch.Tensor, bucket_size: int, M: int, key: StreamKey
+    x: torch.Tensor, scales: torch.Tensor, bucket_size: int, M: int, seed: int
 ) -> torch.Tensor:
-    """DQSG symbols ``clamp(floor(M*x/sigma + u01), -M, M) + M`` with the shared dither of ``key``,
+    """DQSG symbols ``clamp(floor(M*x/sigma + u01), -M, M) + M`` with the shared dither of
+    ``seed`` (the message's :meth:`~gradzip.seed_schedule.SeedSchedule.shared_seed`),
     as torch operations on ``x``'s device (the fused kernel's twin).
 
     In float32 (``M <= 127``): ``v = (1 + u01) + x*f32(M/sigma)``, ``v = v + (M - 1)``, a
@@ -321,13 +337,13 @@ def dither_symbols(
     ``2M``; in float64 for larger ``M`` and for buckets whose factor overflows float32 (see
     :mod:`gradzip.kernels.dithered`).
     """
-    return encode_symbols_torch(x, scales, bucket_size, **_encode_args(M, key))
+    return encode_symbols_torch(x, scales, bucket_size, **_encode_args(M, seed))
 
 
-def _encode_args(M: int, key: StreamKey) -> dict[str, Any]:
+def _encode_args(M: int, seed: int) -> dict[str, Any]:
     return {
         "numer": float(M),
-        "seed": derive_seed(key, domain="shared"),
+        "seed": seed,
         "stream": SHARED_UNIFORM,
         "nsum": 0,
         "c": float(M - 1),
@@ -338,7 +354,7 @@ def _encode_args(M: int, key: StreamKey) -> dict[str, Any]:
 
 
 def dither_reconstruct(
-    symbols: torch.Tensor, scales: torch.Tensor, bucket_size: int, M: int, key: StreamKey
+    symbols: torch.Tensor, scales: torch.Tensor, bucket_size: int, M: int, seed: int
 ) -> torch.Tensor:
     """``g_hat = sigma/M * (q - up)`` with ``q = symbol - M`` and the regenerated dither ``up``,
     as torch operations on the symbols' device.
@@ -353,7 +369,7 @@ def dither_reconstruct(
         float(M),
         1.5 - M,
         True,
-        derive_seed(key, domain="shared"),
+        seed,
         SHARED_UNIFORM,
         M > _FLOAT32_MAX_LEVEL,
     )

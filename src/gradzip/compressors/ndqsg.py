@@ -44,7 +44,7 @@ from gradzip.kernels.dithered_torch import decode_nested_torch, encode_symbols_t
 from gradzip.kernels.philox import SHARED_UNIFORM
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
-from gradzip.rng import derive_seed
+from gradzip.seed_schedule import SeedSchedule
 
 __all__ = [
     "NDQSG",
@@ -90,6 +90,8 @@ class NDQSG(Compressor):
             (``buckets.DEFAULT_BUCKET_SIZE``, [CHOICE]: the paper's one scale per tensor is
             ``bucket_size=None``).
         packing: ``"fixed"``, ``"dense"`` or ``"entropy"`` symbol packing.
+        seed_schedule, chain_draws: ``"keyed"`` (default) or the authors' ``"chain"`` with
+            its draws per iteration, as for :class:`~gradzip.compressors.dqsg.DQSG` (spec 0.4).
 
     ``decode(payload, side=y)`` needs ``y`` of the input's shape. Pure scalar versions:
     :func:`nested_encode`, :func:`nested_decode`; simulations: :func:`failure_rate`.
@@ -115,6 +117,8 @@ class NDQSG(Compressor):
         alpha: float = 1.0,
         bucket_size: int | None = DEFAULT_BUCKET_SIZE,
         packing: str = "fixed",
+        seed_schedule: str = "keyed",
+        chain_draws: int | None = None,
     ) -> None:
         if isinstance(L1, bool) or not isinstance(L1, int) or not 1 <= L1 <= 2**20:
             raise ValueError(f"L1 must be an int in [1, 2**20], got {L1!r}")
@@ -125,6 +129,7 @@ class NDQSG(Compressor):
         self.alpha = float(alpha)
         self._bucket_size = check_bucket_size(bucket_size)
         self.packing = check_packing(packing)
+        self.seed_schedule = SeedSchedule(seed_schedule, chain_draws)
 
     @property
     def bucket_size(self) -> int:
@@ -136,7 +141,13 @@ class NDQSG(Compressor):
         return (self.k - 1) // 2
 
     def wire_params(self) -> dict[str, ParamValue]:
-        return {"L1": self.L1, "k": self.k, "alpha": self.alpha, "packing": self.packing}
+        params: dict[str, ParamValue] = {
+            "L1": self.L1,
+            "k": self.k,
+            "alpha": self.alpha,
+            "packing": self.packing,
+        }
+        return params | self.seed_schedule.wire_params()
 
     def expected_body_bits(self, x: torch.Tensor) -> int | None:
         n = x.numel()
@@ -187,7 +198,7 @@ class NDQSG(Compressor):
         top = self.L1 + 1 + shift
         return {
             "numer": self.alpha * self.L1,
-            "seed": derive_seed(key, domain="shared"),
+            "seed": self.seed_schedule.shared_seed(key),
             "stream": SHARED_UNIFORM,
             "nsum": 0,
             "c": float(shift - 1),
@@ -216,7 +227,7 @@ class NDQSG(Compressor):
         symbols = device_unpacked(body_tensor(rest), n, self.k, self.packing)
         check_symbols(symbols, self.k, self.name)
         numer, step_factor, K0 = self._decode_consts()
-        seed = derive_seed(header.key, domain="shared")
+        seed = self.seed_schedule.shared_seed(header.key)
         out = decode_nested_torch(
             symbols, scales, self._bucket_size, numer, step_factor, self.k, K0, seed,
             SHARED_UNIFORM, side,
@@ -255,7 +266,7 @@ class NDQSG(Compressor):
             scales,
             self._bucket_size,
             *self._decode_consts(),
-            derive_seed(header.key, domain="shared"),
+            self.seed_schedule.shared_seed(header.key),
             SHARED_UNIFORM,
             side,
             self.name,

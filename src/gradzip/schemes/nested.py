@@ -23,7 +23,8 @@ _DOWNLINKS = ("fp32", "dqsg")
 
 class NestedScheme(Scheme):
     """Ranks ``p < ceil(ratio * P)`` (group P1) send DQSG payloads (``coarse``, default
-    ``DQSG(M=2)``, the paper's experiment; the authors' code uses ``M = 3``); the others
+    ``DQSG(M=2)`` on ``compressor``'s seed schedule, the paper's experiment; the authors' code
+    uses ``M = 3``); the others
     (group P2) send nested NDQSG payloads (``compressor``, paper ``(L1, k, alpha) = (3, 3, 1)``).
     Decoding runs in ascending rank order with the running mean ``g_bar`` of all workers
     decoded so far as side information (P1 first, then P2, each P2 worker against a mean that
@@ -84,7 +85,7 @@ class NestedScheme(Scheme):
         if not 0.0 < ratio <= 1.0:
             raise ValueError(f"ratio (the share of DQSG workers) must lie in (0, 1], got {ratio}")
         super().__init__(compressor, run_seed=run_seed)
-        self.coarse = coarse if coarse is not None else DQSG(M=2)
+        self.coarse = coarse if coarse is not None else _default_coarse(compressor)
         if self.coarse.needs_side_information:
             raise ValueError("the P1 (coarse) compressor must decode without side information")
         self.ratio = ratio
@@ -182,3 +183,12 @@ class NestedScheme(Scheme):
             if side is not None
         ]
         return sum(rates) / len(rates) if rates else 0.0
+
+
+def _default_coarse(compressor: Compressor) -> DQSG:
+    """``DQSG(M=2)`` on the nested compressor's seed schedule, so ``seed_schedule="chain"``
+    of ``ndqsg`` chains every worker's dither, as the authors' code does (spec 0.4)."""
+    if isinstance(compressor, NDQSG) and compressor.seed_schedule.name == "chain":
+        schedule = compressor.seed_schedule
+        return DQSG(M=2, seed_schedule=schedule.name, chain_draws=schedule.chain_draws)
+    return DQSG(M=2)
