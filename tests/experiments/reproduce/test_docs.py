@@ -108,3 +108,23 @@ def test_a_missing_result_is_one_line_and_status_1(
     assert main(["--doc", str(doc), "--results", str(tmp_path / "none")]) == 1
     assert "dqsg-fig5-quick.json" in capsys.readouterr().err
     assert doc.read_text() == PAGE
+
+
+def test_an_entry_marker_renders_a_nested_mapping_as_tables(tmp_path: Path) -> None:
+    result = {"id": "dqsg-fig4", "quick": True, "seconds": 1.0, "rows": []}
+    result["accuracy"] = {"fc-adam": {"DQSG": {"16": 70.0, "4": 69.5}, "Baseline": {"4": 81.2}}}
+    results = _store(tmp_path / "results", result)
+    page = generate("<!-- generated:dqsg-fig4:quick:accuracy -->\n<!-- /generated -->\n", results)
+    assert "| fc-adam | 4 | 16 |" in page  # worker counts in numeric order
+    assert "| DQSG | 69.50 | 70.00 |" in page and "| Baseline | 81.20 | - |" in page
+
+
+def test_collected_results_hold_no_machine_paths(tmp_path: Path) -> None:
+    result = _result(1.0)
+    result["summaries"] = {
+        "run": {"run_dir": "/somewhere/runs/dqsg", "data_source": "package x 1.0 (/a/b/x.gz)"}
+    }
+    (tmp_path / "out" / "dqsg-fig5").mkdir(parents=True)
+    (tmp_path / "out" / "dqsg-fig5" / "result.json").write_text(json.dumps(result))
+    (stored,) = collect(tmp_path / "out", tmp_path / "results")
+    assert json.loads(stored.read_text())["summaries"] == {"run": {"data_source": "package x 1.0"}}

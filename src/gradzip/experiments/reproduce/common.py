@@ -66,7 +66,9 @@ class Outcome:
     seconds: float = 0.0
 
 
-def _fmt(value: float | None, digits: int = 2, sign: bool = False) -> str:
+def format_value(value: float | None, digits: int = 2, sign: bool = False) -> str:
+    """A figure as the reports print it: ``-`` for none, thousands separators, ``digits``
+    decimals, and 3 significant digits for very small or very large values."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if value != 0 and not 10**-digits <= abs(value) < 1e9:
@@ -84,14 +86,14 @@ def format_rows(rows: list[Row]) -> str:
     ]
     footnotes: list[str] = []
     for r in rows:
-        paper = _fmt(r.paper)
+        paper = format_value(r.paper)
         if r.paper_derived and r.paper is not None:
             if r.paper_derived not in footnotes:
                 footnotes.append(r.paper_derived)
             paper += f" (derived [{footnotes.index(r.paper_derived) + 1}])"
         lines.append(
-            f"| {r.quantity} | {r.unit} | {paper} | {_fmt(r.ours)} | "
-            f"{_fmt(r.deviation, sign=True)} | {_fmt(r.deviation_pct, sign=True)} |"
+            f"| {r.quantity} | {r.unit} | {paper} | {format_value(r.ours)} | "
+            f"{format_value(r.deviation, sign=True)} | {format_value(r.deviation_pct, sign=True)} |"
         )
     if footnotes:
         lines += ["", "Derived paper values (the paper does not print them):", ""]
