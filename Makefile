@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup data run test test-fast test-slow lint typecheck bench docs docs-check clean
+.PHONY: setup data run test test-fast test-slow lint typecheck bench docs docs-check reproduction-docs clean
 
 # A virtual environment with torch pinned exactly: a looser torch requirement would pull a
 # multi-gigabyte CUDA build.
@@ -72,6 +72,12 @@ docs: setup
 # API signatures (skips with a message where Chromium is not installed).
 docs-check: docs
 	$(BIN)/python tools/check_site.py site
+
+# The generated tables of docs/reproduction.md, rewritten from docs/results/<id>-<mode>.json
+# (prose untouched). After `gradzip reproduce ID [--quick] --out OUT`, `make reproduction-docs
+# RESULTS=OUT` first copies OUT/<id>/result.json into docs/results.
+reproduction-docs: setup
+	$(BIN)/python -m gradzip.experiments.reproduce.docs $(if $(RESULTS),--collect $(RESULTS))
 
 clean:
 	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache .hypothesis src/*.egg-info

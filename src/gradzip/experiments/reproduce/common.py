@@ -17,12 +17,19 @@ from typing import Any
 @dataclass(frozen=True)
 class Row:
     """One compared quantity: ``ours`` beside ``paper`` (``None`` where there is nothing to
-    compare: the paper gives no figure, or we did not measure it)."""
+    compare: the paper gives no figure, or we did not measure it).
+
+    ``paper_derived`` says how a paper value was obtained when the paper does not state it
+    (e.g. "mean of the paper's 619.2 and 422.8 Kbit"): the report prints such a value as
+    "521.00 (derived [1])" with the explanation as footnote [1], so a reader never takes a
+    computed figure for one the authors printed. Empty: the paper states the value.
+    """
 
     quantity: str
     paper: float | None
     ours: float | None
     unit: str = ""
+    paper_derived: str = ""
 
     @property
     def deviation(self) -> float | None:
@@ -59,7 +66,9 @@ class Outcome:
     seconds: float = 0.0
 
 
-def _fmt(value: float | None, digits: int = 2, sign: bool = False) -> str:
+def format_value(value: float | None, digits: int = 2, sign: bool = False) -> str:
+    """A figure as the reports print it: ``-`` for none, thousands separators, ``digits``
+    decimals, and 3 significant digits for very small or very large values."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if value != 0 and not 10**-digits <= abs(value) < 1e9:
@@ -69,16 +78,26 @@ def _fmt(value: float | None, digits: int = 2, sign: bool = False) -> str:
 
 
 def format_rows(rows: list[Row]) -> str:
-    """The comparison as a Markdown table."""
+    """The comparison as a Markdown table; derived paper values are marked and explained in
+    numbered footnotes below it (one number per distinct explanation)."""
     lines = [
         "| quantity | unit | paper | ours | deviation | deviation % |",
         "|---|---|---:|---:|---:|---:|",
     ]
+    footnotes: list[str] = []
     for r in rows:
+        paper = format_value(r.paper)
+        if r.paper_derived and r.paper is not None:
+            if r.paper_derived not in footnotes:
+                footnotes.append(r.paper_derived)
+            paper += f" (derived [{footnotes.index(r.paper_derived) + 1}])"
         lines.append(
-            f"| {r.quantity} | {r.unit} | {_fmt(r.paper)} | {_fmt(r.ours)} | "
-            f"{_fmt(r.deviation, sign=True)} | {_fmt(r.deviation_pct, sign=True)} |"
+            f"| {r.quantity} | {r.unit} | {paper} | {format_value(r.ours)} | "
+            f"{format_value(r.deviation, sign=True)} | {format_value(r.deviation_pct, sign=True)} |"
         )
+    if footnotes:
+        lines += ["", "Derived paper values (the paper does not print them):", ""]
+        lines += [f"- [{i}] {text}" for i, text in enumerate(footnotes, 1)]
     return "\n".join(lines)
 
 

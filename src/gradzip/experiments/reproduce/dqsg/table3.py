@@ -127,6 +127,7 @@ def run(out: Path, quick: bool) -> Outcome:
             PAPER_TABLE3[w, label] - PAPER_TABLE3[w, "Baseline"],
             acc[w, label] - acc[w, "Baseline"],
             "points",
+            paper_derived="difference of the paper's Table 3 accuracies (method minus Baseline)",
         )
         for w in WORKERS
         for label in ("DQSG", "One-Bit")
