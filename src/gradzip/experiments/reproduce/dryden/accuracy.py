@@ -9,11 +9,12 @@ dozen iterations.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from gradzip.experiments.reproduce.common import Outcome, Row
-from gradzip.experiments.reproduce.runs import plot_curves, run_training
+from gradzip.experiments.reproduce.runs import Run, plot_curves, run_training
 
 PAPER_ACCURACY = {"Normal": 98.51, "One-bit": 98.49, "Threshold": 98.12, "Adaptive": 98.53}
 #: The paper's threshold is "the best tau found", not given [CHOICE]: 0.01, where 0.02% of
@@ -30,13 +31,15 @@ METHODS: tuple[tuple[str, str, dict[str, Any], bool], ...] = (
 QUICK_STEPS = 40
 
 
-def run(out: Path, quick: bool) -> Outcome:
-    model = "fc-300-100" if quick else "dryden-mlp"
-    budget: dict[str, Any] = (
-        {"max_steps": QUICK_STEPS, "eval_every": 10} if quick else {"epochs": 20, "eval_every": 234}
-    )
-    started = time.perf_counter()
-    runs = [
+def train_methods(
+    out: Path,
+    model: str,
+    methods: Iterable[tuple[str, str, dict[str, Any], bool]],
+    **budget: Any,
+) -> list[Run]:
+    """One run per ``(label, compressor, parameters, error feedback)``, in the paper's setting:
+    4 workers, Adagrad, total batch 256; ``budget`` sets the length and the evaluations."""
+    return [
         run_training(
             label,
             out / "runs" / codec,
@@ -49,8 +52,17 @@ def run(out: Path, quick: bool) -> Outcome:
             batch_size=256,
             **budget,
         )
-        for label, codec, params, feedback in METHODS
+        for label, codec, params, feedback in methods
     ]
+
+
+def run(out: Path, quick: bool) -> Outcome:
+    model = "fc-300-100" if quick else "dryden-mlp"
+    budget: dict[str, Any] = (
+        {"max_steps": QUICK_STEPS, "eval_every": 10} if quick else {"epochs": 20, "eval_every": 234}
+    )
+    started = time.perf_counter()
+    runs = train_methods(out, model, METHODS, **budget)
     seconds = time.perf_counter() - started
     plot_curves(runs, out / "accuracy.png", f"{model}, MNIST, 4 workers, Adagrad")
     rows = [

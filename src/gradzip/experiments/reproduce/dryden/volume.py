@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from gradzip.experiments.reproduce.common import Outcome, Row
-from gradzip.experiments.reproduce.dryden.accuracy import METHODS, THRESHOLD_TAU
-from gradzip.experiments.reproduce.runs import Run, run_training
+from gradzip.experiments.reproduce.dryden.accuracy import METHODS, THRESHOLD_TAU, train_methods
+from gradzip.experiments.reproduce.runs import Run
 
 FULL_STEPS, QUICK_STEPS = 24, 8
 #: a second threshold run at a ten times smaller tau: how strongly the volume depends on tau
@@ -50,25 +50,9 @@ def run(out: Path, quick: bool) -> Outcome:
     model = "fc-300-100" if quick else "dryden-mlp"
     steps = QUICK_STEPS if quick else FULL_STEPS
     started = time.perf_counter()
-    runs = [
-        run_training(
-            label,
-            out / "runs" / codec,
-            model=model,
-            compressor=codec,
-            compressor_params=params,
-            error_feedback=feedback,
-            workers=4,
-            optimizer="adagrad",
-            batch_size=256,
-            max_steps=steps,
-            eval_every=10_000,  # the volume is the point; accuracy is evaluated once, at the end
-        )
-        for label, codec, params, feedback in (
-            *METHODS,
-            (f"Threshold tau={SMALL_TAU:g}", "threshold", {"tau": SMALL_TAU}, True),
-        )
-    ]
+    methods = (*METHODS, (f"Threshold tau={SMALL_TAU:g}", "threshold", {"tau": SMALL_TAU}, True))
+    # the volume is the point; accuracy is evaluated once, at the end
+    runs = train_methods(out, model, methods, max_steps=steps, eval_every=10_000)
     seconds = time.perf_counter() - started
     _plot_volume(runs, out / "volume.png", f"{model}, 4 workers, Adagrad: data per mini-batch")
     kbit = {r.label: (r.mean("wire_bits") or 0.0) / 1000 for r in runs}
