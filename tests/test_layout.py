@@ -12,6 +12,7 @@ import pytest
 
 import gradzip
 from gradzip.experiments.reproduce import EXPERIMENTS
+from tests.test_architecture import deprecated_aliases
 
 SRC = Path(gradzip.__file__).parent
 
@@ -35,6 +36,10 @@ MOVED = {
     "gradzip.tables": ("gradzip.experiments.reproduce.dqsg.bit_counts", "table1"),
     "gradzip.compressors.common": ("gradzip.compressors.buckets", "num_buckets"),
 }
+
+
+def test_every_deprecated_alias_is_checked_here() -> None:
+    assert set(MOVED) == deprecated_aliases()
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))
