@@ -20,7 +20,7 @@ import gradzip
 from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor
 from gradzip.errors import ConfigError
-from gradzip.experiments.traffic import combine_ranks, step_traffic
+from gradzip.experiments.traffic import step_traffic
 from gradzip.schemes import make_variant
 from gradzip.schemes.base import Scheme
 from gradzip.simulation.workers import WorkerStep
@@ -112,11 +112,6 @@ def rank_bits(sync: GradientSync, step: int) -> dict[str, float | None]:
         "entropy_bits": float(sum(e.entropy_bits for e in produced)),
         **traffic,
     }
-
-
-def mean_bits(per_rank: list[dict[str, float | None]]) -> dict[str, float | None]:
-    """A step row's bits: the mean over the ranks, and the maximum of the transport totals."""
-    return combine_ranks(per_rank)
 
 
 @dataclass

@@ -30,11 +30,11 @@ import torch
 
 from gradzip.data.datasets import Dataset, EpochBatches, load_dataset
 from gradzip.experiments.config import TrainConfig
-from gradzip.experiments.exchange import Exchange, mean_bits
+from gradzip.experiments.exchange import Exchange
 from gradzip.experiments.inputs import InputFit
 from gradzip.experiments.progress import Progress
 from gradzip.experiments.run_output import RunWriter
-from gradzip.experiments.traffic import fp32_ring_allreduce_bits
+from gradzip.experiments.traffic import combine_ranks, fp32_ring_allreduce_bits
 from gradzip.models.paper import build_model, model_info
 from gradzip.simulation.workers import PerWorkerGradients, WorkerGradients
 
@@ -65,9 +65,8 @@ class Trainer:
     gradients computed here into the step's averaged gradients and gathered statistics."""
 
     def __init__(self, config: TrainConfig) -> None:
-        self.config = config.validate()
-        # option errors now, in the caller, not later on a rank
-        config.training_method().preflight(config)
+        # validated and preflighted once, by backends.train, before any rank starts
+        self.config = config
         info = model_info(config.model)
         data = load_dataset(config.dataset or info.dataset, config.data_dir)
         self.inputs = InputFit(data, info.input_shape, config.model, config.seed)
@@ -152,7 +151,7 @@ class Trainer:
                 "train_acc": result.correct / config.batch_size,
                 "test_acc": None,
                 "seconds": time.perf_counter() - start,
-                **mean_bits(result.bits),
+                **combine_ranks(result.bits),
             }
             if writer is not None:
                 if step % config.eval_every == 0 or step == total:
