@@ -20,7 +20,7 @@ class RankFigures:
 
 
 def barrier(transport: Transport) -> None:
-    """Line the ranks up before a timed step: an all-gather of empty payloads, counted outside
-    any step (``step_scope(None)``) and never in a case's bytes."""
-    with transport.step_scope(None):
-        transport.all_gather_bytes(b"")
+    """Line the ranks up before a timed step: an all-gather of empty payloads. Its bytes never
+    reach a case's figures because a case reads its totals after the barrier and again after
+    its step (the difference), not through a step scope."""
+    transport.all_gather_bytes(b"")

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from gradzip.experiments.reproduce.docs import collect, generate, main, render_result
+from gradzip.experiments.reproduce.docs import (
+    collect,
+    generate,
+    main,
+    render_result,
+    result_name,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -39,7 +45,7 @@ PAGE = (
 
 def _store(folder: Path, result: dict[str, object]) -> Path:
     folder.mkdir(exist_ok=True)
-    path = folder / f"{result['id']}-{'quick' if result['quick'] else 'full'}.json"
+    path = folder / result_name(result)
     path.write_text(json.dumps(result))
     return folder
 

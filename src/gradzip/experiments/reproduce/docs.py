@@ -41,9 +41,14 @@ _BLOCK = re.compile(
 )
 
 
-def result_name(result: dict[str, Any]) -> str:
+def result_file(experiment_id: str, mode: str) -> str:
     """``<id>-<quick|full>.json``: where a result is stored under the results folder."""
-    return f"{result['id']}-{'quick' if result['quick'] else 'full'}.json"
+    return f"{experiment_id}-{mode}.json"
+
+
+def result_name(result: dict[str, Any]) -> str:
+    """The stored name of ``result`` (its id and mode)."""
+    return result_file(result["id"], "quick" if result["quick"] else "full")
 
 
 def render_result(result: dict[str, Any], source: str) -> str:
@@ -98,7 +103,7 @@ def generate(text: str, results: Path) -> str:
     whose file is missing raises ``FileNotFoundError`` naming it."""
 
     def replace(m: re.Match[str]) -> str:
-        path = results / f"{m['id']}-{m['mode']}.json"
+        path = results / result_file(m["id"], m["mode"])
         if not path.is_file():
             raise FileNotFoundError(f"{path} (needed by the marker {m['open'].strip()})")
         result = json.loads(path.read_text())
