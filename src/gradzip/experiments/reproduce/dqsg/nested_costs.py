@@ -24,9 +24,11 @@ from gradzip.compressors.buckets import papers_scales
 from gradzip.compressors.dqsg import DQSG
 from gradzip.compressors.ndqsg import NDQSG, failure_rate
 from gradzip.experiments.bits import measure_bits
+from gradzip.kernels.running_mean import update_running_mean_
 from gradzip.keys import StreamKey
 from gradzip.models.paper import build_model, model_info
 from gradzip.rng import text_generator
+from gradzip.schemes.nested import NestedScheme
 
 MODEL = "fc-300-100"
 NESTED = {"L1": 3, "k": 3}
@@ -70,7 +72,8 @@ def nested_failure_rate(workers: int = 8, batch: int = 32, seed: int = 0) -> lis
     """Per nested worker, the fraction of its coordinates decoded wrongly (all tensors)."""
     coarse = DQSG(**papers_scales("dqsg", {"M": 2}))
     nested = NDQSG(**papers_scales("ndqsg", NESTED))
-    first = workers // 2
+    # the ranks Algorithm 2 splits off as P1, as the scheme itself does
+    first = NestedScheme(nested, coarse=coarse).first_group(workers)
     grads = _gradients(workers, batch, seed)
     wrong = [0.0] * (workers - first)
     total = 0
@@ -89,5 +92,5 @@ def nested_failure_rate(workers: int = 8, batch: int = 32, seed: int = 0) -> lis
             if side is not None:
                 rate = failure_rate(g, g_hat, side, L1=nested.L1, alpha=nested.alpha)
                 wrong[rank - first] += rate * g.numel()
-            mean += (g_hat - mean) / (rank + 1)
+            update_running_mean_(mean, g_hat, rank + 1)
     return [w / total for w in wrong]
