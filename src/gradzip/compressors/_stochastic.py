@@ -294,8 +294,9 @@ class ScaledStochastic(Compressor):
         """Symbols ``level*sign + s`` take ``2s + 1`` values."""
         return 2 * self.s + 1
 
-    def _scales(self, x: torch.Tensor, absmax: float) -> torch.Tensor:
-        """float32 scale per bucket, each ``>= max|x_B|`` (default: exactly ``max|x_B|``)."""
+    def _scales(self, x: torch.Tensor, absmax: float | None) -> torch.Tensor:
+        """float32 scale per bucket, each ``>= max|x_B|`` (default: exactly ``max|x_B|``);
+        ``absmax`` is ``max|x|`` where the caller has it (None: computed only if needed)."""
         return bucket_absmax(x, self._bucket, absmax)
 
     def _decode_factor(self, numel: int) -> float:
@@ -420,7 +421,7 @@ class ScaledStochastic(Compressor):
         return x
 
     def grid_statistic(self, x: torch.Tensor) -> torch.Tensor:
-        return self._scales(x, float(x.abs().max()) if x.numel() else 0.0)
+        return self._scales(x, None)  # max|x| is computed only for a single bucket
 
     def grid_symbols(self, x: torch.Tensor, scales: torch.Tensor, key: StreamKey) -> torch.Tensor:
         return stochastic_symbols(x, scales, self.s, self.s, key, self._bucket)

@@ -74,11 +74,15 @@ def per_row(values: torch.Tensor, rows: int, buckets: slice) -> float | torch.Te
     return values[buckets].view(rows, 1)
 
 
-def bucket_absmax(x: torch.Tensor, bucket_size: int, absmax: float) -> torch.Tensor:
-    """``max|x_B|`` per bucket as float32 (the scale of DQSG eq. 2, QSGD's max norm, ...)."""
+def bucket_absmax(x: torch.Tensor, bucket_size: int, absmax: float | None = None) -> torch.Tensor:
+    """``max|x_B|`` per bucket as float32 (the scale of DQSG eq. 2, QSGD's max norm, ...).
+    ``absmax``, ``max|x|`` where the caller has it already, is read only for a single bucket;
+    without it that case computes it (several buckets never need it)."""
     n = x.numel()
     nb = num_buckets(n, bucket_size)
     if nb == 1:
+        if absmax is None:
+            absmax = float(x.abs().max()) if n else 0.0
         return torch.tensor([absmax], dtype=torch.float32, device=x.device)
     full = n // bucket_size
     rows = x[: full * bucket_size].view(full, bucket_size)

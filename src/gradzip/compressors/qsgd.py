@@ -86,7 +86,7 @@ class QSGD(ScaledStochastic):
     def wire_params(self) -> dict[str, int | float | bool | str]:
         return {"s": self.s, "norm": self.norm, "packing": self.packing, "coding": self.coding}
 
-    def _scales(self, x: torch.Tensor, absmax: float) -> torch.Tensor:
+    def _scales(self, x: torch.Tensor, absmax: float | None) -> torch.Tensor:
         if self.norm == "max":
             return super()._scales(x, absmax)
         n, bs = x.numel(), self._bucket
