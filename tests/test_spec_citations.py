@@ -73,12 +73,20 @@ def table_sections(text: str) -> Iterator[tuple[str, int]]:
                 yield number, line_number
 
 
+def spec_headings() -> list[tuple[str, str]]:
+    """(section number, page) of every numbered heading in docs/spec/, in page order."""
+    return [
+        (match["number"], page.name)
+        for page in sorted(SPEC_DIR.glob("*.md"))
+        for match in HEADING.finditer(page.read_text(encoding="utf-8"))
+    ]
+
+
 def spec_sections() -> dict[str, str]:
-    """Every section number with a heading in docs/spec/, mapped to its page."""
+    """Every section number with a heading in docs/spec/, mapped to its (first) page."""
     sections: dict[str, str] = {}
-    for page in sorted(SPEC_DIR.glob("*.md")):
-        for match in HEADING.finditer(page.read_text(encoding="utf-8")):
-            sections.setdefault(match["number"], page.name)
+    for number, page in spec_headings():
+        sections.setdefault(number, page)
     return sections
 
 
@@ -137,11 +145,9 @@ def test_every_chapter_and_section_has_a_heading() -> None:
 
 def test_section_numbers_are_unique() -> None:
     seen: dict[str, str] = {}
-    for page in sorted(SPEC_DIR.glob("*.md")):
-        for match in HEADING.finditer(page.read_text(encoding="utf-8")):
-            number = match["number"]
-            assert number not in seen, f"section {number} in both {seen[number]} and {page.name}"
-            seen[number] = page.name
+    for number, page in spec_headings():
+        assert number not in seen, f"section {number} in both {seen[number]} and {page}"
+        seen[number] = page
 
 
 def test_every_citation_names_an_existing_section() -> None:
