@@ -50,7 +50,8 @@ def main() -> None:
     args = parser.parse_args()
 
     chain = SeedSchedule("chain", chain_draws=args.draws)
-    chains = ChainSeeds(args.draws)
+    chains = chain.chain_seeds  # one walk: the cycles below and the reuse share read the same
+    assert chains is not None
     print(f"chain schedule, {args.draws} draws per iteration, run seed {args.run_seed}")
     cycles = set()
     for rank in range(args.workers):

@@ -10,6 +10,7 @@ import torch
 from gradzip.compressors.dqsg import DQSG
 from gradzip.compressors.ndqsg import NDQSG
 from gradzip.errors import PayloadMismatchError
+from gradzip.kernels.backend import forced_torch_ops
 from gradzip.keys import StreamKey
 from gradzip.rng import derive_seed, seed_from_text, shared_uniform_from_seed
 from gradzip.seed_schedule import (
@@ -95,9 +96,10 @@ def test_sender_and_receiver_ranks_derive_the_same_dither() -> None:
     reference = DQSG(M=2, bucket_size=None, seed_schedule="chain", chain_draws=FC_DRAWS)
     grads = {t: torch.randn(4096) for t in (0, 1, 2, 9)}
     payloads = {t: sender.encode(g, StreamKey(1, 2, t, 0)).payload for t, g in grads.items()}
+    in_order = {t: reference.decode(payloads[t]) for t in sorted(payloads)}
     for t in (9, 0, 2, 1):
         decoded = receiver.decode(payloads[t])
-        assert torch.equal(decoded, reference.decode(payloads[t]))
+        assert torch.equal(decoded, in_order[t])
         sigma = float(grads[t].abs().max())
         assert float((decoded - grads[t]).abs().max()) <= sigma / 4 * (1 + 1e-5)
 
@@ -127,4 +129,29 @@ def test_a_receiver_on_the_other_schedule_refuses_the_payload() -> None:
     payload = nested.encode(x, StreamKey()).payload
     with pytest.raises(PayloadMismatchError):
         NDQSG().decode(payload, side=x)
-    assert torch.allclose(nested.decode(payload, side=x), x, atol=float(x.abs().max()))
+    # side information = x: the fine dithered quantizer's bound, Delta1/2 = sigma/(2 L1)
+    bound = float(x.abs().max()) / (2 * nested.L1) * (1 + 1e-5)
+    assert float((nested.decode(payload, side=x) - x).abs().max()) <= bound
+
+
+@pytest.mark.parametrize("codec", [DQSG, NDQSG])
+@pytest.mark.parametrize("bucket_size", [None, 100])
+def test_chain_payloads_are_the_same_on_the_fused_kernels_and_torch_ops(
+    codec: type[DQSG] | type[NDQSG], bucket_size: int | None
+) -> None:
+    """The chained seed reaches the CPU kernels and the torch operations (other devices'
+    path, forced here on the CPU) alike: the same payload bytes and decoded bits."""
+    x = torch.randn(1003, generator=torch.Generator().manual_seed(4))
+    y = x + 0.05 * torch.randn(1003, generator=torch.Generator().manual_seed(5))
+    side = y if codec is NDQSG else None
+    comp = codec(bucket_size=bucket_size, seed_schedule="chain", chain_draws=FC_DRAWS)
+    keys = [StreamKey(2, 1, step, 3) for step in (0, 5)]
+    fused = [comp.encode(x, key).payload for key in keys]
+    fused_out = [comp.decode(p, side=side) for p in fused]
+    with forced_torch_ops():
+        ops = [comp.encode(x, key).payload for key in keys]
+        ops_out = [comp.decode(p, side=side) for p in fused]
+    assert fused[0] != fused[1]  # the two steps' chain seeds differ
+    assert fused == ops
+    for a, b in zip(fused_out, ops_out, strict=True):
+        assert a.view(torch.int32).equal(b.view(torch.int32))

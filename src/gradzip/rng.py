@@ -102,7 +102,7 @@ def shared_uniform(
     key: StreamKey, n: int, device: torch.device | str | None = None
 ) -> torch.Tensor:
     """``n`` float32 uniforms in ``(0, 1)`` that sender and receiver regenerate identically."""
-    return _one_plus_uniform(derive_seed(key, domain="shared"), SHARED_UNIFORM, n, device).sub_(1.0)
+    return shared_uniform_from_seed(derive_seed(key, domain="shared"), n, device)
 
 
 def shared_uniform_from_seed(
@@ -121,7 +121,15 @@ def shared_uniform_plus_one(
     For hot paths that add the dither to a value anyway (DQSG, NDQSG): the caller folds the
     ``-1`` into its own constant. The result is a fresh tensor the caller may modify in place.
     """
-    return _one_plus_uniform(derive_seed(key, domain="shared"), SHARED_UNIFORM, n, device)
+    return shared_uniform_plus_one_from_seed(derive_seed(key, domain="shared"), n, device)
+
+
+def shared_uniform_plus_one_from_seed(
+    seed: int, n: int, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """Exactly ``1 + shared_uniform_from_seed(seed, n)``: :func:`shared_uniform_plus_one` for a
+    seed schedule's seed; a fresh tensor the caller may modify in place."""
+    return _one_plus_uniform(seed, SHARED_UNIFORM, n, device)
 
 
 def local_uniform_plus_one(

@@ -12,11 +12,14 @@ cycle (``docs/spec/index.md`` 0.4 and ``benchmarks/seed_schedule_cycles.py`` mea
 why it is not the default). gradzip keeps its own Philox dither: the message seed is named by
 ``(s_p(t), tensor, chunk)``, so two messages whose chain seeds coincide share their dither, as
 in the authors' code. ``s_p(t)`` is a function of ``(run seed, p, t)`` alone, so sender and
-receiver agree and a resumed run recomputes it (memoized; about 1 ms per iteration for 266,610
-draws). The global random generators are never touched.
+receiver agree and a resumed run recomputes it (about 1 ms per iteration for 266,610 draws; the
+step is memoized once per process, :func:`chain_next_seed`, so every schedule of the process
+shares the walk). The global random generators are never touched.
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
 
 import numpy as np
 
@@ -28,6 +31,9 @@ SEED_SCHEDULES = ("keyed", "chain")
 #: the authors' seed range, ``[CHAIN_MIN_SEED, CHAIN_MAX_SEED)`` [CODE]
 CHAIN_MIN_SEED = 1000
 CHAIN_MAX_SEED = 1000000
+#: the bound of the process-wide memo of :func:`chain_next_seed`: the chains of a run fall into
+#: short cycles, so it holds every seed they visit, and it stays bounded over the ~10^6 seeds
+CHAIN_MEMO_SIZE = 1 << 16
 
 
 def check_seed_schedule(seed_schedule: str, chain_draws: int | None) -> int | None:
@@ -46,9 +52,12 @@ def check_seed_schedule(seed_schedule: str, chain_draws: int | None) -> int | No
     return chain_draws
 
 
+@lru_cache(maxsize=CHAIN_MEMO_SIZE)
 def chain_next_seed(seed: int, draws: int) -> int:
     """The authors' next seed: re-seed the legacy Mersenne Twister with ``seed``, draw
-    ``draws`` uniforms, then ``randint(CHAIN_MIN_SEED, CHAIN_MAX_SEED)`` [CODE]."""
+    ``draws`` uniforms, then ``randint(CHAIN_MIN_SEED, CHAIN_MAX_SEED)`` [CODE]. Memoized for
+    the whole process (at most :data:`CHAIN_MEMO_SIZE` steps), so sender, receiver and every
+    rank's codec share one walk (chains share cycles)."""
     state = np.random.RandomState(seed)
     if draws:
         state.random_sample(draws)
@@ -63,26 +72,19 @@ def chain_start_seed(run_seed: int, rank: int) -> int:
 
 
 class ChainSeeds:
-    """``s_p(t)`` of every worker, memoized: a function of ``(run_seed, rank, step)``."""
+    """``s_p(t)`` of every worker, memoized: a function of ``(run_seed, rank, step)``; its
+    steps come from the process-wide memo of :func:`chain_next_seed`."""
 
     def __init__(self, draws: int) -> None:
         self.draws = draws
         self._chains: dict[tuple[int, int], list[int]] = {}
-        self._next: dict[int, int] = {}
 
     def seed(self, run_seed: int, rank: int, step: int) -> int:
         """The chain seed of worker ``rank`` at iteration ``step``."""
         chain = self._chains.setdefault((run_seed, rank), [chain_start_seed(run_seed, rank)])
         while len(chain) <= step:
-            chain.append(self.next_seed(chain[-1]))
+            chain.append(chain_next_seed(chain[-1], self.draws))
         return chain[step]
-
-    def next_seed(self, seed: int) -> int:
-        """:func:`chain_next_seed` with this schedule's draws, memoized (chains share cycles)."""
-        found = self._next.get(seed)
-        if found is None:
-            found = self._next[seed] = chain_next_seed(seed, self.draws)
-        return found
 
 
 class SeedSchedule:
@@ -96,6 +98,11 @@ class SeedSchedule:
     @property
     def chain_draws(self) -> int | None:
         return None if self._chain is None else self._chain.draws
+
+    @property
+    def chain_seeds(self) -> ChainSeeds | None:
+        """The ``s_p(t)`` this schedule names its seeds by (``None`` for ``"keyed"``)."""
+        return self._chain
 
     def wire_params(self) -> dict[str, str | int]:
         """Header parameters: none for ``"keyed"`` (so its payloads are unchanged); the

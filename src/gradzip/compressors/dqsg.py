@@ -35,7 +35,7 @@ from gradzip.kernels.dithered_torch import decode_affine_torch, encode_symbols_t
 from gradzip.kernels.philox import SHARED_UNIFORM
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
-from gradzip.rng import shared_uniform_from_seed
+from gradzip.rng import shared_uniform_plus_one_from_seed
 from gradzip.seed_schedule import SeedSchedule
 
 #: the largest finite float32
@@ -321,8 +321,11 @@ class DQSG(Compressor):
         return scales.to(torch.float64) / self.M
 
     def grid_offsets(self, key: StreamKey, n: int) -> torch.Tensor | None:
-        """The subtractive dither ``up = u01 - 1/2`` of rank ``key.rank`` (exact in float32)."""
-        return shared_uniform_from_seed(self.seed_schedule.shared_seed(key), n).sub_(0.5)
+        """The subtractive dither ``up = u01 - 1/2`` of rank ``key.rank``, as ``(1 + u01) - 3/2``
+        in one pass: exact in float32 (``1 + u01 = 1 + (h + 1/2) 2**-16``, so ``u01 - 1/2`` is a
+        multiple of ``2**-17`` below 1/2 in size), the same bits as ``(1 + u01) - 1 - 1/2``."""
+        seed = self.seed_schedule.shared_seed(key)
+        return shared_uniform_plus_one_from_seed(seed, n).sub_(1.5)
 
 
 def dither_symbols(

@@ -188,7 +188,7 @@ class NestedScheme(Scheme):
 def _default_coarse(compressor: Compressor) -> DQSG:
     """``DQSG(M=2)`` on the nested compressor's seed schedule, so ``seed_schedule="chain"``
     of ``ndqsg`` chains every worker's dither, as the authors' code does (spec 0.4)."""
-    if isinstance(compressor, NDQSG) and compressor.seed_schedule.name == "chain":
+    if isinstance(compressor, NDQSG):
         schedule = compressor.seed_schedule
         return DQSG(M=2, seed_schedule=schedule.name, chain_draws=schedule.chain_draws)
     return DQSG(M=2)
