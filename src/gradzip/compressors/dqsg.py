@@ -310,8 +310,7 @@ class DQSG(Compressor):
         return clip_to_std(x, float(x.abs().max()), self.clip_std)[0]
 
     def grid_statistic(self, x: torch.Tensor) -> torch.Tensor:
-        absmax = float(x.abs().max()) if x.numel() else 0.0
-        return bucket_absmax(x, self.bucket_size_for(x.numel()), absmax)
+        return bucket_absmax(x, self.bucket_size_for(x.numel()))  # max|x| only if one bucket
 
     def grid_symbols(self, x: torch.Tensor, scales: torch.Tensor, key: StreamKey) -> torch.Tensor:
         seed = self.seed_schedule.shared_seed(key)
