@@ -124,7 +124,7 @@ def test_bits_and_train_give_the_same_message(
     assert err.endswith("--param: compressor 'dqsg' parameter M expects int, got 'x'"), err
 
 
-def test_several_pairs_after_one_option_and_repeated_options_add_up(tmp_path: Any) -> None:
+def test_several_pairs_after_one_option_and_repeated_options_add_up() -> None:
     from gradzip.cli import build_parser
 
     args = build_parser().parse_args(

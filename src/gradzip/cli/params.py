@@ -12,7 +12,6 @@ or a ``tuple``/``list`` of them (comma-separated, or a JSON list); for any other
 
 from __future__ import annotations
 
-import inspect
 import json
 import types
 import typing
@@ -21,6 +20,7 @@ from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
 from gradzip.errors import GradzipError
+from gradzip.experiments.exchange import keyword_parameters
 
 _TRUE = ("true", "yes", "1")
 _FALSE = ("false", "no", "0")
@@ -52,15 +52,9 @@ class Target:
             hints = typing.get_type_hints(function)
         except (NameError, TypeError):  # an annotation that does not resolve: JSON for all
             hints = {}
-        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        parameters = inspect.signature(function).parameters.values()
         return cls(
             name,
-            {
-                p.name: hints.get(p.name)
-                for p in parameters
-                if p.kind in kinds and p.name != "self" and p.name not in skip
-            },
+            {p.name: hints.get(p.name) for p in keyword_parameters(target) if p.name not in skip},
         )
 
     @classmethod

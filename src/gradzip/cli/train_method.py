@@ -6,24 +6,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import types
+import typing
 from dataclasses import MISSING, fields
 from typing import Any
 
 from gradzip.cli.params import Target, describe, parse_params
-from gradzip.experiments.config import DEFAULT_METHOD
+from gradzip.experiments.config import DEFAULT_METHOD, OLD_ALGORITHMS, OLD_QESGD_FIELDS
 
-#: the deprecated ``--qesgd-*`` options: their qesgd option, type and choices
-_QESGD_ALIASES: dict[str, tuple[str, type, tuple[str, ...] | None]] = {
-    "qesgd_bits": ("bits", int, None),
-    "qesgd_c": ("c", float, None),
-    "qesgd_output": ("output", str, ("average", "last")),
-    "qesgd_bucket_size": ("bucket_size", int, None),
-    "qesgd_norm_samples": ("norm_samples", int, None),
-}
-#: the methods the deprecated ``--algorithm`` names
-_ALGORITHMS = {"sgd": DEFAULT_METHOD, "qesgd": "qesgd"}
 #: ``gradzip train`` destinations of the deprecated options, by the config field they set
-DEPRECATED_FIELDS = {"algorithm": "method", **dict.fromkeys(_QESGD_ALIASES, "method_options")}
+DEPRECATED_FIELDS = {"algorithm": "method", **dict.fromkeys(OLD_QESGD_FIELDS, "method_options")}
 
 
 def methods_help() -> str:
@@ -66,10 +58,22 @@ def add_method_options(parser: argparse.ArgumentParser) -> None:
         help="a parameter of the method (repeatable), e.g. --method-param bits=4",
     )
     hidden = argparse.SUPPRESS
-    group.add_argument("--algorithm", choices=list(_ALGORITHMS), default=None, help=hidden)
-    for dest, (_, kind, choices) in _QESGD_ALIASES.items():
+    group.add_argument("--algorithm", choices=list(OLD_ALGORITHMS), default=None, help=hidden)
+    hints = Target.of_dataclass("qesgd", METHODS["qesgd"].options).hints
+    for dest, key in OLD_QESGD_FIELDS.items():
+        kind, choices = _alias_type(hints[key])
         flag = "--" + dest.replace("_", "-")
         group.add_argument(flag, type=kind, choices=choices, default=None, help=hidden)
+
+
+def _alias_type(hint: Any) -> tuple[type, tuple[Any, ...] | None]:
+    """The argparse ``type`` and ``choices`` of a deprecated ``--qesgd-*`` option, from its
+    qesgd option's annotation: a ``Literal`` is its values, ``X | None`` is ``X``."""
+    if typing.get_origin(hint) is typing.Literal:
+        return str, typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(m for m in typing.get_args(hint) if m is not type(None))
+    return hint, None
 
 
 def method_from_args(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
@@ -79,10 +83,10 @@ def method_from_args(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
 
     method = args.method
     if args.algorithm is not None:
-        method = _ALGORITHMS[args.algorithm]
+        method = OLD_ALGORITHMS[args.algorithm]
         _deprecated(f"--algorithm {args.algorithm}", f"--method {method}")
     options: dict[str, Any] = {}
-    for dest, (key, _, _) in _QESGD_ALIASES.items():
+    for dest, key in OLD_QESGD_FIELDS.items():
         value = getattr(args, dest)
         if value is not None:
             options[key] = value

@@ -38,6 +38,7 @@ import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 
 from gradzip.compressors import Compressor, create, get, names
 from gradzip.errors import GradzipError
+from gradzip.experiments.exchange import keyword_parameters
 from gradzip.keys import StreamKey
 from gradzip.models.paper import build_model, model_info
 from gradzip.rng import text_generator
@@ -131,23 +132,13 @@ def model_gradient(model: str, seed: int = 0, batch: int = DEFAULT_BATCH) -> lis
     return [g.detach() for g in torch.autograd.grad(loss, params)]
 
 
-def _keyword_parameters(cls: type[Compressor]) -> list[inspect.Parameter]:
-    """The named constructor parameters of a compressor class (no self, no *args/**kwargs)."""
-    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return [
-        p
-        for p in inspect.signature(cls.__init__).parameters.values()
-        if p.name != "self" and p.kind in kinds
-    ]
-
-
 def make_compressor(compressor: str, params: Mapping[str, Any]) -> Compressor:
     """Instantiate ``compressor``; a bad or missing parameter becomes a one-line UsageError."""
     if compressor not in names():
         raise UsageError(f"unknown compressor {compressor!r}; choices: {', '.join(names())}")
     missing = [
         p.name
-        for p in _keyword_parameters(get(compressor))
+        for p in keyword_parameters(get(compressor))
         if p.default is inspect.Parameter.empty and p.name not in params
     ]
     if missing:

@@ -191,10 +191,10 @@ class TrainConfig:
         return self
 
 
-#: ``algorithm`` values of old checkpoints, as method names
-_OLD_ALGORITHMS = {"sgd": "compressed-gradients", "qesgd": "qesgd"}
-#: ``qesgd_*`` fields of old checkpoints, as options of the qesgd method
-_OLD_QESGD_FIELDS = {
+#: ``algorithm`` values of old checkpoints (and of the deprecated ``--algorithm``), as methods
+OLD_ALGORITHMS = {"sgd": DEFAULT_METHOD, "qesgd": "qesgd"}
+#: ``qesgd_*`` fields of old checkpoints (and the deprecated ``--qesgd-*``), as qesgd options
+OLD_QESGD_FIELDS = {
     "qesgd_bits": "bits",
     "qesgd_c": "c",
     "qesgd_output": "output",
@@ -206,12 +206,12 @@ _OLD_QESGD_FIELDS = {
 def upgrade_keys(values: dict[str, Any]) -> dict[str, Any]:
     """``values`` with the keys of an old config (``algorithm``, ``qesgd_*``) replaced by
     ``method`` and ``method_options``; a config without them is returned as it is."""
-    if "algorithm" not in values and not set(values) & set(_OLD_QESGD_FIELDS):
+    if "algorithm" not in values and not set(values) & set(OLD_QESGD_FIELDS):
         return values
-    new = {k: v for k, v in values.items() if k != "algorithm" and k not in _OLD_QESGD_FIELDS}
+    new = {k: v for k, v in values.items() if k != "algorithm" and k not in OLD_QESGD_FIELDS}
     algorithm = values.get("algorithm", "sgd")
-    new["method"] = _OLD_ALGORITHMS.get(algorithm, algorithm)
+    new["method"] = OLD_ALGORITHMS.get(algorithm, algorithm)
     if new["method"] == "qesgd":
-        options = {_OLD_QESGD_FIELDS[k]: v for k, v in values.items() if k in _OLD_QESGD_FIELDS}
+        options = {OLD_QESGD_FIELDS[k]: v for k, v in values.items() if k in OLD_QESGD_FIELDS}
         new["method_options"] = {**options, **values.get("method_options", {})}
     return new

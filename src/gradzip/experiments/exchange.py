@@ -40,11 +40,12 @@ def make_compressor(config: TrainConfig, name: str | None = None, **overrides: A
         cls = gradzip.get(codec)
     except (KeyError, ValueError) as err:
         raise ConfigError(f"compressor {codec!r}: {err}") from err
-    unknown = sorted(set(params) - set(keyword_parameters(cls)))
+    keys = [p.name for p in keyword_parameters(cls)]
+    unknown = sorted(set(params) - set(keys))
     if unknown:
         raise ConfigError(
             f"compressor {codec!r} has no parameter {', '.join(map(repr, unknown))}; "
-            f"its parameters: {', '.join(keyword_parameters(cls)) or 'none'}"
+            f"its parameters: {', '.join(keys) or 'none'}"
         )
     try:
         return cls(**params)
@@ -52,13 +53,15 @@ def make_compressor(config: TrainConfig, name: str | None = None, **overrides: A
         raise ConfigError(f"compressor {codec!r}: {err}") from err
 
 
-def keyword_parameters(cls: type) -> list[str]:
-    """The keyword parameters ``cls(...)`` takes (for error messages naming the valid keys)."""
-    signature = inspect.signature(cls)
+def keyword_parameters(target: Callable[..., Any]) -> list[inspect.Parameter]:
+    """The named keyword parameters of ``target`` (a class: of its ``__init__``), no ``self``,
+    ``*args`` or ``**kwargs``: the keys a compressor, scheme or ``--param`` target takes."""
+    function = target.__init__ if isinstance(target, type) else target  # type: ignore[misc]
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     return [
-        p.name
-        for p in signature.parameters.values()
-        if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        p
+        for p in inspect.signature(function).parameters.values()
+        if p.name != "self" and p.kind in kinds
     ]
 
 
@@ -90,7 +93,8 @@ def make_scheme(config: TrainConfig) -> Scheme:
             from gradzip.schemes import SCHEMES, VARIANTS
 
             cls = SCHEMES[VARIANTS[config.resolved_scheme()][0]]
-            valid = [k for k in keyword_parameters(cls) if k not in ("compressor", "run_seed")]
+            skip = ("compressor", "run_seed")
+            valid = [p.name for p in keyword_parameters(cls) if p.name not in skip]
             raise ConfigError(
                 f"scheme {config.resolved_scheme()!r}: {err}; its parameters (--scheme-param): "
                 f"{', '.join(valid)}"

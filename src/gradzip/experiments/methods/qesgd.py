@@ -22,16 +22,18 @@ gradient; in the epoch's last step the server also sends ``w_{t+1}``).
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from gradzip.algorithms.qesgd.schedule import flatten, unflatten
+from gradzip.algorithms.qesgd.schedule import DeltaSchedule, check_bits, flatten, unflatten
 from gradzip.algorithms.qesgd.server import DistributedQESGD
+from gradzip.algorithms.qesgd.state import check_output
 from gradzip.comm.pool import RankPool
 from gradzip.comm.transport import Transport
+from gradzip.compressors.buckets import check_bucket_size
 from gradzip.errors import ConfigError
 from gradzip.experiments.exchange import Exchanged
 from gradzip.experiments.methods.base import RankSetup, TrainingMethod, gather_metrics
@@ -42,18 +44,7 @@ if TYPE_CHECKING:  # types only: the configuration names the methods, the traine
     from gradzip.experiments.config import TrainConfig
     from gradzip.experiments.trainer import Trainer
 
-__all__ = [
-    "QESGD",
-    "QESGDOptions",
-    "calibration_sums",
-    "make_qesgd",
-    "rank_bits",
-    "unflatten_like",
-    "worker_sum",
-]
-
-#: ``w_{t+1}``: the iterate average of the epoch (the paper) or its last iterate
-OUTPUTS = ("average", "last")
+__all__ = ["QESGD", "QESGDOptions"]
 
 
 @dataclass(frozen=True)
@@ -129,7 +120,7 @@ def worker_sum(out: WorkerStep, worker: int, count: int) -> torch.Tensor:
     return flatten([g[worker] for g in out.grads]) * count
 
 
-def rank_bits(q: DistributedQESGD, transport: Transport, step: int) -> dict[str, float | None]:
+def _rank_bits(q: DistributedQESGD, transport: Transport, step: int) -> dict[str, float | None]:
     """This rank's bits for ``step``: the codes payload (wire and paper) and what it sent and
     received (:func:`gradzip.experiments.traffic.step_traffic`)."""
     from gradzip.experiments.traffic import step_traffic
@@ -142,10 +133,13 @@ def rank_bits(q: DistributedQESGD, transport: Transport, step: int) -> dict[str,
     }
 
 
-def unflatten_like(model: torch.nn.Module, flat: torch.Tensor) -> list[torch.Tensor]:
-    """``flat`` cut into tensors shaped like ``model.parameters()`` (the trainer steps every
-    parameter, as :func:`flatten` of them lays them out)."""
-    return unflatten(flat, list(model.parameters()))
+def _method_param(check: Callable[[Any], object], value: Any) -> None:
+    """Run the algorithm's own check of an option; its ``ValueError`` becomes the
+    :class:`ConfigError` of ``--method-param`` (the same message, less its ``qesgd:``)."""
+    try:
+        check(value)
+    except ValueError as err:
+        raise ConfigError(f"--method-param {str(err).removeprefix('qesgd: ')}") from None
 
 
 class QESGD(TrainingMethod):
@@ -168,28 +162,20 @@ class QESGD(TrainingMethod):
                 "--method qesgd has its own parameter-server exchange: leave out --scheme, "
                 "--error-feedback and --entropy"
             )
-        bits, c = options.bits, options.c
-        if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 16:
-            raise ConfigError(f"--method-param bits must be an int in [1, 16], got {bits!r}")
-        if (
-            isinstance(c, bool)
-            or not isinstance(c, int | float)
-            or not (math.isfinite(c) and c > 0)
-        ):
-            raise ConfigError(f"--method-param c must be a positive number, got {c!r}")
-        if options.output not in OUTPUTS:
-            raise ConfigError(
-                f"--method-param output must be one of {', '.join(OUTPUTS)}, got {options.output!r}"
-            )
-        if (
-            isinstance(options.bucket_size, bool)
-            or not isinstance(options.bucket_size, int)
-            or (options.bucket_size < 0)
-        ):
+        _method_param(check_bits, options.bits)
+        if isinstance(options.c, bool):  # DeltaSchedule's check takes True as 1
+            raise ConfigError(f"--method-param c must be a positive number, got {options.c!r}")
+        _method_param(lambda c: DeltaSchedule((1.0,), c=c), options.c)
+        _method_param(check_output, options.output)
+        try:  # the whole vector is 0 here (check_bucket_size also takes None for it)
+            if options.bucket_size is None:
+                raise ValueError(options.bucket_size)
+            check_bucket_size(options.bucket_size)
+        except ValueError:
             raise ConfigError(
                 "--method-param bucket_size must be an int >= 0 (0: the whole vector), got "
                 f"{options.bucket_size!r}"
-            )
+            ) from None
         samples = options.norm_samples
         if samples is not None and (
             isinstance(samples, bool) or not isinstance(samples, int) or samples < config.batch_size
@@ -230,7 +216,7 @@ class QESGD(TrainingMethod):
             def on_rank(transport: Transport) -> tuple[torch.Tensor, dict[str, float | None]]:
                 q = ranks[transport.rank]
                 u = q.step(worker_sum(out, transport.rank, per), lr, end)
-                return u, rank_bits(q, transport, step)
+                return u, _rank_bits(q, transport, step)
 
             results = pool.run(on_rank)
             return Exchanged(
@@ -238,7 +224,7 @@ class QESGD(TrainingMethod):
                 [r[1] for r in results],
                 [float(v) for v in out.loss],
                 int(out.correct.sum()),
-                params=unflatten_like(trainer.model, results[0][0]),
+                params=unflatten(results[0][0], list(trainer.model.parameters())),
                 stop=stop.requested,
             )
 
@@ -260,8 +246,8 @@ class QESGD(TrainingMethod):
             u = q.step(worker_sum(out, 0, per), trainer.lr(), trainer.is_epoch_end(step))
             return Exchanged(
                 None,
-                **gather_metrics(transport, out, rank_bits(q, transport, step), stop),
-                params=unflatten_like(trainer.model, u),
+                **gather_metrics(transport, out, _rank_bits(q, transport, step), stop),
+                params=unflatten(u, list(trainer.model.parameters())),
             )
 
         return RankSetup(exchange, q.state_dict)
