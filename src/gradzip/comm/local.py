@@ -18,6 +18,13 @@ from gradzip.errors import GradzipError
 
 T = TypeVar("T")
 
+#: Seconds a simulated rank waits for a peer's message before declaring it stalled. A rank that
+#: raises wakes every waiting peer at once (``LocalGroup.fail``), so this bound only catches a
+#: rank that is alive but never sends (a deadlock); it is generous because on a loaded machine
+#: a large model's step between two messages can take minutes (60 s cut reproductions short
+#: under a load of 20 on 2 cores).
+DEFAULT_TIMEOUT = 600.0
+
 
 class _Done:
     """A send into an unbounded queue is complete as soon as it is queued."""
@@ -40,7 +47,7 @@ _WAKE = _Wake()
 class LocalGroup:
     """The shared wire of ``world_size`` simulated ranks: one FIFO queue per (src, dst)."""
 
-    def __init__(self, world_size: int, timeout: float = 60.0) -> None:
+    def __init__(self, world_size: int, timeout: float = DEFAULT_TIMEOUT) -> None:
         if world_size < 1:
             raise ValueError(f"a group needs at least one rank, got {world_size}")
         self.world_size = world_size
@@ -124,7 +131,9 @@ class LocalTransport(Transport):
         return item
 
 
-def run_local(world_size: int, fn: Callable[[LocalTransport], T], timeout: float = 60.0) -> list[T]:
+def run_local(
+    world_size: int, fn: Callable[[LocalTransport], T], timeout: float = DEFAULT_TIMEOUT
+) -> list[T]:
     """Run ``fn(transport)`` on ``world_size`` simulated ranks at once; their results in rank
     order. An exception on any rank is re-raised here (the first, by rank)."""
     group = LocalGroup(world_size, timeout)
