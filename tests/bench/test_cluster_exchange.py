@@ -17,6 +17,7 @@ from gradzip.bench.cluster_exchange import (
     exchange_cases,
 )
 from gradzip.bench.cluster_timing import (
+    case_summaries,
     median_step,
     paired_ratio,
     step_seconds,
@@ -48,6 +49,14 @@ def test_step_time_is_the_slowest_rank_and_ratios_pair_steps() -> None:
     assert median_step(ranks, "fp32") == 4
     # per step 4/2, 8/3, 3/3: the median of the paired ratios, not a ratio of medians (4/3)
     assert paired_ratio(ranks, "fp32", "q") == pytest.approx(2.0)
+
+
+def test_case_summaries() -> None:
+    summary = case_summaries(_ranks())
+    assert set(summary) == {"fp32", "q"}
+    assert summary["fp32"]["step_ms"] == pytest.approx(4000.0)
+    assert summary["fp32"]["exchange_ms"] == pytest.approx(3000.0)  # slowest: 3, 7, 2
+    assert summary["q"]["wire_mb_max_rank"] == 0.0
 
 
 def test_time_split_and_wire_bytes() -> None:

@@ -104,3 +104,24 @@ def wire_megabytes(ranks: list[dict[str, Any]], label: str) -> dict[str, float]:
     payload = statistics.fmean(statistics.fmean(r["cases"][label]["payload_bytes"]) for r in ranks)
     return {"max_rank": max(totals) / 1e6, "mean_rank": statistics.fmean(totals) / 1e6,
             "payload_sent": payload / 1e6}  # fmt: skip
+
+
+def case_summaries(ranks: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per case, what a result file keeps of the ranks' figures: the median step and exchange
+    times (slowest rank, ms), the medians of the mean rank's encode and decode ms, and
+    :func:`wire_megabytes`."""
+    out = {}
+    for label in ranks[0]["cases"]:
+        split = time_split(ranks, label)
+        exchange = [
+            max(step)
+            for step in zip(*(r["cases"][label]["exchange_s"] for r in ranks), strict=True)
+        ]
+        out[label] = {
+            "step_ms": 1000 * median_step(ranks, label),
+            "exchange_ms": 1000 * statistics.median(exchange),
+            "encode_ms": 1000 * split["encoding"],
+            "decode_ms": 1000 * split["decoding"],
+            **{f"wire_mb_{k}": v for k, v in wire_megabytes(ranks, label).items()},
+        }
+    return out

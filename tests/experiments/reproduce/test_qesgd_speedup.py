@@ -13,7 +13,7 @@ def test_models_keep_each_papers_compute_per_byte() -> None:
     assert full["ResNet-56"] == (850_000, pytest.approx(2.0))
     # AlexNet: 57 M values in 0.3 s, cut to 850,000 values with its compute cut alike, x 10
     assert full["AlexNet"] == (850_000, pytest.approx(10 * 0.3 * 850_000 / 57_000_000))
-    assert quick["ResNet-56"] == (212_500, pytest.approx(0.5))
+    assert quick["ResNet-56"] == (106_250, pytest.approx(0.25))
     assert pytest.approx(1.6) == IDEAL
     built = {c.label: c for c in cases(full)}
     assert (

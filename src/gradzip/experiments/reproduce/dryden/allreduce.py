@@ -22,7 +22,12 @@ from typing import Any
 import torch
 
 from gradzip.bench.cluster_exchange import ExchangeCase
-from gradzip.bench.cluster_timing import measure_exchanges, median_step, paired_ratio
+from gradzip.bench.cluster_timing import (
+    case_summaries,
+    measure_exchanges,
+    median_step,
+    paired_ratio,
+)
 from gradzip.experiments.reproduce.cluster_timing import method_notes, one_thread_seconds
 from gradzip.experiments.reproduce.common import Outcome, Row
 
@@ -30,7 +35,7 @@ WORLD = 4
 #: rate -> matrix sizes: a link slow enough for the wire to dominate the loaded machine's
 #: encoding, and one where a rank's share of the cores encodes about as slowly as the wire
 FULL_PLAN = {"20mbit": (256, 512, 1024), "100mbit": (512, 1024, 2048)}
-QUICK_PLAN = {"20mbit": (256, 512, 1024)}
+QUICK_PLAN = {"20mbit": (128, 256, 512)}
 FULL_STEPS, QUICK_STEPS = 5, 3
 BATCH = 64  # per rank: the paper's 256 over its 4-way data parallelism
 #: label -> (kind, compressor, its parameters); the quantizers run the ring with error feedback
@@ -129,7 +134,11 @@ def run(out: Path, quick: bool) -> Outcome:
             WORLD, rate, cases(sizes, compute), steps=steps, warmup=1, run=index
         )
         rows += speedup_rows(ranks, sizes, rate)
-        measured[rate] = {"sizes": list(sizes), "layer_compute_s": compute, "ranks": ranks}
+        measured[rate] = {
+            "sizes": list(sizes),
+            "layer_compute_s": compute,
+            "cases": case_summaries(ranks),
+        }
     layers = ", ".join(
         f"{m['sizes'][-1]}: {1000 * m['layer_compute_s']:.0f} ms" for m in measured.values()
     )

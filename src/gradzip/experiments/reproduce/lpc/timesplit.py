@@ -28,7 +28,12 @@ from typing import Any
 import torch
 
 from gradzip.bench.cluster_exchange import ExchangeCase
-from gradzip.bench.cluster_timing import measure_exchanges, paired_ratio, time_split
+from gradzip.bench.cluster_timing import (
+    case_summaries,
+    measure_exchanges,
+    paired_ratio,
+    time_split,
+)
 from gradzip.experiments.reproduce.cluster_timing import method_notes, one_thread_seconds
 from gradzip.experiments.reproduce.common import Outcome, Row
 
@@ -37,7 +42,7 @@ WORKERS = 4
 DIM, SAMPLES = 20_000, 50_000
 BATCH = round(SAMPLES ** (2 / 3) / WORKERS)  # per worker, as lpc-fig3c
 INNER = SAMPLES // (WORKERS * BATCH)  # rounds per epoch
-FULL_STEPS, QUICK_STEPS = 20, 6
+FULL_STEPS, QUICK_STEPS = 40, 6
 #: label -> (compressor, parameters, mini-batch gradients per round)
 METHODS: dict[str, tuple[str, dict[str, Any], float]] = {
     "SVRG": ("identity", {}, 2 + SAMPLES / (WORKERS * BATCH * INNER)),
@@ -138,6 +143,6 @@ def run(out: Path, quick: bool) -> Outcome:
             "gradient_s": gradient,
             "splits": splits,
             "steps": steps,
-            "ranks": ranks,
+            "cases": case_summaries(ranks),
         },
     )
