@@ -68,10 +68,10 @@ _TABLE = (
     Experiment("dryden-accuracy", "Dryden et al.: MNIST accuracy of four quantizers", 30),
     Experiment("dryden-volume", "Dryden et al.: data volume per mini-batch", 35),
     # the seeds' timing results, on the emulated cluster (network namespaces, tc tbf)
-    Experiment("dryden-allreduce", "Dryden et al.: quantized vs fp32 all-reduce time", 45, True),
-    Experiment("qesgd-speedup", "QESGD Table 2: speed-up over SGD, parameter server", 45, True),
-    Experiment("dqgan-speedup", "DQGAN Fig. 4: speed-up vs number of workers", 45, True),
-    Experiment("lpc-timesplit", "LPC-SVRG Fig. 4: computation vs communication time", 30, True),
+    Experiment("dryden-allreduce", "Dryden et al.: quantized vs fp32 all-reduce time", 40, True),
+    Experiment("qesgd-speedup", "QESGD Table 2: speed-up over SGD, parameter server", 55, True),
+    Experiment("dqgan-speedup", "DQGAN Fig. 4: speed-up vs number of workers", 50, True),
+    Experiment("lpc-timesplit", "LPC-SVRG Fig. 4: computation vs communication time", 20, True),
 )
 EXPERIMENTS: dict[str, Experiment] = {e.id: e for e in _TABLE}
 
