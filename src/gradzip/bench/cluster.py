@@ -22,21 +22,23 @@ interleaved (chunks one after another).
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import gradzip
-from gradzip.bench.cluster_netns import ClusterNetwork, missing_privilege, sweep_stale
-from gradzip.bench.cluster_rank import MODEL_NAMES, PROGRESS, RankConfig
+from gradzip.bench.cluster_launch import (
+    ClusterInterruptedError,
+    ClusterRunError,
+    built_cluster,
+    launch,
+    signals_raise,
+)
+from gradzip.bench.cluster_netns import missing_privilege, sweep_stale
+from gradzip.bench.cluster_rank import MODEL_NAMES, RankConfig
 from gradzip.bench.cluster_report import fill_references, format_table, make_row, write_json
 from gradzip.bench.cluster_target import Target
 from gradzip.bench.cluster_variants import Variant, select
@@ -46,18 +48,6 @@ MASTER_PORT = 29500
 DEFAULT_LR = {"mlp-4096": 0.03, "fc-300-100": 0.2}  # the loss falls within a few steps
 MODEL_NUMEL = {"mlp-4096": 36_818_954, "fc-300-100": 266_610}
 VARIANT_MODEL_COPIES = 4  # see the module docstring
-
-
-class ClusterInterruptedError(GradzipError):
-    """SIGINT or SIGTERM reached the launcher; the cluster was torn down."""
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
-
-
-class ClusterRunError(GradzipError):
-    """A rank failed or the ranks ran past ``--timeout``."""
 
 
 def check_variants(variants: list[Variant]) -> None:
@@ -92,92 +82,6 @@ def chunks(names: list[str], model: str, world_size: int, memory: int) -> list[l
     per_variant = VARIANT_MODEL_COPIES * 4 * MODEL_NUMEL[model] * world_size
     size = max(1, (memory // 2) // per_variant)
     return [names[i : i + size] for i in range(0, len(names), size)]
-
-
-def _rank_env() -> dict[str, str]:
-    """The ranks' environment: this gradzip first on the path (the ranks import the same code)."""
-    env = dict(os.environ)
-    source = str(Path(gradzip.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, env.get("PYTHONPATH", "")]))
-    return env
-
-
-def launch(
-    net: ClusterNetwork, configs: list[RankConfig], timeout: float, workdir: Path
-) -> list[dict[str, Any]]:
-    """Start every rank in its namespace, wait for all (at most ``timeout`` s), return their
-    results. A failed rank, or the limit, kills the others and raises :class:`ClusterRunError`
-    with the failed ranks' last output lines."""
-    procs: list[subprocess.Popen[bytes]] = []
-    logs, outs = [], []
-    try:
-        for config in configs:
-            cfg = workdir / f"rank{config.rank}.json"
-            cfg.write_text(json.dumps(asdict(config)))
-            out, log = workdir / f"rank{config.rank}.out.json", workdir / f"rank{config.rank}.log"
-            outs.append(out)
-            logs.append(log)
-            argv = [
-                *net.exec_prefix(config.rank),
-                *(sys.executable, "-m", "gradzip.bench.cluster_rank", str(cfg), str(out)),
-            ]
-            with log.open("wb") as sink:
-                # a session of its own: a terminal's Ctrl-C reaches the launcher only, which
-                # kills the ranks and tears the cluster down
-                procs.append(
-                    subprocess.Popen(
-                        argv, stdout=sink, stderr=subprocess.STDOUT, env=_rank_env(),
-                        start_new_session=True,
-                    )
-                )  # fmt: skip
-        deadline = time.monotonic() + timeout
-        shown = 0  # bytes of rank 0's log already scanned for progress lines
-        while any(p.poll() is None for p in procs):
-            shown = _show_progress(logs[0], shown)
-            failed = [i for i, p in enumerate(procs) if p.returncode not in (None, 0)]
-            if failed:
-                time.sleep(5.0)  # let the peers report their side of it before they go
-                raise ClusterRunError(_failure(failed, procs, logs, "failed"))
-            if time.monotonic() > deadline:
-                running = [i for i, p in enumerate(procs) if p.poll() is None]
-                raise ClusterRunError(_failure(running, procs, logs, f"ran past {timeout:.0f} s"))
-            time.sleep(0.2)
-        failed = [i for i, p in enumerate(procs) if p.returncode != 0]
-        if failed:
-            raise ClusterRunError(_failure(failed, procs, logs, "failed"))
-        return [json.loads(out.read_text()) for out in outs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=10)
-
-
-def _show_progress(log: Path, offset: int) -> int:
-    """Print rank 0's complete progress lines after ``offset``; returns the new offset."""
-    try:
-        with log.open("rb") as source:
-            source.seek(offset)
-            text = source.read().decode(errors="replace")
-    except OSError:
-        return offset
-    complete = text[: text.rfind("\n") + 1]
-    for line in complete.splitlines():
-        if line.startswith(PROGRESS):
-            print(f"    {line[len(PROGRESS) :]}", flush=True)
-    return offset + len(complete.encode())
-
-
-def _failure(ranks: list[int], procs: list[Any], logs: list[Path], what: str) -> str:
-    parts = []
-    for i in ranks:
-        tail = logs[i].read_text(errors="replace").strip().splitlines()[-6:]
-        parts.append(f"rank {i} {what} (exit {procs[i].returncode}): " + " | ".join(tail))
-    return "; ".join(parts)
-
-
-def _raise_on_signal(signum: int, _: FrameType | None) -> None:
-    raise ClusterInterruptedError(signum)
 
 
 def run(
@@ -217,14 +121,10 @@ def run(
         "ms/step over the row's"
     )
     rows: list[dict[str, Any]] = []
-    previous = {s: signal.signal(s, _raise_on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with signals_raise():
         for index, world in enumerate(world_sizes):
             rows.extend(_one_world(index, world, rates, model, steps, warmup, names, timeout,
                                    data, batch, lr, threads, target))  # fmt: skip
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
     fill_references(rows)
     print()
     for line in format_table(rows):
@@ -264,12 +164,10 @@ def _one_world(
 ) -> list[dict[str, Any]]:
     from gradzip.bench.cluster_target import target_figures
 
-    net = ClusterNetwork(world, run=index)
     rows: list[dict[str, Any]] = []
     per_rank_threads = threads or max(1, (os.cpu_count() or 1) // world)
     plan = chunks(names, model, world, available_memory())
-    try:
-        net.setup()
+    with built_cluster(world, run=index) as net:
         for k, rate in enumerate(rates):
             net.set_rate(rate)
             start = time.perf_counter()
@@ -296,15 +194,6 @@ def _one_world(
                 f"{per_rank_threads} thread(s) per rank, {time.perf_counter() - start:.0f} s",
                 flush=True,
             )
-    finally:
-        # a second Ctrl-C must not cut the teardown short: held until the namespaces are gone
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        try:
-            left = net.teardown()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
-        if left:
-            print(f"WARNING: namespaces still listed after teardown: {', '.join(left)}")
     return rows
 
 

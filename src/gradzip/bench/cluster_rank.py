@@ -35,6 +35,7 @@ import torch.distributed as dist
 import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 from torch.nn.parallel import DistributedDataParallel
 
+from gradzip.bench.cluster_launch import PROGRESS
 from gradzip.bench.cluster_netns import RANK_DEVICE
 from gradzip.bench.cluster_target import window_reached
 from gradzip.bench.cluster_variants import VARIANTS_BY_NAME, attach
@@ -43,7 +44,6 @@ from gradzip.bench.cluster_variants import VARIANTS_BY_NAME, attach
 MODEL_NAMES = {"mlp-4096": "dryden-mlp", "fc-300-100": "fc-300-100"}
 MODEL_SEED = 13
 DATA_SEED = 17
-PROGRESS = "[progress] "  # rank 0's output lines the launcher shows
 
 
 @dataclass

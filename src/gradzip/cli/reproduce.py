@@ -32,12 +32,14 @@ def print_experiments() -> None:
 
     width = max(len(e) for e in EXPERIMENTS)
     for e in EXPERIMENTS.values():
-        print(f"{e.id:<{width}}  {e.summary} (--quick: about {e.quick_seconds} s)")
+        root = " (needs root)" if e.needs_root else ""
+        print(f"{e.id:<{width}}  {e.summary} (--quick: about {e.quick_seconds} s){root}")
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from gradzip.data.files import DatasetUnavailableError
     from gradzip.experiments.reproduce import EXPERIMENTS, reproduce
+    from gradzip.experiments.reproduce.cluster_timing import ClusterUnavailableError
 
     if args.list or args.id in (None, "list"):
         print_experiments()
@@ -54,5 +56,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     except DatasetUnavailableError as err:  # one line: which data set, how to supply it
         print(f"gradzip reproduce: {err}", file=sys.stderr)
         return 1
+    except ClusterUnavailableError as err:  # one line: needs root, or iproute2
+        print(str(err), file=sys.stderr)
+        return 2
     print(f"{args.id}: {outcome.seconds:.1f} s; report in {args.out}/{args.id}/report.md")
     return 0

@@ -27,6 +27,8 @@ class Experiment:
     id: str
     summary: str
     quick_seconds: int
+    #: times exchanges on the emulated cluster: needs root and iproute2 (refused otherwise)
+    needs_root: bool = False
 
     @property
     def module(self) -> str:
@@ -65,6 +67,11 @@ _TABLE = (
     # seed 004: Dryden et al.
     Experiment("dryden-accuracy", "Dryden et al.: MNIST accuracy of four quantizers", 30),
     Experiment("dryden-volume", "Dryden et al.: data volume per mini-batch", 35),
+    # the seeds' timing results, on the emulated cluster (network namespaces, tc tbf)
+    Experiment("dryden-allreduce", "Dryden et al.: quantized vs fp32 all-reduce time", 40, True),
+    Experiment("qesgd-speedup", "QESGD Table 2: speed-up over SGD, parameter server", 55, True),
+    Experiment("dqgan-speedup", "DQGAN Fig. 4: speed-up vs number of workers", 50, True),
+    Experiment("lpc-timesplit", "LPC-SVRG Fig. 4: computation vs communication time", 20, True),
 )
 EXPERIMENTS: dict[str, Experiment] = {e.id: e for e in _TABLE}
 
@@ -73,9 +80,15 @@ def reproduce(experiment_id: str, out: str | Path, quick: bool = False) -> Outco
     """Run ``experiment_id`` and write its report under ``out/<id>/``; the outcome.
 
     ``DatasetUnavailableError`` (a data set the user must supply is missing) propagates, and
-    the directories this call created are removed again."""
+    the directories this call created are removed again. An experiment that needs root raises
+    :class:`~gradzip.experiments.reproduce.cluster_timing.ClusterUnavailableError` before
+    creating anything where the emulated cluster cannot be built."""
     if experiment_id not in EXPERIMENTS:
         raise KeyError(experiment_id)
+    if EXPERIMENTS[experiment_id].needs_root:
+        from gradzip.experiments.reproduce.cluster_timing import require_cluster
+
+        require_cluster(experiment_id)
     directory = Path(out) / experiment_id
     created = _outermost_missing(directory)
     directory.mkdir(parents=True, exist_ok=True)
