@@ -169,7 +169,9 @@ def test_the_docs_render_a_multi_seed_result(tmp_path: Path) -> None:
     assert format_seeded_report(result).startswith(f"# {FAKE}: a fake experiment")
 
 
-@pytest.mark.parametrize("experiment_id", ["dqsg-fig5", "qesgd-fmnist", "qesgd-lstm", "dqgan-mnist"])
+@pytest.mark.parametrize(
+    "experiment_id", ["dqsg-fig5", "qesgd-fmnist", "qesgd-lstm", "dqgan-mnist"]
+)
 def test_every_designated_comparison_names_rows_the_experiment_reports(
     experiment_id: str,
 ) -> None:
@@ -190,3 +192,12 @@ def test_every_designated_comparison_names_rows_the_experiment_reports(
     assert [c["label"] for c in result["comparisons"]] == [
         c.label for c in experiment.comparisons()
     ]
+
+
+def test_fig5_s_seed_reaches_its_measurements() -> None:
+    # the failure rates replay Algorithm 2 on gradients of the model initialised from the seed
+    from gradzip.experiments.reproduce.dqsg.nested_costs import nested_failure_rate
+
+    seed_0 = nested_failure_rate(workers=4, batch=8, seed=0)
+    assert nested_failure_rate(workers=4, batch=8, seed=0) == seed_0
+    assert nested_failure_rate(workers=4, batch=8, seed=1) != seed_0

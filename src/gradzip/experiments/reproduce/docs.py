@@ -32,11 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from gradzip.experiments.reproduce.common import Row, format_rows, format_value
-from gradzip.experiments.reproduce.seeds import (
-    comparison_note,
-    format_comparisons,
-    format_seed_rows,
-)
+from gradzip.experiments.reproduce.seeds import format_comparisons, format_seed_rows
 
 DOC = Path("docs/reproduction.md")
 RESULTS = Path("docs/results")
@@ -65,7 +61,11 @@ def render_seeded(result: dict[str, Any], source: str) -> str:
     seeds = result["seeds"]
     parts = [format_seed_rows(result["rows"])]
     if result["comparisons"]:
-        parts += [format_comparisons(result["comparisons"]), comparison_note(len(seeds))]
+        parts += [
+            f'Method comparisons, paired t-test over {len(seeds)} seeds (see "Seeds and noise"'
+            " above):",
+            format_comparisons(result["comparisons"]),
+        ]
     quick = " --quick" if result["quick"] else ""
     parts.append(
         f"*Generated from `{source}` (`gradzip reproduce {result['id']}{quick} --seeds "
