@@ -201,3 +201,14 @@ def test_fig5_s_seed_reaches_its_measurements() -> None:
     seed_0 = nested_failure_rate(workers=4, batch=8, seed=0)
     assert nested_failure_rate(workers=4, batch=8, seed=0) == seed_0
     assert nested_failure_rate(workers=4, batch=8, seed=1) != seed_0
+
+
+@pytest.mark.usefixtures("fake")
+def test_a_comparison_naming_no_row_fails_after_the_first_seed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = sys.modules[f"{reproduce_package.__name__}.fake.seeded"]
+    monkeypatch.setattr(module, "COMPARISONS", (Comparison("x", "D: accuracy", "A: accuracy"),))
+    with pytest.raises(KeyError, match="0 rows start with 'D: accuracy'"):
+        reproduce(FAKE, tmp_path, seeds=[0, 1, 2])
+    assert (tmp_path / FAKE / "seed-0").is_dir() and not (tmp_path / FAKE / "seed-1").exists()

@@ -128,9 +128,11 @@ def reproduce(
             outcome = _run_once(experiment, directory, quick, None)
             write_outcome(outcome, directory)
             return outcome
-        outcomes = [
-            _run_once(experiment, directory / f"seed-{seed}", quick, seed) for seed in seeds
-        ]
+        outcomes = []
+        for seed in seeds:
+            outcomes.append(_run_once(experiment, directory / f"seed-{seed}", quick, seed))
+            if len(outcomes) == 1:  # a comparison naming no row fails now, not after all seeds
+                aggregate(outcomes, [seed], experiment.comparisons())
     except DatasetUnavailableError:
         # a data set the user must supply is missing: leave no empty report directory behind
         if created is not None:
