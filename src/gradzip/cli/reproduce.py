@@ -23,7 +23,24 @@ def add_reproduce_parser(sub: Any) -> None:
     p.add_argument("--list", action="store_true", help="list the experiment ids and exit")
     p.add_argument("--quick", action="store_true", help="scaled-down run (about a minute)")
     p.add_argument("--out", default="reproduce", help="output directory (default: reproduce)")
+    p.add_argument(
+        "--seeds",
+        type=_seed_count,
+        metavar="N",
+        help=(
+            "run seeds 0..N-1 (each into <out>/<id>/seed-<seed>/) and report every row's mean "
+            "± sd and paired t-tests of the methods (for ids whose run takes a seed; seed 0 "
+            "is the run without --seeds)"
+        ),
+    )
     p.set_defaults(func=cmd_reproduce)
+
+
+def _seed_count(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--seeds needs at least 1, not {n}")
+    return n
 
 
 def print_experiments() -> None:
@@ -51,8 +68,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    seeds = None if args.seeds is None else list(range(args.seeds))
+    if seeds is not None and not EXPERIMENTS[args.id].takes_seed():
+        print(
+            f"gradzip reproduce: {args.id} takes no seed; run it without --seeds", file=sys.stderr
+        )
+        return 2
     try:
-        outcome = reproduce(args.id, args.out, quick=args.quick)
+        outcome = reproduce(args.id, args.out, quick=args.quick, seeds=seeds)
     except DatasetUnavailableError as err:  # one line: which data set, how to supply it
         print(f"gradzip reproduce: {err}", file=sys.stderr)
         return 1

@@ -121,7 +121,7 @@ def train_simulated(config: TrainConfig, resume: bool = False) -> dict[str, Any]
     with StopRequest(escalate=True, notice=config.progress) as stop:
         trainer = Trainer(config)
         states = checkpoint.restore(trainer, checkpoint.load(config.out), None) if resume else None
-        with RankPool(config.workers) as pool:
+        with RankPool(config.workers, timeout=config.timeout) as pool:
             ranks = config.training_method().simulated(trainer, pool, states, stop)
             writer = RunWriter(config.out, config.to_dict(), trainer.rows)
 

@@ -3,18 +3,33 @@
 Each experiment id maps to a function ``run(out_dir, quick) -> Outcome``; :func:`reproduce`
 runs one and writes ``<out>/<id>/report.md`` (the paper's value, ours, the deviation) and
 ``<out>/<id>/result.json``, plus ``accuracy.png`` for the curves.
+
+Experiments whose ``run`` also takes ``seed`` (default 0) can be repeated over seeds
+(``reproduce(..., seeds=[0, 1, 2])``, ``gradzip reproduce ID --seeds 3``): each seed's run
+goes to ``<out>/<id>/seed-<seed>/`` and ``<out>/<id>/`` gets the mean ± sd of every row and
+the paired tests of the module's ``COMPARISONS`` (:mod:`.seeds`).
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from gradzip.data import DatasetUnavailableError
 from gradzip.experiments.reproduce.common import Outcome, write_outcome
+from gradzip.experiments.reproduce.seeds import (
+    Comparison,
+    SeededOutcome,
+    aggregate,
+    read_outcome,
+    write_seeded,
+)
 
 
 @dataclass(frozen=True)
@@ -36,9 +51,27 @@ class Experiment:
         paper, _, name = self.id.partition("-")
         return f"{paper}.{name.replace('-', '_')}"
 
-    def run(self, out: Path, quick: bool) -> Outcome:
-        module = importlib.import_module(f"{__name__}.{self.module}")
-        outcome: Outcome = module.run(out, quick)
+    def _import(self) -> ModuleType:
+        return importlib.import_module(f"{__name__}.{self.module}")
+
+    def takes_seed(self) -> bool:
+        """Whether the module's ``run`` takes a ``seed`` (can be repeated over seeds)."""
+        return "seed" in inspect.signature(self._import().run).parameters
+
+    def comparisons(self) -> tuple[Comparison, ...]:
+        """The method comparisons a multi-seed run tests (the module's ``COMPARISONS``)."""
+        found: tuple[Comparison, ...] = getattr(self._import(), "COMPARISONS", ())
+        return found
+
+    def run(self, out: Path, quick: bool, seed: int | None = None) -> Outcome:
+        """The module's ``run``; ``seed=None`` calls it without one (its own default)."""
+        module = self._import()
+        if seed is None:
+            outcome: Outcome = module.run(out, quick)
+        elif self.takes_seed():
+            outcome = module.run(out, quick, seed=seed)
+        else:
+            raise ValueError(f"{self.id} takes no seed")
         return outcome
 
 
@@ -76,33 +109,81 @@ _TABLE = (
 EXPERIMENTS: dict[str, Experiment] = {e.id: e for e in _TABLE}
 
 
-def reproduce(experiment_id: str, out: str | Path, quick: bool = False) -> Outcome:
+def reproduce(
+    experiment_id: str, out: str | Path, quick: bool = False, seeds: Sequence[int] | None = None
+) -> Outcome | SeededOutcome:
     """Run ``experiment_id`` and write its report under ``out/<id>/``; the outcome.
 
-    ``DatasetUnavailableError`` (a data set the user must supply is missing) propagates, and
-    the directories this call created are removed again. An experiment that needs root raises
+    ``seeds`` (at least one, for an experiment whose ``run`` takes a seed; ``ValueError``
+    otherwise, before anything runs) runs it once per seed into ``out/<id>/seed-<seed>/`` and
+    writes their mean ± sd and tests to ``out/<id>/``; the result is then a
+    :class:`SeededOutcome`. ``DatasetUnavailableError`` (a data set the user must supply is
+    missing) propagates, and the directories this call created are removed again. An
+    experiment that needs root raises
     :class:`~gradzip.experiments.reproduce.cluster_timing.ClusterUnavailableError` before
     creating anything where the emulated cluster cannot be built."""
     if experiment_id not in EXPERIMENTS:
         raise KeyError(experiment_id)
-    if EXPERIMENTS[experiment_id].needs_root:
+    experiment = EXPERIMENTS[experiment_id]
+    if seeds is not None:
+        if not seeds or len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds must be distinct and at least one, not {list(seeds)}")
+        if not experiment.takes_seed():
+            raise ValueError(f"{experiment_id} takes no seed: run it without --seeds")
+    if experiment.needs_root:
         from gradzip.experiments.reproduce.cluster_timing import require_cluster
 
         require_cluster(experiment_id)
     directory = Path(out) / experiment_id
     created = _outermost_missing(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
     try:
-        outcome = EXPERIMENTS[experiment_id].run(directory, quick)
+        if seeds is None:
+            outcome = _run_once(experiment, directory, quick, None)
+            write_outcome(outcome, directory)
+            return outcome
+        outcomes = []
+        for seed in seeds:
+            outcomes.append(_run_once(experiment, directory / f"seed-{seed}", quick, seed))
+            if len(outcomes) == 1:  # a comparison naming no row fails now, not after all seeds
+                aggregate(outcomes, [seed], experiment.comparisons())
     except DatasetUnavailableError:
         # a data set the user must supply is missing: leave no empty report directory behind
         if created is not None:
             shutil.rmtree(created, ignore_errors=True)
         raise
+    seeded = aggregate(outcomes, list(seeds), experiment.comparisons())
+    write_seeded(seeded, directory)
+    return seeded
+
+
+def _run_once(experiment: Experiment, directory: Path, quick: bool, seed: int | None) -> Outcome:
+    """One run, timed; a seed's run also writes its own report into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    outcome = experiment.run(directory, quick, seed)
     outcome.seconds = time.perf_counter() - started
-    write_outcome(outcome, directory)
+    if seed is not None:
+        write_outcome(outcome, directory)
     return outcome
+
+
+def summarize_seeds(experiment_id: str, directory: str | Path) -> SeededOutcome:
+    """Fold the seed runs stored in ``directory/seed-<seed>/result.json`` (as a multi-seed
+    ``reproduce`` leaves them) into a new ``directory/report.md`` and ``result.json``, with
+    the experiment's current ``COMPARISONS``: seeds run separately are summarized in one."""
+    directory = Path(directory)
+    found = sorted(
+        (int(p.parent.name.removeprefix("seed-")), p) for p in directory.glob("seed-*/result.json")
+    )
+    if not found:
+        raise FileNotFoundError(f"no seed-<seed>/result.json under {directory}")
+    outcomes = [read_outcome(path) for _, path in found]
+    seeded = aggregate(
+        outcomes, [seed for seed, _ in found], EXPERIMENTS[experiment_id].comparisons()
+    )
+    write_seeded(seeded, directory)
+    return seeded
 
 
 def _outermost_missing(path: Path) -> Path | None:

@@ -9,9 +9,11 @@ comments and is generated, so the docs cannot drift from the results::
 
 ``<!-- generated:dqsg-fig4:quick:accuracy -->`` renders the result's ``accuracy`` entry instead,
 a nested mapping ``{table: {row: {column: value}}}`` (e.g. panel, method, worker count), as one
-table per first-level key.
+table per first-level key. ``<!-- generated:dqsg-fig5:quick-seeds -->`` renders a multi-seed
+result (``gradzip reproduce ID --seeds N``, stored as ``<id>-quick-seeds.json``): every row's
+mean ± sd and the paired tests of the methods.
 
-The results live in the repository (``docs/results/<id>-<quick|full>.json``, copies of what
+The results live in the repository (``docs/results/<id>-<quick|full>[-seeds].json``, copies of what
 ``gradzip reproduce`` wrote), so regenerating is reproducible and a test can check that the page
 matches them. Usage (``make reproduction-docs`` runs the second)::
 
@@ -30,11 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from gradzip.experiments.reproduce.common import Row, format_rows, format_value
+from gradzip.experiments.reproduce.seeds import format_comparisons, format_seed_rows
 
 DOC = Path("docs/reproduction.md")
 RESULTS = Path("docs/results")
 _BLOCK = re.compile(
-    r"(?P<open><!-- generated:(?P<id>[a-z0-9-]+):(?P<mode>quick|full)(?::(?P<entry>[a-z_]+))? -->\n)"
+    r"(?P<open><!-- generated:(?P<id>[a-z0-9-]+):(?P<mode>(?:quick|full)(?:-seeds)?)(?::(?P<entry>[a-z_]+))? -->\n)"
     r"(?P<body>.*?)"
     r"(?P<close><!-- /generated -->)",
     re.DOTALL,
@@ -42,13 +45,33 @@ _BLOCK = re.compile(
 
 
 def result_file(experiment_id: str, mode: str) -> str:
-    """``<id>-<quick|full>.json``: where a result is stored under the results folder."""
+    """``<id>-<mode>.json`` (mode ``quick``, ``full``, ``quick-seeds`` or ``full-seeds``):
+    where a result is stored under the results folder."""
     return f"{experiment_id}-{mode}.json"
 
 
 def result_name(result: dict[str, Any]) -> str:
-    """The stored name of ``result`` (its id and mode)."""
-    return result_file(result["id"], "quick" if result["quick"] else "full")
+    """The stored name of ``result`` (its id and mode; ``-seeds`` for a multi-seed one)."""
+    mode = ("quick" if result["quick"] else "full") + ("-seeds" if "seeds" in result else "")
+    return result_file(result["id"], mode)
+
+
+def render_seeded(result: dict[str, Any], source: str) -> str:
+    """The Markdown of one multi-seed result: mean ± sd per row, then the paired tests."""
+    seeds = result["seeds"]
+    parts = [format_seed_rows(result["rows"])]
+    if result["comparisons"]:
+        parts += [
+            f'Method comparisons, paired t-test over {len(seeds)} seeds (see "Seeds and noise"'
+            " above):",
+            format_comparisons(result["comparisons"]),
+        ]
+    quick = " --quick" if result["quick"] else ""
+    parts.append(
+        f"*Generated from `{source}` (`gradzip reproduce {result['id']}{quick} --seeds "
+        f"{len(seeds)}`, seeds {', '.join(map(str, seeds))}, {result['seconds']:.0f} s in all).*"
+    )
+    return "\n\n".join(parts) + "\n"
 
 
 def render_result(result: dict[str, Any], source: str) -> str:
@@ -108,7 +131,9 @@ def generate(text: str, results: Path) -> str:
             raise FileNotFoundError(f"{path} (needed by the marker {m['open'].strip()})")
         result = json.loads(path.read_text())
         source = f"{results.name}/{path.name}"
-        if m["entry"]:
+        if "seeds" in result:
+            body = render_seeded(result, source)
+        elif m["entry"]:
             body = render_grid(result[m["entry"]], f"`{source}`, entry `{m['entry']}`")
         else:
             body = render_result(result, source)

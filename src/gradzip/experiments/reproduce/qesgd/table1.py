@@ -259,7 +259,7 @@ def outcome(
             "setting": setting.__dict__,
             "curves": {r.method.name: r.curve for r in results},
             "train_loss": {r.method.name: r.train_loss for r in results},
-            "seconds": {r.method.name: r.seconds for r in results},
+            "seconds_per_method": {r.method.name: r.seconds for r in results},
             "norm0": norm0,
         },
     )
