@@ -140,6 +140,37 @@ def test_wgan_clipping_projects_the_critic_only() -> None:
         assert torch.equal(p.detach().abs().max(), expected)
 
 
+def test_wgan_gradient_penalty_changes_the_critic_part_only() -> None:
+    """WGAN-GP: the generator's part of ``F`` is still ``grad_theta L`` (the generated points
+    enter the penalty detached); the critic's is ``-grad_phi (L - lam GP)`` on the keyed
+    interpolates."""
+    ring = GaussianRing()
+    generator, critic = ring_gan(seed=3, noise_dim=4, hidden=8, activation="tanh")
+    plain = WGANGame(generator, critic, ring, batch_size=16, noise_shape=(4,), clip=None, seed=2)
+    penalised = WGANGame(
+        generator, critic, ring, batch_size=16, noise_shape=(4,), clip=None,
+        gradient_penalty=0.5, seed=2,
+    )  # fmt: skip
+    f_plain, f_gp = plain.operator(7, 1), penalised.operator(7, 1)
+    n_gen = len(list(generator.parameters()))
+    for a, b in zip(f_plain[:n_gen], f_gp[:n_gen], strict=True):
+        assert torch.equal(a, b)
+    real = ring(sample_generator("wgan-data", 2, 1, 7), 16)
+    z = torch.randn((16, 4), generator=sample_generator("wgan-noise", 2, 1, 7))
+    u = torch.rand((16, 1), generator=sample_generator("wgan-penalty", 2, 1, 7))
+    fake = generator(z)
+    points = (u * real + (1 - u) * fake.detach()).requires_grad_(True)
+    (grad,) = torch.autograd.grad(critic(points).sum(), points, create_graph=True)
+    penalty = (grad.norm(dim=1) - 1).square().mean()
+    objective = critic(real).mean() - critic(fake).mean() - 0.5 * penalty
+    expected = torch.autograd.grad(objective, list(critic.parameters()))
+    for got, want in zip(f_gp[n_gen:], expected, strict=True):
+        assert torch.allclose(got, -want, rtol=1e-5, atol=1e-7)
+    assert not torch.allclose(f_plain[n_gen], f_gp[n_gen])
+    with pytest.raises(ValueError, match="gradient_penalty"):
+        WGANGame(generator, critic, ring, batch_size=2, noise_shape=(4,), gradient_penalty=0.0)
+
+
 def test_wgan_bad_inputs_are_named() -> None:
     generator, critic = ring_gan(seed=0, noise_dim=4, hidden=8)
     with pytest.raises(ValueError, match="batch_size"):
@@ -225,6 +256,37 @@ def test_mode_score_on_the_ring() -> None:
     score = mode_score(collapsed, ring)
     assert (score.modes_covered, score.high_quality) == (1, 1.0)
     assert mode_score(torch.zeros(100, 2), ring).high_quality == 0.0  # the centre is no mode
+
+
+def test_mode_score_counts_eight_modes_a_collapse_and_a_smear() -> None:
+    """The counts behind the reproduction's table: 8 tight clusters are 8 modes, one cluster is
+    1, a cluster below a quarter of its fair share is not counted, and samples smeared evenly
+    round the ring are of low quality and cover nothing."""
+    ring = GaussianRing(8, 2.0, 0.05)
+    gen = torch.Generator().manual_seed(4)
+    tight = ring.centers.repeat_interleave(250, 0) + 0.02 * torch.randn(2000, 2, generator=gen)
+    score = mode_score(tight, ring)
+    assert (score.modes_covered, score.high_quality) == (8, 1.0)
+    assert score.counts == (250,) * 8
+    collapsed = ring.centers[5] + 0.05 * torch.randn(2000, 2, generator=gen)
+    assert mode_score(collapsed, ring).modes_covered == 1
+    # 1800 samples: a quarter of the fair share 1800/8 is 56.25; a mode with 50 is not covered
+    thin = torch.cat([tight[:1750], ring.centers[7] + torch.zeros(50, 2)])
+    assert mode_score(thin, ring).modes_covered == 7
+    angles = (torch.arange(2000) + 0.5) * (2 * math.pi / 2000)  # evenly round the ring
+    smear = 2 * torch.stack((angles.cos(), angles.sin()), 1)
+    smeared = mode_score(smear, ring)
+    # the arc within 3 std of the 8 centres is 8 * 2 * asin(0.15 / 4) / pi of the ring: 19%
+    assert smeared.high_quality == pytest.approx(8 * 2 * math.asin(0.15 / 4) / math.pi, abs=0.002)
+    assert smeared.modes_covered == 0
+
+
+def test_mlp_activations() -> None:
+    generator, critic = ring_gan(seed=0, noise_dim=4, hidden=8, activation="tanh")
+    assert [type(m) for m in critic] == [nn.Linear, nn.Tanh, nn.Linear, nn.Tanh, nn.Linear]
+    assert isinstance(generator[1], nn.Tanh)
+    with pytest.raises(ValueError, match="activation"):
+        ring_gan(activation="gelu")
 
 
 def test_energy_distance() -> None:

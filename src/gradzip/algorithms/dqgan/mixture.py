@@ -83,24 +83,34 @@ def energy_distance(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(2 * cross - torch.cdist(a, a).mean() - torch.cdist(b, b).mean())
 
 
-def mlp(sizes: list[int], generator: torch.Generator) -> nn.Sequential:
-    """``Linear`` layers of ``sizes`` with ReLU between them, initialised from ``generator``."""
+#: the hidden units :func:`mlp` and :func:`ring_gan` accept, by name
+ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh}
+
+
+def mlp(sizes: list[int], generator: torch.Generator, activation: str = "relu") -> nn.Sequential:
+    """``Linear`` layers of ``sizes`` with ``activation`` (a name in :data:`ACTIVATIONS`)
+    between them, initialised from ``generator``."""
     if len(sizes) < 2:
         raise ValueError("an MLP needs at least input and output sizes")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
     layers: list[nn.Module] = []
     for i, (a, b) in enumerate(itertools.pairwise(sizes)):
         layers.append(nn.Linear(a, b))
         if i < len(sizes) - 2:
-            layers.append(nn.ReLU())
+            layers.append(ACTIVATIONS[activation]())
     model = nn.Sequential(*layers)
     init_uniform_(model, generator)
     return model
 
 
 def ring_gan(
-    seed: int = 0, noise_dim: int = 16, hidden: int = 128
+    seed: int = 0, noise_dim: int = 16, hidden: int = 128, activation: str = "relu"
 ) -> tuple[nn.Sequential, nn.Sequential]:
-    """The generator ``R^noise_dim -> R^2`` and critic ``R^2 -> R`` (two hidden ReLU layers of
-    ``hidden`` units each), initialised from ``seed``."""
+    """The generator ``R^noise_dim -> R^2`` and critic ``R^2 -> R`` (two hidden layers of
+    ``hidden`` units each, ``activation`` between them), initialised from ``seed``."""
     gen = torch.Generator().manual_seed(seed)
-    return mlp([noise_dim, hidden, hidden, 2], gen), mlp([2, hidden, hidden, 1], gen)
+    return (
+        mlp([noise_dim, hidden, hidden, 2], gen, activation),
+        mlp([2, hidden, hidden, 1], gen, activation),
+    )

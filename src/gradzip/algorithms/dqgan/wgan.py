@@ -26,7 +26,15 @@ class WGANGame(Game):
 
     Lipschitz constraint: WGAN weight clipping ``phi in [-clip, clip]`` after every update
     [RECON, spec 4.1 default ``clip = 0.01``]; ``clip=None`` turns it off (use a critic that is
-    Lipschitz by construction then).
+    Lipschitz by construction then, or a gradient penalty).
+
+    ``gradient_penalty=lam`` adds WGAN-GP's soft constraint (Gulrajani et al. 2017) to the
+    critic's objective: the critic maximizes ``L - lam E (||grad_x D(x^)|| - 1)^2`` at points
+    ``x^ = u x + (1 - u) G(z)`` with ``u ~ U(0, 1)`` per sample, drawn from the same keyed
+    stream. The generated points enter the penalty detached, as in WGAN-GP, so the generator's
+    part of the operator is still ``grad_theta L`` and only the critic's changes [CHOICE, off
+    by default: weight clipping at 0.01 leaves a small MLP critic too weak to separate the
+    modes of a 2-D mixture, docs/reproduction.md].
 
     ``data`` is a tensor of real samples (first dimension indexes them; each mini-batch draws
     indices uniformly with replacement: i.i.d. samples from the empirical distribution, as the
@@ -47,12 +55,19 @@ class WGANGame(Game):
         batch_size: int,
         noise_shape: Sequence[int],
         clip: float | None = 0.01,
+        gradient_penalty: float | None = None,
         seed: int = 0,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if clip is not None and not (math.isfinite(clip) and clip > 0):
             raise ValueError(f"clip must be a finite number > 0 or None, got {clip}")
+        if gradient_penalty is not None and not (
+            math.isfinite(gradient_penalty) and gradient_penalty > 0
+        ):
+            raise ValueError(
+                f"gradient_penalty must be a finite number > 0 or None, got {gradient_penalty}"
+            )
         if isinstance(data, torch.Tensor) and data.shape[0] < 1:
             raise ValueError("the data tensor holds no samples")
         if not isinstance(data, torch.Tensor) and not callable(data):
@@ -62,6 +77,7 @@ class WGANGame(Game):
         self.batch_size = batch_size
         self.noise_shape = tuple(int(s) for s in noise_shape)
         self.clip = clip
+        self.gradient_penalty = gradient_penalty
         self.seed = seed
         self._gen_params = [p for p in generator.parameters() if p.requires_grad]
         self._critic_params = [p for p in critic.parameters() if p.requires_grad]
@@ -93,8 +109,13 @@ class WGANGame(Game):
         )
         z = self.noise(sample_generator("wgan-noise", self.seed, rank, step), self.batch_size)
         with torch.enable_grad():
-            loss = self.critic(real).mean() - self.critic(self.generator(z)).mean()
-            grads = torch.autograd.grad(loss, self.parameters(), allow_unused=True)
+            fake = self.generator(z)
+            loss = self.critic(real).mean() - self.critic(fake).mean()
+            objective = loss
+            if self.gradient_penalty is not None:
+                mix = sample_generator("wgan-penalty", self.seed, rank, step)
+                objective = loss - self.gradient_penalty * self._penalty(real, fake.detach(), mix)
+            grads = torch.autograd.grad(objective, self.parameters(), allow_unused=True)
         self.last_loss = float(loss.detach())
         out = [
             torch.zeros_like(p) if g is None else g
@@ -102,6 +123,18 @@ class WGANGame(Game):
         ]
         n_gen = len(self._gen_params)
         return [g if i < n_gen else -g for i, g in enumerate(out)]
+
+    def _penalty(
+        self, real: torch.Tensor, fake: torch.Tensor, generator: torch.Generator
+    ) -> torch.Tensor:
+        """WGAN-GP's ``E (||grad_x D(x^)|| - 1)^2`` at random points between ``real`` and
+        ``fake``, differentiable in the critic's parameters."""
+        shape = (real.shape[0],) + (1,) * (real.dim() - 1)
+        u = torch.rand(shape, generator=generator).to(real.device)
+        points = (u * real + (1 - u) * fake).requires_grad_(True)
+        (grad,) = torch.autograd.grad(self.critic(points).sum(), points, create_graph=True)
+        norms: torch.Tensor = grad.reshape(grad.shape[0], -1).norm(dim=1)
+        return (norms - 1).square().mean()
 
     def project(self) -> None:
         if self.clip is None:
