@@ -36,6 +36,7 @@ from gradzip.experiments.reproduce.dqgan.common import (
     plot_scores,
     train_gan,
 )
+from gradzip.experiments.reproduce.seeds import Comparison
 
 WORKERS, BATCH, LR = 2, 128, 5e-4
 #: [CHOICE] the critic's Lipschitz constraint: WGAN-GP's penalty at weight 1 instead of the
@@ -45,10 +46,14 @@ PENALTY = 1.0
 #: 256-d noise; 16-d noise covered 5-7 of the 8 modes in the same steps, 64-d all 8)
 NOISE, HIDDEN, ACTIVATION = 64, 128, "tanh"
 FULL_STEPS, QUICK_STEPS = 4000, 150
-#: each seed gives its own initial weights, data and noise streams and stochastic rounding;
-#: [CHOICE] one seed in the full mode, so that it runs in a few minutes on 2 cores (several
-#: seeds: set this tuple; docs/reproduction.md reports seeds 0-2)
-FULL_SEEDS, QUICK_SEEDS = (0,), (0,)
+#: what ``--seeds`` tests (paired over seeds: each seed gives its own initial weights, data and
+#: noise streams and stochastic rounding, shared by the three methods). [CHOICE] one seed by
+#: default, so that the full mode runs in a few minutes on 2 cores; ``--seeds 3`` for the tests.
+COMPARISONS = (
+    Comparison("DQGAN - CPOAdam energy distance", "DQGAN 8-bit: energy distance, last half", "CPOAdam: energy distance, last half"),
+    Comparison("CPOAdam-GQ - CPOAdam energy distance", "CPOAdam-GQ 8-bit: energy distance, last half", "CPOAdam: energy distance, last half"),
+    Comparison("DQGAN - CPOAdam modes covered at the end", "DQGAN 8-bit: modes covered at the end", "CPOAdam: modes covered at the end", "of 8"),
+)  # fmt: skip
 RING = (8, 2.0, 0.05)  # modes, radius, std
 EVAL_SAMPLES = 2000
 
@@ -138,35 +143,26 @@ def _train_all(
     return runs, samples
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
-def run(out: Path, quick: bool) -> Outcome:
+def run(out: Path, quick: bool, seed: int = 0) -> Outcome:
+    """The three methods from ``seed`` (initial weights, data and noise streams, rounding)."""
     torch.set_num_threads(1)  # the ranks are threads already; more only oversubscribes
-    steps, seeds = (QUICK_STEPS, QUICK_SEEDS) if quick else (FULL_STEPS, FULL_SEEDS)
+    steps = QUICK_STEPS if quick else FULL_STEPS
     ring = GaussianRing(*RING)
     real = ring.sample(torch.Generator().manual_seed(5), EVAL_SAMPLES)
-    by_seed = {seed: _train_all(ring, real, seed, steps) for seed in seeds}
-    runs, samples = by_seed[seeds[0]]  # the plots show the first seed
-    title = f"8-Gaussian ring, WGAN, seed {seeds[0]}"
+    runs, samples = _train_all(ring, real, seed, steps)
+    title = f"8-Gaussian ring, WGAN, seed {seed}"
     plot_scores(runs, "energy", "energy distance to the data", out / "energy.png", title)
     plot_scores(runs, "modes", "modes covered (of 8)", out / "modes.png", title)
     plot_scores(runs, "high_quality", "high-quality samples (%)", out / "quality.png", title)
     _plot_samples(runs, samples, ring, real, out / "samples.png")
     real_again = ring.sample(torch.Generator().manual_seed(6), EVAL_SAMPLES)
     late = {
-        (r.method, key): [by_seed[seed][0][i].late_mean(key) for seed in seeds]
-        for i, r in enumerate(runs)
+        (r.method, key): r.late_mean(key)
+        for r in runs
         for key in ("energy", "modes", "high_quality")
     }
-    end = {
-        (r.method, key): [by_seed[seed][0][i].final(key) for seed in seeds]
-        for i, r in enumerate(runs)
-        for key in ("modes", "high_quality")
-    }
-    start = _mean([by_seed[seed][0][0].curve[0][1]["energy"] for seed in seeds])
-    n = f"{len(seeds)} seeds" if len(seeds) > 1 else "1 seed"
+    end = {(r.method, key): r.final(key) for r in runs for key in ("modes", "high_quality")}
+    start = runs[0].curve[0][1]["energy"]
     rows = [
         Row(
             "real data: high-quality samples", None, 100 * mode_score(real, ring).high_quality, "%"
@@ -176,35 +172,29 @@ def run(out: Path, quick: bool) -> Outcome:
             None,
             energy_distance(real_again, real),
         ),
-        Row(f"untrained generator: energy distance, mean of {n}", None, start),
+        Row("untrained generator: energy distance", None, start),
     ]
     for r in runs:
-        energy = late[(r.method, "energy")]
         rows += [
-            Row(f"{r.label}: energy distance, mean of {n}", None, _mean(energy)),
-            Row(f"{r.label}: energy distance, worst of {n}", None, max(energy)),
-            Row(f"{r.label}: modes covered at the end, mean of {n}", None, _mean(end[(r.method, "modes")]), "of 8"),
-            Row(f"{r.label}: modes covered at the end, worst of {n}", None, min(end[(r.method, "modes")]), "of 8"),
-            Row(f"{r.label}: high-quality samples at the end, mean of {n}", None, _mean(end[(r.method, "high_quality")]), "%"),
-            Row(f"{r.label}: modes covered, mean of the last half, mean of {n}", None, _mean(late[(r.method, "modes")]), "of 8"),
-            Row(f"{r.label}: high-quality samples, mean of the last half, mean of {n}", None, _mean(late[(r.method, "high_quality")]), "%"),
+            Row(f"{r.label}: energy distance, last half's mean", None, late[(r.method, "energy")]),
+            Row(f"{r.label}: modes covered at the end", None, end[(r.method, "modes")], "of 8"),
+            Row(f"{r.label}: high-quality samples at the end", None, end[(r.method, "high_quality")], "%"),
+            Row(f"{r.label}: modes covered, last half's mean", None, late[(r.method, "modes")], "of 8"),
+            Row(f"{r.label}: high-quality samples, last half's mean", None, late[(r.method, "high_quality")], "%"),
         ]  # fmt: skip
     rows += bits_rows(runs)
     rows += [
         Row(
-            f"DQGAN / CPOAdam energy distance, means of {n} (paper: comparable)",
+            "DQGAN / CPOAdam energy distance, last half's means (paper: comparable)",
             1.0,
-            _mean(late[("dqgan", "energy")]) / _mean(late[("cpoadam", "energy")]),
+            late[("dqgan", "energy")] / late[("cpoadam", "energy")],
             "ratio",
         ),
-    ]
-    per_seed = [
-        f"{r.label}: " + ", ".join(f"{v:.3g}" for v in late[(r.method, "energy")]) for r in runs
     ]
     scaled = [
         f"{WORKERS} simulated workers (threads with real payloads and a real parameter server), "
         f"{BATCH} samples each per iteration; the seed used up to 32 GPUs.",
-        f"{steps} iterations per method and seed"
+        f"{steps} iterations per method, seed {seed}"
         + (
             " (--quick: a pipeline check; the generators are still spreading towards the ring, "
             "so the mode counts are not comparable)"
@@ -213,9 +203,6 @@ def run(out: Path, quick: bool) -> Outcome:
             "2,500 were enough at two seeds, not the third, docs/reproduction.md)"
         ),
     ]
-    seconds = {
-        r.label: sum(by_seed[seed][0][i].seconds for seed in seeds) for i, r in enumerate(runs)
-    }
     return Outcome(
         id="dqgan-mixture",
         title="DQGAN on a 2-D Gaussian-mixture WGAN: DQGAN 8-bit vs CPOAdam vs CPOAdam-GQ",
@@ -240,20 +227,14 @@ def run(out: Path, quick: bool) -> Outcome:
             "Wire bits include each payload's header and CRC (one payload per parameter tensor, "
             "12 tensors); paper bits are 8 per coordinate plus a 32-bit scale per tensor for "
             "Hou's quantizer (log2(255) per coordinate, spec 0.5) and 32 per coordinate for fp32.",
-            "Energy distance per seed (mean of the last half of each run): "
-            + "; ".join(per_seed)
-            + ". The means of the last half average the 5 evaluations after a run's midpoint; "
-            "'at the end' is the last evaluation, after the final step.",
-            "Seconds per method, all seeds: "
-            + ", ".join(f"{label} {t:.0f}" for label, t in seconds.items())
-            + ".",
+            "The last half's means average the 5 evaluations after a run's midpoint; 'at the "
+            "end' is the last evaluation, after the final step.",
+            "Seconds per method: " + ", ".join(f"{r.label} {r.seconds:.0f}" for r in runs) + ".",
         ],
         plots=["energy.png", "modes.png", "quality.png", "samples.png"],
         extra={
-            "curves": {
-                f"{r.method}/seed{seed}": r.curve for seed in seeds for r in by_seed[seed][0]
-            },
+            "curves": {f"{r.method}/seed{seed}": r.curve for r in runs},
             "steps": steps,
-            "seeds": list(seeds),
+            "seed": seed,
         },
     )
