@@ -123,9 +123,9 @@ def run(out: Path, quick: bool) -> Outcome:
             "One-Bit runs with error feedback (Seide et al.'s method); the others without.",
             "Each worker here scales by its own max-norm, as the authors' QSG and dithered "
             "quantizers do. benchmarks/table2_scale_rules.py measures every scale rule of the "
-            "authors' code on the same training: FC-300-100's ternary cells fit only one scale "
-            "shared by all workers, LeNet's only each worker's own; no rule fits both, and "
-            "none puts TernGrad above QSGD as the paper does (docs/reproduction.md).",
+            "authors' code on the same training: FC-300-100's DQSGD/QSGD cells fit only one "
+            "scale shared by all workers, LeNet's only each worker's own, and TernGrad (equal "
+            "to QSGD under one scale) fits a different rule on each model (docs/reproduction.md).",
             f"Wall time of the {len(measured)} runs: {seconds:.1f} s.",
         ],
         extra={"measured": measured},
