@@ -13,7 +13,7 @@ max-norm as the one scale per tensor (their QSG and dithered quantizers) and no 
 every ternary method. That is :data:`FAITHFUL`; the earlier Adam setting is kept as
 :data:`ADAM` for comparison. The entropy is counted as theirs is [CODE]: per parameter tensor
 (weights and biases) ``n * H`` of its symbols plus 32 bits per scale, summed over the tensors,
-here averaged over the workers and iterations [RECON: their scripts save the per-iteration sum
+here averaged over the workers and iterations [CHOICE: their scripts save the per-iteration sum
 over workers; the paper's figure is per worker]. Why the ternary cells still differ (no scale
 rule in the authors' code fits both models) is measured by ``benchmarks/table2_scale_rules.py``
 and explained in ``docs/reproduction.md`` (DQSG, Table 2).
