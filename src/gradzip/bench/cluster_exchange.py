@@ -41,7 +41,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gradzip.bench.cluster_launch import PROGRESS
+from gradzip.bench.cluster_launch import PROGRESS, join_group
 from gradzip.bench.cluster_netns import RANK_DEVICE
 from gradzip.bench.collective_ranks import bench_gradient
 
@@ -251,14 +251,7 @@ def exchange_cases(config: ExchangeConfig) -> dict[str, Any]:
 
 def run_rank(config: ExchangeConfig) -> dict[str, Any]:
     """Join the group over the rank's veth, run :func:`exchange_cases`, leave the group."""
-    os.environ["GLOO_SOCKET_IFNAME"] = config.device
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://{config.master_addr}:{config.master_port}",
-        rank=config.rank,
-        world_size=config.world_size,
-        timeout=timedelta(seconds=config.timeout),
-    )
+    join_group(config)
     try:
         return exchange_cases(config)
     finally:

@@ -20,9 +20,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
+from datetime import timedelta
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
+
+import torch.distributed as dist
 
 import gradzip
 from gradzip.bench.cluster_netns import ClusterNetwork
@@ -43,6 +46,30 @@ class ClusterInterruptedError(GradzipError):
 
 class ClusterRunError(GradzipError):
     """A rank failed or the ranks ran past their time limit."""
+
+
+class RankAddress(Protocol):
+    """What a rank program needs to join its cluster's gloo group."""
+
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    timeout: float
+    device: str
+
+
+def join_group(config: RankAddress) -> None:
+    """Join the gloo group over the rank's own veth (``GLOO_SOCKET_IFNAME``), so that every
+    byte between ranks crosses the rate-limited links, never the loopback device."""
+    os.environ["GLOO_SOCKET_IFNAME"] = config.device
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://{config.master_addr}:{config.master_port}",
+        rank=config.rank,
+        world_size=config.world_size,
+        timeout=timedelta(seconds=config.timeout),
+    )
 
 
 def _raise_on_signal(signum: int, _: FrameType | None) -> None:

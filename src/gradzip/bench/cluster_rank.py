@@ -35,7 +35,7 @@ import torch.distributed as dist
 import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 from torch.nn.parallel import DistributedDataParallel
 
-from gradzip.bench.cluster_launch import PROGRESS
+from gradzip.bench.cluster_launch import PROGRESS, join_group
 from gradzip.bench.cluster_netns import RANK_DEVICE
 from gradzip.bench.cluster_target import window_reached
 from gradzip.bench.cluster_variants import VARIANTS_BY_NAME, attach
@@ -172,14 +172,7 @@ def run_rank(config: RankConfig) -> dict[str, Any]:
     """Everything one rank does (see the module docstring); its figures per variant."""
     launcher = os.getppid()  # `ip netns exec` execs this process: its parent is the launcher
     torch.set_num_threads(config.threads)
-    os.environ["GLOO_SOCKET_IFNAME"] = config.device
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://{config.master_addr}:{config.master_port}",
-        rank=config.rank,
-        world_size=config.world_size,
-        timeout=timedelta(seconds=config.timeout),
-    )
+    join_group(config)
     try:
         data = batches(config)
         figures: dict[str, Any] = {}

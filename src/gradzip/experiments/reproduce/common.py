@@ -86,19 +86,35 @@ def format_rows(rows: list[Row]) -> str:
     ]
     footnotes: list[str] = []
     for r in rows:
-        paper = format_value(r.paper)
-        if r.paper_derived and r.paper is not None:
-            if r.paper_derived not in footnotes:
-                footnotes.append(r.paper_derived)
-            paper += f" (derived [{footnotes.index(r.paper_derived) + 1}])"
+        paper = paper_cell(r.paper, r.paper_derived, footnotes)
         lines.append(
             f"| {r.quantity} | {r.unit} | {paper} | {format_value(r.ours)} | "
             f"{format_value(r.deviation, sign=True)} | {format_value(r.deviation_pct, sign=True)} |"
         )
-    if footnotes:
-        lines += ["", "Derived paper values (the paper does not print them):", ""]
-        lines += [f"- [{i}] {text}" for i, text in enumerate(footnotes, 1)]
-    return "\n".join(lines)
+    return "\n".join(lines + footnote_lines(footnotes))
+
+
+def paper_cell(paper: float | None, derived: str, footnotes: list[str]) -> str:
+    """A paper value as a table cell; a derived one is marked "(derived [n])", its explanation
+    appended to ``footnotes`` (once per distinct text) as footnote n."""
+    cell = format_value(paper)
+    if derived and paper is not None:
+        if derived not in footnotes:
+            footnotes.append(derived)
+        cell += f" (derived [{footnotes.index(derived) + 1}])"
+    return cell
+
+
+def footnote_lines(footnotes: list[str]) -> list[str]:
+    """The lines below a table that explain its derived paper values (none if there are none)."""
+    if not footnotes:
+        return []
+    return [
+        "",
+        "Derived paper values (the paper does not print them):",
+        "",
+        *(f"- [{i}] {text}" for i, text in enumerate(footnotes, 1)),
+    ]
 
 
 def format_report(o: Outcome) -> str:

@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gradzip.experiments.reproduce.common import Outcome, Row, format_value
+from gradzip.experiments.reproduce.common import (
+    Outcome,
+    Row,
+    footnote_lines,
+    format_value,
+    paper_cell,
+)
 from gradzip.experiments.reproduce.stats import (
     PairedTest,
     mean,
@@ -179,16 +185,6 @@ def mean_sd(m: float | None, sd: float | None) -> str:
     return f"{format_value(m)} ± {format_value(sd)}"
 
 
-def _paper(row: dict[str, Any], footnotes: list[str]) -> str:
-    paper = format_value(row["paper"])
-    derived = row.get("paper_derived", "")
-    if derived and row["paper"] is not None:
-        if derived not in footnotes:
-            footnotes.append(derived)
-        paper += f" (derived [{footnotes.index(derived) + 1}])"
-    return paper
-
-
 def format_seed_rows(rows: list[dict[str, Any]]) -> str:
     """The rows (as in ``result.json``) as a Markdown table of mean ± sd over seeds."""
     lines = [
@@ -198,14 +194,12 @@ def format_seed_rows(rows: list[dict[str, Any]]) -> str:
     footnotes: list[str] = []
     for r in rows:
         per_seed = ", ".join(format_value(v) for v in r["values"])
+        paper = paper_cell(r["paper"], r.get("paper_derived", ""), footnotes)
         lines.append(
-            f"| {r['quantity']} | {r['unit']} | {_paper(r, footnotes)} | "
+            f"| {r['quantity']} | {r['unit']} | {paper} | "
             f"{mean_sd(r['mean'], r['sd'])} | {r['n']} | {per_seed} |"
         )
-    if footnotes:
-        lines += ["", "Derived paper values (the paper does not print them):", ""]
-        lines += [f"- [{i}] {text}" for i, text in enumerate(footnotes, 1)]
-    return "\n".join(lines)
+    return "\n".join(lines + footnote_lines(footnotes))
 
 
 def format_comparisons(comparisons: list[dict[str, Any]]) -> str:
