@@ -64,39 +64,27 @@ def layer_seconds(n: int, batch: int = BATCH) -> float:
     return one_thread_seconds(step)
 
 
+def case(variant: str, n: int, layer_compute: float | None = None) -> ExchangeCase:
+    """``variant``'s ring all-reduce of an ``n x n`` matrix (the quantized ones with error
+    feedback); with ``layer_compute``, the layer step: that compute before the exchange."""
+    kind, compressor, params = VARIANTS[variant]
+    return ExchangeCase(
+        label(variant, n, layer_compute is not None),
+        kind,
+        (n, n),
+        compressor,
+        params,
+        "ring",
+        error_feedback=kind == "scheme",
+        compute_seconds=layer_compute or 0.0,
+    )
+
+
 def cases(sizes: tuple[int, ...], layer_compute: float) -> list[ExchangeCase]:
     """Every variant at every size, then fp32 and adaptive at the largest size with the layer's
     compute before the exchange."""
-    out = []
-    for n in sizes:
-        for variant, (kind, compressor, params) in VARIANTS.items():
-            out.append(
-                ExchangeCase(
-                    label(variant, n),
-                    kind,
-                    (n, n),
-                    compressor,
-                    params,
-                    "ring",
-                    error_feedback=kind == "scheme",
-                )
-            )
-    n = sizes[-1]
-    for variant in ("fp32", "adaptive"):
-        kind, compressor, params = VARIANTS[variant]
-        out.append(
-            ExchangeCase(
-                label(variant, n, True),
-                kind,
-                (n, n),
-                compressor,
-                params,
-                "ring",
-                error_feedback=kind == "scheme",
-                compute_seconds=layer_compute,
-            )
-        )
-    return out
+    matrices = [case(variant, n) for n in sizes for variant in VARIANTS]
+    return matrices + [case(variant, sizes[-1], layer_compute) for variant in ("fp32", "adaptive")]
 
 
 def speedup_rows(ranks: list[dict[str, Any]], sizes: tuple[int, ...], rate: str) -> list[Row]:
