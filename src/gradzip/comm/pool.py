@@ -16,7 +16,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
-from gradzip.comm.local import LocalGroup, LocalTransport
+from gradzip.comm.local import DEFAULT_TIMEOUT, LocalGroup, LocalTransport
 from gradzip.errors import GradzipError
 
 T = TypeVar("T")
@@ -74,7 +74,7 @@ class RankPool:
     that is garbage-collected unclosed stops them too.
     """
 
-    def __init__(self, world_size: int, timeout: float = 60.0) -> None:
+    def __init__(self, world_size: int, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.group = LocalGroup(world_size, timeout)
         self.world_size = world_size
         #: rank ``r``'s transport, the same object on every call

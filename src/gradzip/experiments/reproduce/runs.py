@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gradzip.comm.local import DEFAULT_TIMEOUT
 from gradzip.compressors.buckets import papers_scales
 from gradzip.experiments.config import TrainConfig
 from gradzip.experiments.reproduce.plots import line_plot
@@ -42,6 +43,9 @@ def run_training(label: str, out: Path, **options: Any) -> Run:
         )
     if "scheme" not in options:  # the papers' parameter server with its fp32 downlink
         options["scheme"] = "nested[server]" if options.get("compressor") == "ndqsg" else "ps[fp32]"
+    # the simulated ranks' deadlock guard, not `gradzip train`'s 60 s for process ranks: on a
+    # loaded machine a large model's step between two messages can take minutes
+    options.setdefault("timeout", DEFAULT_TIMEOUT)
     config = TrainConfig(out=str(out), progress=False, **options)
     summary = train(config, force=True)
     with (out / "metrics.jsonl").open() as f:
