@@ -51,6 +51,15 @@ def test_step_time_is_the_slowest_rank_and_ratios_pair_steps() -> None:
     assert paired_ratio(ranks, "fp32", "q") == pytest.approx(2.0)
 
 
+def test_a_stated_compute_replaces_the_recorded_one() -> None:
+    ranks = _ranks()
+    # exchanges: fp32 slowest 3, 7, 2; q 1, 2, 2 (each rank recorded compute 1)
+    assert step_seconds(ranks, "fp32", compute=10) == [13, 17, 12]
+    assert median_step(ranks, "q", compute=0) == 2
+    # per step 13/11, 17/12, 12/12
+    assert paired_ratio(ranks, "fp32", "q", compute=10) == pytest.approx(13 / 11)
+
+
 def test_case_summaries() -> None:
     summary = case_summaries(_ranks())
     assert set(summary) == {"fp32", "q"}

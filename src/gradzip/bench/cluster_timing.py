@@ -50,24 +50,38 @@ def measure_exchanges(
             return launch(net, configs, timeout, Path(tmp), module=EXCHANGE_RANK)
 
 
-def step_seconds(ranks: list[dict[str, Any]], label: str) -> list[float]:
-    """Per timed step of case ``label``: the slowest rank's compute plus exchange seconds."""
+def step_seconds(
+    ranks: list[dict[str, Any]], label: str, compute: float | None = None
+) -> list[float]:
+    """Per timed step of case ``label``: the slowest rank's compute plus exchange seconds.
+
+    ``compute`` replaces the compute the ranks recorded: the computation is added, never run
+    (see :mod:`.cluster_exchange`), so one measured exchange gives the step time at any stated
+    compute per step."""
     figures = [r["cases"][label] for r in ranks]
     per_rank = [
-        [c + e for c, e in zip(f["compute_s"], f["exchange_s"], strict=True)] for f in figures
+        [
+            (c if compute is None else compute) + e
+            for c, e in zip(f["compute_s"], f["exchange_s"], strict=True)
+        ]
+        for f in figures
     ]
     return [max(step) for step in zip(*per_rank, strict=True)]
 
 
-def median_step(ranks: list[dict[str, Any]], label: str) -> float:
+def median_step(ranks: list[dict[str, Any]], label: str, compute: float | None = None) -> float:
     """The median over timed steps of :func:`step_seconds`."""
-    return statistics.median(step_seconds(ranks, label))
+    return statistics.median(step_seconds(ranks, label, compute))
 
 
-def paired_ratio(ranks: list[dict[str, Any]], slower: str, faster: str) -> float:
+def paired_ratio(
+    ranks: list[dict[str, Any]], slower: str, faster: str, compute: float | None = None
+) -> float:
     """The median over timed steps of ``slower``'s step time over ``faster``'s in the same
     step (the speed-up of ``faster``; the cases ran interleaved, one after the other)."""
-    pairs = zip(step_seconds(ranks, slower), step_seconds(ranks, faster), strict=True)
+    pairs = zip(
+        step_seconds(ranks, slower, compute), step_seconds(ranks, faster, compute), strict=True
+    )
     return statistics.median(a / b for a, b in pairs)
 
 

@@ -32,7 +32,7 @@ from gradzip.experiments.reproduce.cluster_timing import method_notes, one_threa
 from gradzip.experiments.reproduce.common import Outcome, Row
 
 WORLD = 4
-#: rate -> matrix sizes: a link slow enough for the wire to dominate the loaded machine's
+#: rate -> matrix sizes: a link slow enough for the wire to dominate the shared machine's
 #: encoding, and one where a rank's share of the cores encodes about as slowly as the wire
 FULL_PLAN = {"20mbit": (256, 512, 1024), "100mbit": (512, 1024, 2048)}
 QUICK_PLAN = {"20mbit": (128, 256, 512)}
@@ -144,7 +144,7 @@ def run(out: Path, quick: bool) -> Outcome:
             + "; ".join(f"{r}: {', '.join(map(str, z))}" for r, z in plan.items())
             + " (the slides do not give theirs). Links [CHOICE]: at 20 Mbit/s the float32 "
             "exchange is bound by the wire, the bandwidth-dominated regime the slides "
-            "describe; at 100 Mbit/s (full mode) a rank's share of the 2 loaded cores encodes "
+            "describe; at 100 Mbit/s (full mode) a rank's share of the 2 shared cores encodes "
             "about as slowly as the wire carries, so the two rates bracket the paper's "
             "InfiniBand nodes, whose 16 cores each quantize far faster than ours.",
             f"Layer step: the compute of the largest layer's forward and backward on {BATCH} "
