@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gradzip.comm.local import run_local
-from gradzip.comm.meter import ByteMeter
+from gradzip.comm.meter import ANY_STEP, ByteMeter
 from gradzip.comm.transport import LENGTH_PREFIX_BYTES, Transport, in_step_scope
 
 
@@ -44,6 +44,18 @@ def test_a_raising_block_restores_the_enclosing_step() -> None:
     assert meter.step is None
     assert meter.total(step=2).sent == 5
     assert meter.total(step=1).sent == 7
+
+
+def test_total_of_step_none_is_the_traffic_outside_any_step() -> None:
+    meter = ByteMeter()
+    meter.record("barrier", 3, 1)
+    with meter.step_scope(0):
+        meter.record("x", 5, 2)
+    assert (meter.total(step=None).sent, meter.total(step=None).received) == (3, 1)
+    assert meter.total(step=0).sent == 5
+    assert meter.total().sent == 8  # the default: every entry
+    assert meter.total(step=ANY_STEP, collective="x").sent == 5
+    assert meter.total(step=7).sent == 0
 
 
 def test_the_step_cannot_be_set_outside_a_scope() -> None:

@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import Enum
 
 
 @dataclass
@@ -20,6 +21,14 @@ class Traffic:
         self.sent += sent
         self.received += received
         self.messages += 1
+
+
+class _AnyStep(Enum):
+    ANY = "any"
+
+
+#: ``ByteMeter.total``'s default: every step, and the traffic outside any step too
+ANY_STEP = _AnyStep.ANY
 
 
 class ByteMeter:
@@ -59,9 +68,13 @@ class ByteMeter:
         self._traffic[self._step, collective].add(sent, received)
         self._by_step[self._step].add(collective)
 
-    def total(self, step: int | None = None, collective: str | None = None) -> Traffic:
-        """Traffic summed over every entry matching ``step`` and ``collective`` (None: any)."""
-        if step is None:
+    def total(
+        self, step: int | None | _AnyStep = ANY_STEP, collective: str | None = None
+    ) -> Traffic:
+        """Traffic summed over the entries of ``step`` (``None``: the traffic outside any step,
+        as :meth:`record` counts it; :data:`ANY_STEP`, the default: every entry) and of
+        ``collective`` (``None``: any)."""
+        if step is ANY_STEP:
             keys = list(self._traffic)
         else:
             keys = [(step, c) for c in self._by_step.get(step, ())]

@@ -112,14 +112,20 @@ def _batch_generator(seed: int) -> torch.Generator:
     return text_generator(f"gradzip-bits-batch:{seed}")
 
 
-def model_gradient(model: str, seed: int = 0, batch: int = DEFAULT_BATCH) -> list[torch.Tensor]:
-    """One real gradient of ``model`` (seeded init) on a random batch, per parameter tensor."""
+def model_gradient(
+    model: str,
+    seed: int = 0,
+    batch: int = DEFAULT_BATCH,
+    generator: torch.Generator | None = None,
+) -> list[torch.Tensor]:
+    """One real gradient of ``model`` (seeded init) on a random batch, per parameter tensor;
+    the batch is drawn from ``generator`` (default: one derived from ``seed``)."""
     info = model_info(model)
     if batch < 1:
         raise UsageError(f"batch must be >= 1, got {batch}")
     net = build_model(model, seed)
     net.eval()
-    gen = _batch_generator(seed)
+    gen = generator if generator is not None else _batch_generator(seed)
     shape = (batch, *info.input_shape)
     x = (
         torch.rand(shape, generator=gen)

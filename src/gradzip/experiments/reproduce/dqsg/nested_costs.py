@@ -18,15 +18,13 @@ worker group and add what the runs cannot show:
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 
 from gradzip.compressors.buckets import papers_scales
 from gradzip.compressors.dqsg import DQSG
 from gradzip.compressors.ndqsg import NDQSG, failure_rate
-from gradzip.experiments.bits import measure_bits
+from gradzip.experiments.bits import measure_bits, model_gradient
 from gradzip.kernels.running_mean import update_running_mean_
 from gradzip.keys import StreamKey
-from gradzip.models.paper import build_model, model_info
 from gradzip.rng import text_generator
 from gradzip.schemes.nested import NestedScheme
 
@@ -54,18 +52,10 @@ def group_bits(seed: int = 0) -> dict[str, dict[str, float]]:
 
 def _gradients(workers: int, batch: int, seed: int) -> list[list[torch.Tensor]]:
     """One gradient per worker of the same freshly initialised model, each on its own batch."""
-    info = model_info(MODEL)
-    net = build_model(MODEL, seed)
-    net.eval()
-    params = list(net.parameters())
-    out = []
-    for rank in range(workers):
-        gen = text_generator(f"gradzip-fig5-failures:{seed}:{rank}")
-        x = torch.rand((batch, *info.input_shape), generator=gen)
-        y = torch.randint(0, info.num_classes, (batch,), generator=gen)
-        loss = F.cross_entropy(net(x), y)
-        out.append([g.detach() for g in torch.autograd.grad(loss, params)])
-    return out
+    return [
+        model_gradient(MODEL, seed, batch, text_generator(f"gradzip-fig5-failures:{seed}:{rank}"))
+        for rank in range(workers)
+    ]
 
 
 def nested_failure_rate(workers: int = 8, batch: int = 32, seed: int = 0) -> list[float]:
