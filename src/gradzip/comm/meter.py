@@ -69,7 +69,7 @@ class ByteMeter:
         self._by_step[self._step].add(collective)
 
     def total(
-        self, step: int | None | _AnyStep = ANY_STEP, collective: str | None = None
+        self, step: int | _AnyStep | None = ANY_STEP, collective: str | None = None
     ) -> Traffic:
         """Traffic summed over the entries of ``step`` (``None``: the traffic outside any step,
         as :meth:`record` counts it; :data:`ANY_STEP`, the default: every entry) and of

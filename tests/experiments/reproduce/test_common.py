@@ -40,3 +40,11 @@ def test_the_result_file_keeps_the_explanation(tmp_path: Path) -> None:
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["rows"][0]["paper_derived"] == "a mean"
     assert "(derived [1])" in (tmp_path / "report.md").read_text()
+
+
+def test_a_norm_in_a_quantity_does_not_split_its_table_row() -> None:
+    table = format_rows([Row("||w_T|| / ||w_0||", None, 0.5, "")])
+    row = table.splitlines()[2]
+    assert row.startswith("| \\|\\|w_T\\|\\| / \\|\\|w_0\\|\\| |")
+    # the six cells of the header, counted by the unescaped separators
+    assert row.replace("\\|", "").count("|") == table.splitlines()[0].count("|")

@@ -77,6 +77,12 @@ def format_value(value: float | None, digits: int = 2, sign: bool = False) -> st
     return f"{value:+,.{digits}f}" if sign else f"{value:,.{digits}f}"
 
 
+def table_cell(text: str) -> str:
+    """``text`` safe inside a Markdown table cell: its ``|`` (a norm, ``||w||``) escaped, which
+    would otherwise end the cell."""
+    return text.replace("|", "\\|")
+
+
 def format_rows(rows: list[Row]) -> str:
     """The comparison as a Markdown table; derived paper values are marked and explained in
     numbered footnotes below it (one number per distinct explanation)."""
@@ -88,7 +94,7 @@ def format_rows(rows: list[Row]) -> str:
     for r in rows:
         paper = paper_cell(r.paper, r.paper_derived, footnotes)
         lines.append(
-            f"| {r.quantity} | {r.unit} | {paper} | {format_value(r.ours)} | "
+            f"| {table_cell(r.quantity)} | {table_cell(r.unit)} | {paper} | {format_value(r.ours)} | "
             f"{format_value(r.deviation, sign=True)} | {format_value(r.deviation_pct, sign=True)} |"
         )
     return "\n".join(lines + footnote_lines(footnotes))

@@ -26,6 +26,7 @@ from gradzip.experiments.reproduce.common import (
     footnote_lines,
     format_value,
     paper_cell,
+    table_cell,
 )
 from gradzip.experiments.reproduce.stats import (
     PairedTest,
@@ -196,7 +197,7 @@ def format_seed_rows(rows: list[dict[str, Any]]) -> str:
         per_seed = ", ".join(format_value(v) for v in r["values"])
         paper = paper_cell(r["paper"], r.get("paper_derived", ""), footnotes)
         lines.append(
-            f"| {r['quantity']} | {r['unit']} | {paper} | "
+            f"| {table_cell(r['quantity'])} | {table_cell(r['unit'])} | {paper} | "
             f"{mean_sd(r['mean'], r['sd'])} | {r['n']} | {per_seed} |"
         )
     return "\n".join(lines + footnote_lines(footnotes))
@@ -214,7 +215,8 @@ def format_comparisons(comparisons: list[dict[str, Any]]) -> str:
         t = "-" if c["t"] is None else f"{c['t']:.2f}"
         p = "-" if c["p"] is None else f"{c['p']:.3g}"
         lines.append(
-            f"| {c['label']} | {c['unit']} | {mean_sd(c['mean'], c['sd'])} | {ci} | {t} | {p} "
+            f"| {table_cell(c['label'])} | {table_cell(c['unit'])} | "
+            f"{mean_sd(c['mean'], c['sd'])} | {ci} | {t} | {p} "
             f"| {c['verdict']} |"
         )
     return "\n".join(lines)
