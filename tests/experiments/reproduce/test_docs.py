@@ -12,6 +12,7 @@ from gradzip.experiments.reproduce.docs import (
     collect,
     generate,
     main,
+    portable,
     render_result,
     result_name,
 )
@@ -134,3 +135,11 @@ def test_collected_results_hold_no_machine_paths(tmp_path: Path) -> None:
     (tmp_path / "out" / "dqsg-fig5" / "result.json").write_text(json.dumps(result))
     (stored,) = collect(tmp_path / "out", tmp_path / "results")
     assert json.loads(stored.read_text())["summaries"] == {"run": {"data_source": "package x 1.0"}}
+
+
+def test_a_bare_absolute_path_in_a_note_is_replaced() -> None:
+    note = "Data: from IDX files in /srv/data/fmnist. Rate 1/4, ratio n / P, ||w||/||v||."
+    assert portable(note) == (
+        "Data: from IDX files in <local directory>. Rate 1/4, ratio n / P, ||w||/||v||."
+    )
+    assert portable("read /a/b.gz, then /c/d") == "read <local directory>, then <local directory>"

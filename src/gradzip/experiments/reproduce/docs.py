@@ -144,17 +144,20 @@ def generate(text: str, results: Path) -> str:
 
 #: a parenthesised absolute path, e.g. where a data set was read from
 _LOCAL_PATH = re.compile(r"\s*\((?:/|[A-Za-z]:\\)[^()]*\)")
+#: a bare absolute path of two or more parts after a space (``in /data/fmnist.``)
+_BARE_PATH = re.compile(r"(?<=\s)/[\w.-]*\w(?:/[\w.-]*\w)+")
 
 
 def portable(value: Any) -> Any:
-    """``value`` without what only holds on the machine that ran it: ``run_dir`` entries and
-    parenthesised absolute paths inside strings (the results are committed to the repository)."""
+    """``value`` without what only holds on the machine that ran it: ``run_dir`` entries,
+    parenthesised absolute paths inside strings, and bare ones named ``<local directory>`` (the
+    results are committed to the repository)."""
     if isinstance(value, dict):
         return {k: portable(v) for k, v in value.items() if k != "run_dir"}
     if isinstance(value, list):
         return [portable(v) for v in value]
     if isinstance(value, str):
-        return _LOCAL_PATH.sub("", value)
+        return _BARE_PATH.sub("<local directory>", _LOCAL_PATH.sub("", value))
     return value
 
 
