@@ -127,13 +127,9 @@ def case_summaries(ranks: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     out = {}
     for label in ranks[0]["cases"]:
         split = time_split(ranks, label)
-        exchange = [
-            max(step)
-            for step in zip(*(r["cases"][label]["exchange_s"] for r in ranks), strict=True)
-        ]
         out[label] = {
             "step_ms": 1000 * median_step(ranks, label),
-            "exchange_ms": 1000 * statistics.median(exchange),
+            "exchange_ms": 1000 * median_step(ranks, label, compute=0.0),
             "encode_ms": 1000 * split["encoding"],
             "decode_ms": 1000 * split["decoding"],
             **{f"wire_mb_{k}": v for k, v in wire_megabytes(ranks, label).items()},
