@@ -11,7 +11,8 @@ exchange it, interleaved step by step, with: gloo's float32 ``all_reduce`` (the 
 adaptive quantization and one-bit quantization through the ring, both with error feedback as
 in the paper. The layer row adds the compute of the largest layer's step (forward and backward
 of an ``n x n`` fully connected layer on a batch of 64 per rank, the paper's batch of 256 over
-4-way data parallelism, measured on one thread of this machine) before each exchange.
+4-way data parallelism, measured on one thread of this machine) to the largest matrix's
+exchange, step by step.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ VARIANTS: dict[str, tuple[str, str, dict[str, Any]]] = {
 PAPER_MATRIX, PAPER_LAYER = 1.76, 1.18
 
 
-def label(variant: str, n: int, layer: bool = False) -> str:
-    return f"{variant} {'layer ' if layer else ''}{n}x{n}"
+def label(variant: str, n: int) -> str:
+    return f"{variant} {n}x{n}"
 
 
 def layer_seconds(n: int, batch: int = BATCH) -> float:
@@ -64,32 +65,28 @@ def layer_seconds(n: int, batch: int = BATCH) -> float:
     return one_thread_seconds(step)
 
 
-def case(variant: str, n: int, layer_compute: float | None = None) -> ExchangeCase:
+def case(variant: str, n: int) -> ExchangeCase:
     """``variant``'s ring all-reduce of an ``n x n`` matrix (the quantized ones with error
-    feedback); with ``layer_compute``, the layer step: that compute before the exchange."""
+    feedback)."""
     kind, compressor, params = VARIANTS[variant]
     return ExchangeCase(
-        label(variant, n, layer_compute is not None),
-        kind,
-        (n, n),
-        compressor,
-        params,
-        "ring",
-        error_feedback=kind == "scheme",
-        compute_seconds=layer_compute or 0.0,
+        label(variant, n), kind, (n, n), compressor, params, "ring", error_feedback=kind == "scheme"
     )
 
 
-def cases(sizes: tuple[int, ...], layer_compute: float) -> list[ExchangeCase]:
-    """Every variant at every size, then fp32 and adaptive at the largest size with the layer's
-    compute before the exchange."""
-    matrices = [case(variant, n) for n in sizes for variant in VARIANTS]
-    return matrices + [case(variant, sizes[-1], layer_compute) for variant in ("fp32", "adaptive")]
+def cases(sizes: tuple[int, ...]) -> list[ExchangeCase]:
+    """Every variant at every size. The layer step is no case of its own: its exchange is the
+    largest matrix's, and the compute is added, not run, so its time is that exchange's time
+    plus the layer's compute (``median_step(..., compute=)``)."""
+    return [case(variant, n) for n in sizes for variant in VARIANTS]
 
 
-def speedup_rows(ranks: list[dict[str, Any]], sizes: tuple[int, ...], rate: str) -> list[Row]:
+def speedup_rows(
+    ranks: list[dict[str, Any]], sizes: tuple[int, ...], rate: str, layer_compute: float
+) -> list[Row]:
     """The speed-ups over the fp32 all-reduce per size at ``rate`` (the paper's value beside
-    the largest), the layer step's, and the median times."""
+    the largest), the layer step's (``layer_compute`` before the largest matrix's exchange),
+    and the median times."""
     rows = []
     for n in sizes:
         largest = n == sizes[-1]
@@ -100,7 +97,7 @@ def speedup_rows(ranks: list[dict[str, Any]], sizes: tuple[int, ...], rate: str)
                 Row(f"{rate}: {variant} speed-up over fp32 all-reduce, {n}x{n}", paper, ratio, "x")
             )
     n = sizes[-1]
-    ratio = paired_ratio(ranks, label("fp32", n, True), label("adaptive", n, True))
+    ratio = paired_ratio(ranks, label("fp32", n), label("adaptive", n), compute=layer_compute)
     rows.append(
         Row(f"{rate}: adaptive speed-up of a layer step, {n}x{n} layer", PAPER_LAYER, ratio, "x")
     )
@@ -118,10 +115,8 @@ def run(out: Path, quick: bool) -> Outcome:
     measured: dict[str, Any] = {}
     for index, (rate, sizes) in enumerate(plan.items()):
         compute = layer_seconds(sizes[-1])
-        ranks = measure_exchanges(
-            WORLD, rate, cases(sizes, compute), steps=steps, warmup=1, run=index
-        )
-        rows += speedup_rows(ranks, sizes, rate)
+        ranks = measure_exchanges(WORLD, rate, cases(sizes), steps=steps, warmup=1, run=index)
+        rows += speedup_rows(ranks, sizes, rate, compute)
         measured[rate] = {
             "sizes": list(sizes),
             "layer_compute_s": compute,
