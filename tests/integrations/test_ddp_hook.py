@@ -1,8 +1,7 @@
 """The DDP communication hook: with the identity codec it trains exactly like DDP's own
-all-reduce; with lossy codecs it trains exactly like the scheme run on each bucket's flattened
-gradients without DDP (per-position residuals), across DDP's bucket rebuild; a non-finite
-gradient on one rank is handled on every rank; checkpoints resume bit-exactly, also into other
-buckets.
+all-reduce; with lossy codecs it trains exactly like the scheme run on each parameter without
+DDP (``GradientSync``), whatever DDP's buckets; a non-finite gradient on one rank is handled on
+every rank; checkpoints resume bit-exactly against an uninterrupted run, into any buckets.
 
 The DDP runs all happen in one spawned pair of gloo processes (``ddp_runs``, shared by the
 tests of this module: starting processes costs seconds); the references run in this process on
@@ -27,10 +26,11 @@ from gradzip.comm.local import LocalGroup, run_local
 from gradzip.comm.spawn import run_processes
 from gradzip.comm.transport import Send, Transport
 from gradzip.errors import CheckpointError, GradzipError, PayloadMismatchError
+from gradzip.integrations._layout import parameter_pieces
 from gradzip.integrations.ddp import GradzipHookState, gradzip_hook, register_gradzip_hook
-from gradzip.schemes import SCHEMES, AllGatherDecode, RingRequantize, make_scheme
-from gradzip.schemes._ring_ints import slice_bounds
+from gradzip.schemes import SCHEMES, AllGatherDecode, make_scheme
 from gradzip.schemes.base import Scheme
+from gradzip.sync import GradientSync
 
 RUN_SEED = 11
 LR = 0.05
@@ -48,11 +48,12 @@ LOSSY_CONFIGS = [
     for comp, ef in LOSSY
     for name, cls in SCHEMES.items()
     if cls.compatible(gradzip.create(comp, **gradzip.get(comp).example_params))
-    # PowerSGD approximates each parameter (not the flat bucket): tests/schemes/test_powersgd.py
+    # PowerSGD's own checks: tests/schemes/test_powersgd.py (and the resume matrix below)
     and not cls.needs_shapes
 ]
 NAN_STEP = 1  # the step at which rank 1 has a NaN gradient in the non-finite scenarios
-#: values per chunk of the chunked runs: buckets of about 25 values travel as several chunks
+#: values per message of the chunked runs: parameters of more than 4 values are encoded in
+#: pieces of their rows, and a bucket travels as several messages
 CHUNK = 4
 CHUNKED = [("dqsg", False), ("onebit", True), ("topk", True)]
 
@@ -113,9 +114,9 @@ def poison(net: torch.nn.Module) -> torch.utils.hooks.RemovableHandle:
 
 
 def residuals(state: dict[str, Any]) -> list[torch.Tensor]:
-    """The hook's per-parameter residuals in a checkpoint (the scheme's own stay empty)."""
-    assert all(not role["residual"] for role in state["scheme"]["feedback"].values())
-    return [r for role in state["residuals"]["roles"].values() for r in role["residual"]]
+    """The error-feedback residuals in a hook checkpoint (the scheme's, per parameter and
+    piece)."""
+    return [r for role in state["scheme"]["feedback"].values() for r in role["residual"]]
 
 
 Layout = list[tuple[int, ...]]
@@ -250,17 +251,13 @@ def _all_ddp_runs(transport: Transport) -> dict[str, Any]:
         out["chunked", comp] = _train_ddp(transport, scheme("allgather", comp, ef), STEPS, CHUNK)
     out["raise"] = _non_finite(transport, "raise")
     out["skip"] = _non_finite(transport, "skip")
-    # straight: 3 steps in one bucket layout, then 3 in another (same hook state, new wrapper);
-    # resumed: the same, through a checkpoint
-    straight = _checkpoint_run(transport, [(3, BUCKET_MB), (3, OTHER_BUCKET_MB)], 0, None, True)
-    _, saved, before = _checkpoint_run(transport, [(3, BUCKET_MB)], 0, None, True)
-    resumed = _checkpoint_run(transport, [(3, OTHER_BUCKET_MB)], 3, saved, True)
+    # the hook state is needed: resumed without it, the run differs from the uninterrupted one
+    straight = _checkpoint_run(transport, [(6, BUCKET_MB)], 0, None, True)[0]
+    _, saved, _ = _checkpoint_run(transport, [(3, BUCKET_MB)], 0, None, True)
     out["checkpoint"] = {
-        "straight": straight[0],
-        "straight_layouts": straight[2],
-        "resumed": resumed[0],
-        "resumed_layouts": before + resumed[2],
-        "hook_state_lost": _checkpoint_run(transport, [(3, OTHER_BUCKET_MB)], 3, saved, False)[0],
+        "straight": straight,
+        "resumed": _checkpoint_run(transport, [(3, BUCKET_MB)], 3, saved, True)[0],
+        "hook_state_lost": _checkpoint_run(transport, [(3, BUCKET_MB)], 3, saved, False)[0],
     }
     return out
 
@@ -270,107 +267,185 @@ def ddp_runs() -> list[dict[str, Any]]:
     return run_processes(2, _all_ddp_runs, timeout=30.0, run_timeout=240.0)
 
 
-# -- in-process references: the scheme on flattened parameter groups, without DDP ------------
-def _reference_slices(sch: Scheme, n: int, transport: Transport) -> dict[str, dict[int, range]]:
-    """Per role, the chunk of each residual slot and the elements of the flat tensor it holds
-    (the ring's slices follow the scheme's own ``slice_bounds``; other schemes keep one
-    residual of the whole tensor)."""
-    if isinstance(sch, RingRequantize):
-        size, rank = transport.world_size, transport.rank
-        bounds = slice_bounds(n, size)
-        return {
-            "reduce_scatter": {d: range(*bounds[d]) for d in range(size) if d != rank},
-            "allgather": {size + rank: range(*bounds[rank])},
-        }
-    return {role: {0: range(n)} for role in sch.feedback}
+# -- resuming: every compressor through every scheme it fits, against an uninterrupted run ----
+#: a bucket size that puts this model in one bucket (DDP's first bucket holds up to 1 MB)
+ONE_BUCKET_MB = 25.0
+RESUME_STEPS, RESUME_AT = 5, 2
 
 
-def reduce_groups(
+def _resume_configs() -> list[tuple[str, str, int | None]]:
+    """``(compressor, scheme, chunk_elements)``: every registered compressor (its example
+    parameters) through every scheme that accepts it, and the allgather's pieces."""
+    configs: list[tuple[str, str, int | None]] = []
+    for comp in gradzip.names():
+        compressor = gradzip.create(comp, **gradzip.get(comp).example_params)
+        configs += [
+            (comp, name, None) for name, cls in SCHEMES.items() if cls.compatible(compressor)
+        ]
+    return [*configs, ("dqsg", "allgather", CHUNK), ("topk", "allgather", CHUNK)]
+
+
+RESUME_CONFIGS = _resume_configs()
+#: the default suite's share of the matrix: each scheme once, the pieces, and one sparse codec;
+#: the rest runs with the slow tests (about 20 s a configuration on a loaded 2-core machine)
+RESUME_QUICK = [
+    ("dqsg", "allgather", None),
+    ("topk", "allgather", None),
+    ("dqsg", "allgather", CHUNK),
+    ("onebit", "ring", None),
+    ("qsgd", "ps", None),
+    ("lpc", "ps_intsum", None),
+    ("terngrad", "allreduce", None),
+    ("ndqsg", "nested", None),
+    ("fp16", "powersgd", None),
+]
+
+
+def resume_scheme(comp: str, name: str) -> Scheme:
+    """The scheme with error feedback where it keeps any (the hardest state to carry over)."""
+    compressor = gradzip.create(comp, **gradzip.get(comp).example_params)
+    try:
+        return make_scheme(name, compressor, run_seed=RUN_SEED, error_feedback=True)
+    except (TypeError, ValueError):
+        return make_scheme(name, compressor, run_seed=RUN_SEED)
+
+
+def _hook_state(
+    transport: Transport, net: torch.nn.Module, comp: str, name: str, chunk: int | None
+) -> RecordingState:
+    options = {} if chunk is None else {"chunk_elements": chunk}
+    return RecordingState(resume_scheme(comp, name), net, transport, **options)
+
+
+def _train_steps(
     transport: Transport,
-    sch: Scheme,
+    net: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    state: GradzipHookState,
+    bucket_mb: float,
+    steps: range,
+    at: int | None = None,
+) -> bytes | None:
+    """``steps`` on a new DDP wrapper of ``net``; the checkpoint taken before step ``at``."""
+    ddp = DistributedDataParallel(net, bucket_cap_mb=bucket_mb)
+    ddp.register_comm_hook(state, gradzip_hook)
+    saved = None
+    for step in steps:
+        if step == at:
+            buf = io.BytesIO()
+            torch.save(
+                {"model": net.state_dict(), "opt": opt.state_dict(), "hook": state.state_dict()},
+                buf,
+            )
+            saved = buf.getvalue()
+        opt.zero_grad()
+        loss(ddp, transport.rank, step).backward()
+        opt.step()
+    return saved
+
+
+def _resume_run(
+    transport: Transport, comp: str, name: str, chunk: int | None, bucket_mb: float
+) -> dict[str, Any]:
+    """An uninterrupted run of ``RESUME_STEPS`` (one DDP wrapper: its buckets rebuilt after the
+    first step), and a run resumed from its checkpoint at ``RESUME_AT`` in fresh objects (a new
+    wrapper, whose first iteration uses DDP's initial buckets)."""
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=LR, momentum=0.9)
+    state = _hook_state(transport, net, comp, name, chunk)
+    saved = _train_steps(transport, net, opt, state, bucket_mb, range(RESUME_STEPS), RESUME_AT)
+    state.close()
+    assert saved is not None
+    loaded = torch.load(io.BytesIO(saved), weights_only=True)
+    resumed_net = model()
+    resumed_net.load_state_dict(loaded["model"])
+    resumed_opt = torch.optim.SGD(resumed_net.parameters(), lr=LR, momentum=0.9)
+    resumed_opt.load_state_dict(loaded["opt"])
+    resumed = _hook_state(transport, resumed_net, comp, name, chunk)
+    resumed.load_state_dict(loaded["hook"])
+    steps = range(RESUME_AT, RESUME_STEPS)
+    _train_steps(transport, resumed_net, resumed_opt, resumed, bucket_mb, steps)
+    resumed.close()
+    return {
+        "straight": flat(net),
+        "resumed": flat(resumed_net),
+        "layouts": (state.layouts[RESUME_AT], resumed.layouts[0]),
+    }
+
+
+def _resume_runs(transport: Transport, quick: bool) -> dict[Any, Any]:
+    return {
+        (comp, name, chunk, bucket_mb): _resume_run(transport, comp, name, chunk, bucket_mb)
+        for comp, name, chunk in RESUME_CONFIGS
+        if ((comp, name, chunk) in RESUME_QUICK) == quick
+        for bucket_mb in (ONE_BUCKET_MB, BUCKET_MB)
+    }
+
+
+def _quick_resume_runs(transport: Transport) -> dict[Any, Any]:
+    return _resume_runs(transport, True)
+
+
+def _slow_resume_runs(transport: Transport) -> dict[Any, Any]:
+    return _resume_runs(transport, False)
+
+
+@pytest.fixture(scope="module")
+def quick_resume_runs() -> list[dict[Any, Any]]:
+    return run_processes(2, _quick_resume_runs, timeout=60.0, run_timeout=600.0)
+
+
+@pytest.fixture(scope="module")
+def slow_resume_runs() -> list[dict[Any, Any]]:
+    return run_processes(2, _slow_resume_runs, timeout=60.0, run_timeout=2400.0)
+
+
+# -- in-process references: the scheme on each parameter, without DDP ------------------------
+def reduce_parameters(
+    transport: Transport,
+    sync: GradientSync,
     grads: list[torch.Tensor],
-    layout: Layout,
-    step: int,
-    store: dict[str, torch.Tensor],
     chunk: int | None = None,
 ) -> list[torch.Tensor]:
-    """Each group's gradients flattened and reduced as one tensor (key: the group's smallest
-    index), its residuals gathered from and scattered to ``store``, one model-length vector per
-    role indexed by element position in model order (zeros at first). ``chunk`` (all-gather
-    only): each group cut into ``ceil(n / chunk)`` nearly equal chunks, each reduced on its
-    own with its chunk number in its keys and residual slot, through the scheme's phases."""
-    numels = [g.numel() for g in grads]
-    starts = [sum(numels[:i]) for i in range(len(numels))]
-    if not store:
-        store.update({role: torch.zeros(sum(numels)) for role in sch.feedback})
-    means: list[torch.Tensor] = [torch.empty(0)] * len(grads)
-    for group in layout:
-        positions = torch.cat([torch.arange(starts[i], starts[i] + numels[i]) for i in group])
-        flat_grads = torch.cat([grads[i].reshape(-1) for i in group])
-        slices = _reference_slices(sch, flat_grads.numel(), transport)
-        if chunk is not None:
-            parts = slice_bounds(flat_grads.numel(), -(-flat_grads.numel() // chunk))
-            slices = {
-                role: {c: range(lo, hi) for c, (lo, hi) in enumerate(parts)} for role in slices
-            }
-        index = min(group)
-        for role, feedback in sch.feedback.items():
-            feedback.restore(
-                {
-                    (index, c): store[role][positions[s.start : s.stop]]
-                    for c, s in slices[role].items()
-                }
-            )
-        mean = (
-            sch.reduce(transport, flat_grads, step, index)
-            if chunk is None
-            else _chunked_mean(transport, sch, flat_grads, step, index, chunk)
-        )
-        for role, feedback in sch.feedback.items():
-            for (_, number), residual in feedback.snapshot().items():
-                s = slices[role][number]
-                store[role][positions[s.start : s.stop]] = residual
-            feedback.restore({})
-        offset = 0
-        for i in group:
-            means[i] = mean[offset : offset + numels[i]].view(grads[i].shape).to(grads[i].dtype)
-            offset += numels[i]
-    return means
-
-
-def _chunked_mean(
-    transport: Transport, sch: Scheme, flat_grads: torch.Tensor, step: int, index: int, chunk: int
-) -> torch.Tensor:
-    """The all-gather's mean of ``flat_grads`` chunk by chunk: each chunk encoded with its
-    number, gathered, and every rank's payload decoded (the rank's own included)."""
+    """The means of ``grads`` as :class:`GradientSync` computes them (each parameter its own
+    tensor, keyed by its index); ``chunk`` (all-gather only): each parameter cut into the
+    hook's pieces of its rows, each reduced on its own with its piece number in its key and
+    residual slot, through the scheme's phases (the rank decodes its own payload too)."""
+    if chunk is None:
+        means = sync.synchronize(grads)
+        assert means is not None
+        return means
+    sch = sync.scheme
     assert isinstance(sch, AllGatherDecode)
-    n = flat_grads.numel()
     means = []
-    for number, (lo, hi) in enumerate(slice_bounds(n, -(-n // chunk))):
-        part = flat_grads[lo:hi]
-        outgoing = sch.encode_flagged(transport.rank, part, step, index, chunk=number)
-        payloads, down = sch.gather_flagged(transport, outgoing, step)
-        assert not down
-        means.append(sch.average(payloads, step, index, part.shape, outgoing.dtype, chunk=number))
-    return torch.cat(means)
+    for index, grad in enumerate(grads):
+        parts = []
+        for number, (lo, hi, shape) in enumerate(parameter_pieces(grad.shape, chunk)):
+            part = grad.reshape(-1)[lo:hi].view(shape)
+            outgoing = sch.encode_flagged(transport.rank, part, sync.step, index, chunk=number)
+            payloads, down = sch.gather_flagged(transport, outgoing, sync.step)
+            assert not down
+            mean = sch.average(payloads, sync.step, index, shape, outgoing.dtype, chunk=number)
+            parts.append(mean.reshape(-1))
+        means.append(torch.cat(parts).view(grad.shape).to(grad.dtype))
+    sync.step += 1
+    return means
 
 
 def _reference(
     transport: Transport,
     sch: Scheme,
-    plan: list[tuple[int, Layout]],
+    steps: int,
     poisoned: int = -1,
     chunk: int | None = None,
 ) -> bytes:
-    """Train with the scheme applied to the gradients grouped as DDP's buckets were, one
-    ``(data step, layout)`` per applied step (``poisoned``: a data step whose NaN makes the
-    step apply nothing)."""
+    """Train with the scheme applied to each parameter's gradient (``poisoned``: a data step
+    whose NaN makes the step apply nothing)."""
     net = model()
     params = list(net.parameters())
     opt = torch.optim.SGD(params, lr=LR)
-    store: dict[str, torch.Tensor] = {}
-    step = 0
-    for data_step, layout in plan:
+    sync = GradientSync(transport, scheme=sch)
+    for data_step in range(steps):
         opt.zero_grad()
         handle = poison(net) if data_step == poisoned and transport.rank == 1 else None
         loss(net, transport.rank, data_step).backward()
@@ -379,11 +454,10 @@ def _reference(
         if data_step == poisoned:
             continue
         grads = [p.grad for p in params if p.grad is not None]
-        means = reduce_groups(transport, sch, grads, layout, step, store, chunk)
+        means = reduce_parameters(transport, sync, grads, chunk)
         for grad, mean in zip(grads, means, strict=True):
             grad.copy_(mean)
         opt.step()
-        step += 1
     return flat(net)
 
 
@@ -403,7 +477,7 @@ def test_identity_through_every_scheme_equals_plain_ddp(ddp_runs: list[dict[str,
 @pytest.mark.parametrize(
     ("comp", "ef", "name"), LOSSY_CONFIGS, ids=[f"{c}-{n}" for c, _, n in LOSSY_CONFIGS]
 )
-def test_hook_equals_the_scheme_on_flat_buckets_across_bucket_rebuilds(
+def test_hook_trains_like_gradient_sync_whatever_the_buckets(
     ddp_runs: list[dict[str, Any]], comp: str, ef: bool, name: str
 ) -> None:
     layouts = ddp_runs[0][comp, name][1]
@@ -411,54 +485,66 @@ def test_hook_equals_the_scheme_on_flat_buckets_across_bucket_rebuilds(
     # DDP rebuilt its buckets after the first step, and there were several of them
     assert len(layouts) == STEPS and layouts[1] != layouts[0] and len(layouts[1]) > 2
     assert sorted(i for b in layouts[1] for i in b) == list(range(8))
-    plan = list(enumerate(layouts))
-    reference = run_local(2, lambda t: _reference(t, scheme(name, comp, ef), plan))
+    reference = run_local(2, lambda t: _reference(t, scheme(name, comp, ef), STEPS))
     for rank in range(2):
         assert ddp_runs[rank][comp, name][0] == reference[rank]
     assert reference[0] != flat(model()) and reference[0] == reference[1]
     # the lossy codec mattered: identity through the same scheme trains differently
     if ("identity", name) in ddp_runs[0]:
         assert ddp_runs[0]["identity", name][0] != reference[0]
-    # and the buckets mattered: the scheme on one tensor per parameter trains differently
-    per_parameter = [(step, [(i,) for i in range(8)]) for step in range(STEPS)]
-    separate = run_local(2, lambda t: _reference(t, scheme(name, comp, ef), per_parameter))
-    assert separate[0] != reference[0]
 
 
 @pytest.mark.distributed
 @pytest.mark.parametrize(("comp", "ef"), CHUNKED)
-def test_chunked_hook_equals_the_scheme_chunk_by_chunk(
+def test_chunked_hook_equals_the_scheme_piece_by_piece(
     ddp_runs: list[dict[str, Any]], comp: str, ef: bool
 ) -> None:
-    """Buckets cut into chunks that each travel as their own payload (keys and residual slots
-    numbered by chunk): the same training as the scheme run chunk by chunk on each bucket,
-    whose rank decodes its own payload too (the hook adds its own reconstruction instead)."""
+    """Parameters of more than ``CHUNK`` values encoded in pieces of their rows, each its own
+    payload (keys and residual slots numbered by piece), several to a message: the same
+    training as the scheme run piece by piece on each parameter, whose rank decodes its own
+    payload too (the hook adds its own reconstruction instead)."""
     trained, layouts = ddp_runs[0]["chunked", comp]
     assert ddp_runs[1]["chunked", comp] == (trained, layouts)
     assert max(sum(1 for _ in b) for b in layouts[1]) > 1
-    plan = list(enumerate(layouts))
-    reference = run_local(
-        2, lambda t: _reference(t, scheme("allgather", comp, ef), plan, chunk=CHUNK)
-    )
+    sch = lambda: scheme("allgather", comp, ef)  # noqa: E731
+    reference = run_local(2, lambda t: _reference(t, sch(), STEPS, chunk=CHUNK))
     assert reference[0] == reference[1] == trained
-    # the chunks mattered: the same buckets unchunked train differently
-    whole = run_local(2, lambda t: _reference(t, scheme("allgather", comp, ef), plan))
+    # the pieces mattered: the same parameters whole train differently
+    whole = run_local(2, lambda t: _reference(t, sch(), STEPS))
     assert whole[0] != trained
 
 
-def _non_finite_plan(run: dict[str, Any]) -> list[tuple[int, Layout]]:
+def test_parameter_pieces_cut_whole_rows_independently_of_buckets() -> None:
+    assert parameter_pieces(torch.Size((10, 6)), 4) == [
+        (6 * r, 6 * (r + 1), torch.Size((1, 6))) for r in range(10)
+    ]
+    assert parameter_pieces(torch.Size((10,)), 4) == [
+        (0, 4, torch.Size((4,))),
+        (4, 7, torch.Size((3,))),
+        (7, 10, torch.Size((3,))),
+    ]
+    assert parameter_pieces(torch.Size((6, 4)), 12) == [
+        (0, 12, torch.Size((3, 4))),
+        (12, 24, torch.Size((3, 4))),
+    ]
+    for shape in [(4, 3), (), (1, 50), (0,)]:  # small enough, a scalar, one row, empty
+        size = torch.Size(shape)
+        assert parameter_pieces(size, 12) == [(0, size.numel(), size)] or shape == (1, 50)
+    assert parameter_pieces(torch.Size((1, 50)), 12) == [(0, 50, torch.Size((1, 50)))]
+
+
+def _non_finite_steps(run: dict[str, Any]) -> None:
     layouts = run["layouts"]
     assert len(layouts) == 3 and layouts[0] != layouts[1]
-    return [(0, layouts[0]), (NAN_STEP, layouts[1]), (NAN_STEP + 1, layouts[2])]
 
 
 @pytest.mark.distributed
 def test_non_finite_gradient_on_one_rank_raises_on_every_rank(
     ddp_runs: list[dict[str, Any]],
 ) -> None:
-    plan = _non_finite_plan(ddp_runs[0]["raise"])
+    _non_finite_steps(ddp_runs[0]["raise"])
     sch = lambda: scheme("allgather", "topk", True)  # noqa: E731
-    reference = run_local(2, lambda t: _reference(t, sch(), plan, poisoned=NAN_STEP))
+    reference = run_local(2, lambda t: _reference(t, sch(), NAN_STEP + 2, poisoned=NAN_STEP))
     for rank in range(2):
         run = ddp_runs[rank]["raise"]
         assert run["error"] is not None, f"rank {rank} did not raise"
@@ -475,9 +561,9 @@ def test_non_finite_gradient_on_one_rank_raises_on_every_rank(
 
 @pytest.mark.distributed
 def test_skip_mode_zeroes_the_step_on_every_rank(ddp_runs: list[dict[str, Any]]) -> None:
-    plan = _non_finite_plan(ddp_runs[0]["skip"])
+    _non_finite_steps(ddp_runs[0]["skip"])
     sch = lambda: scheme("allgather", "topk", True)  # noqa: E731
-    reference = run_local(2, lambda t: _reference(t, sch(), plan, poisoned=NAN_STEP))
+    reference = run_local(2, lambda t: _reference(t, sch(), NAN_STEP + 2, poisoned=NAN_STEP))
     for rank in range(2):
         run = ddp_runs[rank]["skip"]
         assert run["error"] is None and run["grads_zero"]
@@ -487,16 +573,42 @@ def test_skip_mode_zeroes_the_step_on_every_rank(ddp_runs: list[dict[str, Any]])
 
 
 @pytest.mark.distributed
-def test_resume_into_other_buckets_is_bit_exact(ddp_runs: list[dict[str, Any]]) -> None:
+def test_the_hook_state_is_what_a_resume_needs(ddp_runs: list[dict[str, Any]]) -> None:
     for rank in range(2):
         runs = ddp_runs[rank]["checkpoint"]
-        layouts = runs["straight_layouts"]
-        assert runs["resumed_layouts"] == layouts
-        # after its rebuild the resumed half ran in buckets the saved half never had (each
-        # wrapper's first iteration puts everything in DDP's first, larger bucket)
-        assert len(layouts) == 6 and layouts[4] == layouts[5] and layouts[4] not in layouts[:3]
         assert runs["resumed"] == runs["straight"]
-        assert runs["hook_state_lost"] != runs["straight"]  # the hook's state is needed
+        assert runs["hook_state_lost"] != runs["straight"]
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize(
+    ("comp", "name", "chunk"),
+    [
+        pytest.param(*config, marks=() if config in RESUME_QUICK else pytest.mark.slow)
+        for config in RESUME_CONFIGS
+    ],
+    ids=[f"{c}-{n}" + ("" if k is None else f"-pieces{k}") for c, n, k in RESUME_CONFIGS],
+)
+@pytest.mark.parametrize("bucket_mb", [ONE_BUCKET_MB, BUCKET_MB], ids=["one-bucket", "buckets"])
+def test_resume_is_bit_exact_against_an_uninterrupted_run(
+    request: pytest.FixtureRequest, comp: str, name: str, chunk: int | None, bucket_mb: float
+) -> None:
+    """The checkpoint at step 2 of a run, loaded into a fresh model, optimizer, hook state and
+    DDP wrapper, trains on to the very bits of the run that was never stopped, though the
+    resumed wrapper's first step puts the parameters in other buckets (DDP's initial ones, in
+    reverse model order; the uninterrupted run had rebuilt them in gradient-ready order)."""
+    quick = (comp, name, chunk) in RESUME_QUICK
+    runs = request.getfixturevalue("quick_resume_runs" if quick else "slow_resume_runs")
+    for rank in range(2):
+        run = runs[rank][comp, name, chunk, bucket_mb]
+        straight_layout, resumed_layout = run["layouts"]
+        assert straight_layout != resumed_layout  # the layouts differ at the resumed step
+        if bucket_mb == ONE_BUCKET_MB:
+            assert len(straight_layout) == len(resumed_layout) == 1
+        else:
+            assert len(straight_layout) > 2
+        assert run["straight"] != flat(model())
+        assert run["resumed"] == run["straight"]
 
 
 # -- in-process checks of the hook's bookkeeping, with stand-in buckets -----------------------
@@ -556,9 +668,9 @@ def _run_step(
 
 
 @pytest.mark.parametrize("name", ["allgather", "ring", "ps"])
-def test_buckets_in_any_grouping_and_dtype_match_the_flat_reference(name: str) -> None:
+def test_buckets_in_any_grouping_and_dtype_match_gradient_sync(name: str) -> None:
     """Half-precision gradients in changing bucketings (as at a rebuild, or a resumed run with
-    another bucket size) against the scheme on the same flattened groups."""
+    another bucket size) against the scheme on each parameter (``GradientSync``)."""
     net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)).half()
     params = list(net.parameters())
     shapes = [tuple(p.shape) for p in params]
@@ -566,12 +678,12 @@ def test_buckets_in_any_grouping_and_dtype_match_the_flat_reference(name: str) -
 
     def body(transport: Transport) -> tuple[list[list[torch.Tensor]], list[list[torch.Tensor]]]:
         state = GradzipHookState(scheme(name, "topk", True), net, transport)
-        sch, store = scheme(name, "topk", True), {}
+        sync = GradientSync(transport, scheme=scheme(name, "topk", True))
         hooked, referenced = [], []
         for step, grouping in enumerate(groupings):
             grads = [g.half() for g in _grads(transport.rank, step, shapes)]
             hooked.append(_run_step(state, params, grads, grouping))
-            referenced.append(reduce_groups(transport, sch, grads, grouping, step, store))
+            referenced.append(reduce_parameters(transport, sync, grads))
         assert state.step == len(groupings)
         state.close()
         return hooked, referenced
@@ -654,9 +766,8 @@ def test_allgather_encodes_the_next_bucket_while_one_is_on_the_wire() -> None:
                 hooked[i] = result[offset : offset + view.numel()].view_as(view).clone()
                 offset += view.numel()
         state.close()
-        reference = reduce_groups(
-            transport, scheme("allgather", "dqsg", True), grads, layout, 0, {}
-        )
+        sync = GradientSync(transport, scheme=scheme("allgather", "dqsg", True))
+        reference = reduce_parameters(transport, sync, grads)
         return ahead, gated.threads, hooked, reference
 
     for ahead, threads, hooked, reference in run_local(2, body):
@@ -850,33 +961,43 @@ def test_a_refused_checkpoint_changes_nothing() -> None:
     net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
     params = list(net.parameters())
     transport = LocalGroup(1).endpoint(0)
-    state = GradzipHookState(scheme("allgather", "onebit", True), net, transport)
+    state = GradzipHookState(scheme("allgather", "onebit", True), net, transport, chunk_elements=6)
     _run_step(state, params, _grads(0, 0, [tuple(p.shape) for p in params]), [(3, 2, 1, 0)])
     good = state.state_dict()
-    assert len(good["residuals"]["roles"]["worker"]["residual"]) == 4
+    worker = good["scheme"]["feedback"]["worker"]
+    # the 4x3 weight in two pieces of two rows, the 2x4 weight in two of one row; the biases
+    # whole
+    assert list(zip(worker["tensor_index"], worker["chunk"], strict=True)) == [
+        (0, 0),
+        (0, 1),
+        (1, 0),
+        (2, 0),
+        (2, 1),
+        (3, 0),
+    ]
 
     def broken(edit: Any) -> dict[str, Any]:
-        bad = {
-            **good,
-            "residuals": {
-                **good["residuals"],
-                "roles": {"worker": dict(good["residuals"]["roles"]["worker"])},
-            },
-        }
-        edit(bad["residuals"]["roles"]["worker"], bad)
+        role = dict(worker)
+        bad = {**good, "scheme": {**good["scheme"], "feedback": {"worker": role}}}
+        edit(role, bad)
         return bad
 
     def set_key(key: str, value: Any) -> Any:
         return lambda role, _: role.__setitem__(key, value)
 
-    fresh = GradzipHookState(scheme("allgather", "onebit", True), net, transport)
+    shapes = [r.shape for r in worker["residual"]]
+    fresh = GradzipHookState(scheme("allgather", "onebit", True), net, transport, chunk_elements=6)
     cases = {
-        "twice": set_key("param", [0, 0, 1, 2]),
-        "names parameter 9": set_key("param", [0, 1, 2, 9]),
-        "expected": set_key("residual", [torch.zeros(1)] * 4),
-        "NaN": set_key("residual", [torch.full((n,), float("nan")) for n in (12, 4, 8, 2)]),
-        "sizes": lambda _, top: top.__setitem__("numels", [1, 2]),
-        "version": lambda _, top: top.__setitem__("residuals", {"version": 0}),
+        "twice": set_key("chunk", [0, 0, 0, 0, 1, 0]),
+        "parameter 9; this model has 4": set_key("tensor_index", [0, 0, 1, 2, 2, 9]),
+        # the first index past the parameters: a CheckpointError, not an IndexError
+        "parameter 4; this model has 4": set_key("tensor_index", [0, 0, 1, 2, 2, 4]),
+        "no such piece": set_key("chunk", [0, 1, 0, 0, 1, 5]),
+        "this model's piece is": set_key("residual", [torch.zeros(1)] * 6),
+        "NaN": set_key("residual", [torch.full(s, float("nan")) for s in shapes]),
+        "shapes": lambda _, top: top.__setitem__("shapes", [[1], [2]]),
+        "chunk_elements": lambda _, top: top.__setitem__("chunk_elements", 7),
+        "version": lambda _, top: top.__setitem__("version", 2),
     }
     for match, edit in cases.items():
         with pytest.raises(CheckpointError, match=match):
@@ -896,7 +1017,10 @@ def test_timeline_records_every_piece_through_the_three_stages_in_order() -> Non
     net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
     params = list(net.parameters())
     shapes = [tuple(p.shape) for p in params]
-    grouping = [(3, 2), (1, 0)]  # 10 and 16 values: 4 and 6 chunks of at most 3
+    # bucket 0: the bias of 2 (one piece), the 2x4 weight (two pieces of 4 values: one row
+    # each); bucket 1: the bias of 4 (two pieces of 2), the 4x3 weight (four pieces of 3). At
+    # most 3 values to a message, unless a piece is larger: 3 and 6 messages
+    grouping = [(3, 2), (1, 0)]
 
     def body(transport: Transport) -> list[Any]:
         sch = scheme("allgather", "dqsg", False)
@@ -909,7 +1033,7 @@ def test_timeline_records_every_piece_through_the_three_stages_in_order() -> Non
 
     for spans in run_local(2, body):
         pieces = {(s.bucket, s.chunk) for s in spans}
-        assert pieces == {(0, c) for c in range(4)} | {(1, c) for c in range(6)}
+        assert pieces == {(0, c) for c in range(3)} | {(1, c) for c in range(6)}
         for piece in pieces:
             stages = {s.stage: s for s in spans if (s.bucket, s.chunk) == piece}
             assert set(stages) == {"encode", "transfer", "decode"}

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from gradzip.integrations._layout import BucketLayout
+from gradzip.integrations._layout import BucketLayout, Unit
 from gradzip.schemes.allgather_decode import Outgoing
 
 
@@ -46,8 +46,9 @@ class BucketJob:
 @dataclass
 class BucketPart:
     """What travels from stage to stage: one part ``[lo, hi)`` of a bucket's buffer (the
-    pipelined all-gather cuts a bucket into chunks, numbered ``chunk``), or the whole bucket
-    (``chunk`` None: a scheme reduced in one piece, or a bucket that is not communicated).
+    pipelined all-gather sends a bucket as messages numbered ``chunk``, each the payloads of
+    ``units``), or the whole bucket (``chunk`` None: a scheme reduced in one piece, or a bucket
+    that is not communicated).
 
     ``last``: the bucket's last piece (its job is done once it leaves the decode stage).
     ``error``: why this piece is not to be communicated, decided by the encode stage before the
@@ -59,7 +60,11 @@ class BucketPart:
     hi: int
     last: bool
     error: BaseException | None = None
-    #: this rank's payload (encode stage), then every rank's payloads (transfer stage; None
-    #: when nothing is to be decoded)
+    #: the parameter-aligned units whose payloads the message holds (pipelined only)
+    units: tuple[Unit, ...] = ()
+    #: this rank's message (encode stage: its units' payloads joined, its flag, and one
+    #: :class:`Outgoing` per unit), then every rank's message (transfer stage; None when
+    #: nothing is to be decoded)
     outgoing: Outgoing | None = None
+    unit_outgoing: tuple[Outgoing, ...] = ()
     payloads: list[bytes] | None = None

@@ -1,79 +1,107 @@
-"""Where each parameter sits in a DDP bucket's flat buffer, and where a scheme's error-feedback
-residuals sit in that buffer."""
+"""Where each parameter sits in a DDP bucket's flat buffer, and the parameter-aligned units the
+hook encodes it in.
+
+[CHOICE] What a payload encodes never depends on the bucket a parameter travels in: the unit of
+encoding is a parameter (or, for a parameter larger than the hook's ``chunk_elements``, a fixed
+piece of it), keyed by the parameter's model-order index and the piece's number, with its own
+scale, dither and error-feedback slot. DDP's buckets only decide which units share a message.
+So a run resumed into other buckets (DDP's first iteration of a fresh wrapper always uses its
+initial buckets; a resumed run may use another ``bucket_cap_mb``) encodes exactly what the
+uninterrupted run encodes, and the hook trains bit for bit like
+:class:`~gradzip.sync.GradientSync` on the same parameters.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from gradzip.schemes._ring_ints import slice_bounds
-from gradzip.schemes.base import Scheme
-from gradzip.schemes.ring_requantize import RingRequantize
+import torch
 
-#: a residual slot of one role: ``(chunk, lo, hi)``, the flat buffer's elements ``[lo, hi)``
-FeedbackSlice = tuple[int, int, int]
+from gradzip.schemes._ring_ints import slice_bounds
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One encoded tensor: ``param``'s piece number ``piece`` (the payload's ``tensor_index``
+    and ``chunk``), at ``[lo, hi)`` of the bucket's buffer, in ``shape``."""
+
+    param: int
+    piece: int
+    lo: int
+    hi: int
+    shape: torch.Size
+
+    @property
+    def numel(self) -> int:
+        return self.hi - self.lo
+
+
+def parameter_pieces(shape: torch.Size, chunk_elements: int) -> list[tuple[int, int, torch.Size]]:
+    """The pieces a parameter of ``shape`` is encoded in: ``(start, end, piece shape)`` within
+    the parameter's flat gradient; one piece unless it holds more than ``chunk_elements``
+    values.
+
+    [CHOICE] A larger parameter is cut along its first dimension into ``ceil(numel /
+    chunk_elements)`` nearly equal runs of rows (at most one piece a row), so each piece keeps
+    the parameter's trailing shape (a compressor that works per column or per row sees whole
+    rows). The cut depends only on the shape and ``chunk_elements``, never on the bucket.
+    """
+    numel = shape.numel()
+    pieces = -(-numel // chunk_elements)
+    if pieces <= 1 or len(shape) == 0 or shape[0] <= 1:
+        return [(0, numel, shape)]
+    rows, row = shape[0], numel // shape[0]
+    return [
+        (a * row, b * row, torch.Size((b - a, *shape[1:])))
+        for a, b in slice_bounds(rows, min(pieces, rows))
+    ]
 
 
 @dataclass(frozen=True)
 class BucketLayout:
-    """The parameters of one bucket (model-order indices, in the buffer's order) and where each
-    one's gradient starts in the flat buffer.
-
-    [CHOICE] The bucket's key is ``tensor_index = min(params)``: buckets partition the
-    parameters, so no two buckets of one layout share it, and it does not depend on the bucket's
-    position (which DDP's rebuild reorders).
-    """
+    """The parameters of one bucket (model-order indices, in the buffer's order), where each
+    one's gradient starts in the flat buffer, and the units it is encoded in."""
 
     params: tuple[int, ...]
     offsets: tuple[int, ...]  # len(params) + 1 entries; offsets[-1] is the buffer's length
+    units: tuple[Unit, ...]
 
     @classmethod
-    def of(cls, params: tuple[int, ...], numels: list[int]) -> BucketLayout:
-        offsets = [0]
+    def of(
+        cls, params: tuple[int, ...], shapes: Sequence[torch.Size], chunk_elements: int
+    ) -> BucketLayout:
+        offsets, units = [0], []
         for index in params:
-            offsets.append(offsets[-1] + numels[index])
-        return cls(params, tuple(offsets))
-
-    @property
-    def tensor_index(self) -> int:
-        return min(self.params)
+            start = offsets[-1]
+            for piece, (a, b, shape) in enumerate(parameter_pieces(shapes[index], chunk_elements)):
+                units.append(Unit(index, piece, start + a, start + b, shape))
+            offsets.append(start + shapes[index].numel())
+        return cls(params, tuple(offsets), tuple(units))
 
     @property
     def numel(self) -> int:
         return self.offsets[-1]
 
-    def overlaps(self, lo: int, hi: int) -> Iterator[tuple[int, int, int, int, int]]:
-        """``(param, a, b, oa, ob)`` for each parameter at ``[a, b)`` in the buffer that meets
-        ``[lo, hi)``, where ``[oa, ob)`` is the overlap (buffer coordinates)."""
+    def parameter_views(
+        self, flat: torch.Tensor, shapes: Sequence[torch.Size]
+    ) -> Iterator[torch.Tensor]:
+        """Each parameter's gradient as a view of ``flat`` in the parameter's shape."""
         for k, index in enumerate(self.params):
-            a, b = self.offsets[k], self.offsets[k + 1]
-            oa, ob = max(a, lo), min(b, hi)
-            if oa < ob:
-                yield index, a, b, oa, ob
+            yield flat[self.offsets[k] : self.offsets[k + 1]].view(shapes[index])
 
-
-def feedback_slices(
-    scheme: Scheme, numel: int, world_size: int, rank: int
-) -> dict[str, list[FeedbackSlice]]:
-    """The residual slots ``scheme.reduce`` keeps, per role, for a flat tensor of ``numel``
-    elements on ``rank``, and the elements each covers.
-
-    A scheme may describe itself with a ``feedback_slices(numel, world_size, rank)`` method;
-    otherwise every role keeps one residual of the whole tensor (chunk 0), except the ring,
-    whose reduce-scatter residuals cover the slices this rank sends (chunk = destination) and
-    whose allgather residual covers the slice it owns (chunk ``P + rank``), as
-    :class:`~gradzip.schemes.RingRequantize` documents. The hook checks the slots the scheme
-    actually kept against this description and refuses a step where they differ.
-    """
-    described = getattr(scheme, "feedback_slices", None)
-    if callable(described):
-        result: dict[str, list[FeedbackSlice]] = described(numel, world_size, rank)
-        return result
-    if isinstance(scheme, RingRequantize):
-        bounds = slice_bounds(numel, world_size)
-        slices: dict[str, list[FeedbackSlice]] = {
-            "reduce_scatter": [(dst, *bounds[dst]) for dst in range(world_size) if dst != rank],
-            "allgather": [(world_size + rank, *bounds[rank])],
-        }
-        return {role: slices[role] for role in scheme.feedback}
-    return {role: [(0, 0, numel)] for role in scheme.feedback}
+    def messages(self, chunk_elements: int) -> list[tuple[Unit, ...]]:
+        """The units grouped into the pipelined all-gather's messages: consecutive units (so
+        each message covers one contiguous range of the buffer), each message holding at most
+        ``chunk_elements`` values unless one unit alone is larger (a parameter of fewer rows
+        than pieces). A message is one all-gather whatever it holds, so grouping small
+        parameters saves round trips; it changes no payload."""
+        groups: list[list[Unit]] = []
+        size = 0
+        for unit in self.units:
+            if not groups or size + unit.numel > chunk_elements:
+                groups.append([])
+                size = 0
+            groups[-1].append(unit)
+            size += unit.numel
+        return [tuple(group) for group in groups]

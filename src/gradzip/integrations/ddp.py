@@ -17,19 +17,25 @@ Any gradzip scheme (and so any compressor it accepts) replaces DDP's all-reduce:
 
 DDP calls ``hook(state, bucket)`` as each flat bucket of gradients becomes ready; the hook
 returns a future of the bucket's *average* (DDP then neither communicates nor divides). Each
-bucket travels as one tensor keyed by the smallest model-order index of its parameters (a
-:attr:`~gradzip.schemes.base.Scheme.needs_shapes` scheme, PowerSGD, gets each parameter in its
-own shape instead), with the finite-gradient agreement on its first message.
+parameter's gradient is encoded on its own, in its own shape, keyed by the parameter's
+model-order index (:mod:`gradzip.integrations._layout`): DDP's buckets only decide which
+payloads share a message, so what travels never depends on the bucket layout. The
+finite-gradient agreement rides on each bucket's first message.
 
 [CHOICE] Overlap: the hook only queues the bucket; three threads (encode, transfer, decode)
-reduce it while backward goes on. With the allgather scheme they pipeline chunks of at most
-``chunk_elements`` values, so the codec's time hides behind the wire; other schemes requantize
-between messages and run whole in the transfer stage. The last bucket's call waits for the step
-and raises its error, so it reaches the caller of ``loss.backward()``.
+reduce it while backward goes on. With the allgather scheme they pipeline messages of at most
+``chunk_elements`` values (a larger parameter is encoded in fixed pieces of its rows), so the
+codec's time hides behind the wire; other schemes requantize between messages and run whole in
+the transfer stage, one parameter after another. The last bucket's call waits for the step and
+raises its error, so it reaches the caller of ``loss.backward()``.
 
-[CHOICE] Residuals are kept per parameter (:mod:`gradzip.integrations._residuals`), so they
-survive DDP's bucket rebuild and a resume with another ``bucket_cap_mb``; a checkpoint
-(:meth:`GradzipHookState.state_dict`) resumes bit-exactly.
+[CHOICE] Because every payload, scale, dither and error-feedback slot belongs to a parameter
+(or a fixed piece of one), the scheme's own state is the hook's state: it survives DDP's bucket
+rebuild, and a checkpoint (:meth:`GradzipHookState.state_dict`) resumes bit-exactly into any
+buckets (a fresh wrapper's initial ones, another ``bucket_cap_mb``), matching the uninterrupted
+run. The hook trains bit for bit like :class:`~gradzip.sync.GradientSync` on the same
+parameters (same pieces: no parameter above ``chunk_elements`` values, or a scheme other than
+the allgather).
 
 The user guide's page "The DDP hook and GradientSync" (docs/guide/ddp-hook-and-gradientsync.md)
 explains the pipeline, the state, checkpoints, buffers (BatchNorm) and every failure mode.
@@ -51,14 +57,13 @@ from torch.distributed import GradBucket  # type: ignore[attr-defined]  # re-exp
 from gradzip.comm.distributed import DistributedTransport
 from gradzip.comm.transport import Transport
 from gradzip.errors import CheckpointError, GradzipError, NonFiniteInputError
-from gradzip.feedback import Slot
+from gradzip.feedback import Slot, working_dtype
 from gradzip.integrations._job import BucketJob, BucketPart
-from gradzip.integrations._layout import BucketLayout
-from gradzip.integrations._residuals import Entries, ResidualStore
+from gradzip.integrations._layout import BucketLayout, Unit, parameter_pieces
 from gradzip.integrations._timeline import Timeline
 from gradzip.integrations._worker import BucketWorker
-from gradzip.schemes._ring_ints import slice_bounds
-from gradzip.schemes.allgather_decode import AllGatherDecode
+from gradzip.payload_batch import join_payloads, split_payloads
+from gradzip.schemes.allgather_decode import AllGatherDecode, Outgoing
 from gradzip.schemes.base import Scheme
 from gradzip.stepping import (
     check_on_nonfinite,
@@ -73,15 +78,18 @@ from gradzip.stepping import (
 if TYPE_CHECKING:
     from torch.nn.parallel import DistributedDataParallel
 
-#: [CHOICE] values per chunk of a bucket in the pipelined all-gather (8 MB of float32): small
-#: enough that the wire starts after one chunk's encoding and only the last chunk's decoding
-#: follows the last byte (a few ms each on one core of the development machine), large enough
-#: that each chunk's fixed costs (a payload header, the transport's round trips, a kernel
-#: launch) are paid a few times per 16M-value bucket rather than per thousand values. Not
-#: tuned beyond that: measure other sizes with ``benchmarks/hook_timeline.py``
+#: [CHOICE] values per message of a bucket in the pipelined all-gather (8 MB of float32), and
+#: the largest piece a parameter is encoded in: small enough that the wire starts after one
+#: message's encoding and only the last message's decoding follows the last byte (a few ms each
+#: on one core of the development machine), large enough that each message's fixed costs (the
+#: transport's round trips, a kernel launch) are paid a few times per 16M-value bucket rather
+#: than per thousand values. Not tuned beyond that: measure other sizes with
+#: ``benchmarks/hook_timeline.py``
 CHUNK_ELEMENTS = 1 << 21
 
-_STATE_VERSION = 2  # 2: per-parameter residuals beside the scheme's (empty) buffers
+#: 3: the scheme's own buffers, slots keyed by (parameter, piece); 2 kept per-bucket-element
+#: residuals beside the scheme and is refused
+_STATE_VERSION = 3
 _ADVICE = (
     ". DDP will refuse the next forward pass of this wrapper: wrap the module again and "
     "register this hook state on it, or resume from a checkpoint"
@@ -153,13 +161,11 @@ class GradzipHookState:
         self._index = {id(p): i for i, p in enumerate(self._parameters)}
         self._numels = [p.numel() for p in self._parameters]
         self._shapes = [p.shape for p in self._parameters]
-        self._residuals = ResidualStore(
-            tuple(scheme.feedback), self._numels, [p.dtype for p in self._parameters]
-        )
+        self._dtypes = [p.dtype for p in self._parameters]
         self._layouts: dict[tuple[int, ...], BucketLayout] = {}
         # the step in progress (worker thread only): its restore point (None between steps),
         # whether it is skipped, its error, and its jobs (their futures complete at its end)
-        self._saved: tuple[dict[str, dict[Slot, torch.Tensor]], Entries] | None = None
+        self._saved: dict[str, dict[Slot, torch.Tensor]] | None = None
         self._skipping = False
         self._failure: BaseException | None = None
         self._jobs: list[BucketJob] = []
@@ -219,7 +225,8 @@ class GradzipHookState:
         params = tuple(self._index_of(p) for p in bucket.parameters())
         layout = self._layouts.get(params)
         if layout is None:
-            layout = self._layouts[params] = BucketLayout.of(params, self._numels)
+            layout = BucketLayout.of(params, self._shapes, self.chunk_elements)
+            self._layouts[params] = layout
         if layout.numel != buffer.numel() or buffer.dim() != 1:
             raise GradzipError(
                 f"bucket {bucket.index()} has a buffer of shape {tuple(buffer.shape)}, but its "
@@ -343,41 +350,42 @@ class GradzipHookState:
         failure.__cause__ = err
         return failure
 
-    # pipelined: the three phases of AllGatherDecode, chunk by chunk
-    def _chunks(self, numel: int) -> list[tuple[int, int]]:
-        """The bucket's pieces: ``ceil(numel / chunk_elements)`` ranges of (nearly) equal size."""
-        return slice_bounds(numel, max(1, -(-numel // self.chunk_elements)))
-
+    # pipelined: the three phases of AllGatherDecode, message by message
     def _encode(self, job: BucketJob) -> None:
-        """Encode the bucket chunk by chunk (each chunk its own payload, key ``chunk`` and
-        error-feedback slot), handing each chunk on as soon as it is encoded. The residuals are
-        stored while the last chunk travels (the decode stage ends the bucket only once
-        ``job.encoded`` is set): storing them copies every parameter that several chunks share,
-        which delayed the last chunk by 10-70 ms when it came first."""
-        assert job.layout is not None and isinstance(self.scheme, AllGatherDecode)
-        scheme, rank = self.scheme, self.transport.rank
-        bounds = self._chunks(job.buffer.numel())
-        slots = [(chunk, lo, hi) for chunk, (lo, hi) in enumerate(bounds)]
+        """Encode the bucket message by message (each unit its own payload, with its
+        parameter's key and error-feedback slot), handing each message on as soon as it is
+        encoded."""
+        assert job.layout is not None
+        messages = job.layout.messages(self.chunk_elements)
+        flat = job.buffer.detach()
+        for number, units in enumerate(messages):
+            with self._span("encode", job, number):
+                outgoing, per_unit = self._encode_message(flat, units)
+            last = number == len(messages) - 1
+            piece = BucketPart(job, number, units[0].lo, units[-1].hi, last, units=units)
+            piece.outgoing, piece.unit_outgoing = outgoing, per_unit
+            self._hand_on(piece)
 
-        def encode_chunks(flat: torch.Tensor, index: int) -> bool:
-            """Hand on every chunk as soon as it is encoded."""
-            for chunk, lo, hi in slots:
-                with self._span("encode", job, chunk):
-                    outgoing = scheme.encode_flagged(
-                        rank, flat[lo:hi], self.step, index, chunk=chunk
-                    )
-                last = chunk == len(slots) - 1
-                self._hand_on(BucketPart(job, chunk, lo, hi, last, outgoing=outgoing))
-            return True
-
-        self._residuals.reduce(
-            scheme,
-            self.transport,
-            job.buffer.detach(),
-            job.layout,
-            encode_chunks,
-            {role: slots for role in scheme.feedback},
-        )
+    def _encode_message(
+        self, flat: torch.Tensor, units: tuple[Unit, ...]
+    ) -> tuple[Outgoing, tuple[Outgoing, ...]]:
+        """This rank's message: its units' payloads joined, with the flag down (and nothing
+        sent) if any unit is refused as not finite."""
+        assert isinstance(self.scheme, AllGatherDecode)
+        rank, per_unit = self.transport.rank, []
+        for unit in units:
+            outgoing = self.scheme.encode_flagged(
+                rank,
+                flat[unit.lo : unit.hi].view(unit.shape),
+                self.step,
+                unit.param,
+                chunk=unit.piece,
+            )
+            if not outgoing.finite:
+                return Outgoing(b"", False, outgoing.dtype), ()
+            per_unit.append(outgoing)
+        joined = join_payloads([outgoing.payload for outgoing in per_unit])
+        return Outgoing(joined, True, per_unit[0].dtype), tuple(per_unit)
 
     def _exchange(self, piece: BucketPart) -> None:
         assert piece.outgoing is not None and isinstance(self.scheme, AllGatherDecode)
@@ -388,83 +396,66 @@ class GradzipHookState:
             self._skip()
 
     def _average(self, piece: BucketPart) -> None:
-        """The piece's mean, built in its place in the bucket where it fits (CPU, the working
+        """Each unit's mean, built in its place in the bucket where it fits (CPU, the working
         dtype), else copied there."""
-        job, outgoing = piece.job, piece.outgoing
-        assert piece.payloads is not None and outgoing is not None and job.layout is not None
-        assert isinstance(self.scheme, AllGatherDecode) and piece.chunk is not None
-        place = job.buffer[piece.lo : piece.hi]
-        # [CHOICE] the mean is built in the bucket itself where it fits: DDP then finds it in
-        # the gradients (they are views of the bucket) instead of copying the whole model's
-        # means after the last bucket, on the step's critical path
-        into = place if place.device.type == "cpu" else None
-        mean = self.scheme.average(
-            piece.payloads,
-            self.step,
-            job.layout.tensor_index,
-            place.shape,
-            outgoing.dtype,
-            outgoing.own_term(self.transport.rank),
-            into,
-            chunk=piece.chunk,
-        )
-        if mean.dtype != place.dtype or mean.data_ptr() != place.data_ptr():
-            place.copy_(mean)  # into the bucket: its device and dtype
+        job = piece.job
+        assert piece.payloads is not None and isinstance(self.scheme, AllGatherDecode)
+        numels = [unit.numel for unit in piece.units]
+        messages = [split_payloads(message, numels) for message in piece.payloads]
+        rank = self.transport.rank
+        for k, (unit, mine) in enumerate(zip(piece.units, piece.unit_outgoing, strict=True)):
+            place = job.buffer[unit.lo : unit.hi]
+            # [CHOICE] the mean is built in the bucket itself where it fits: DDP then finds it
+            # in the gradients (they are views of the bucket) instead of copying the whole
+            # model's means after the last bucket, on the step's critical path
+            into = place if place.device.type == "cpu" else None
+            mean = self.scheme.average(
+                [message[k] for message in messages],
+                self.step,
+                unit.param,
+                unit.shape,
+                mine.dtype,
+                mine.own_term(rank),
+                into,
+                chunk=unit.piece,
+            )
+            if mean.dtype != place.dtype or mean.data_ptr() != place.data_ptr():
+                place.copy_(mean.reshape(-1))  # into the bucket: its device and dtype
 
     # not pipelined: the scheme's reduction in one piece
     def _reduce(self, job: BucketJob) -> None:
-        assert job.layout is not None
-        mean = self._residuals.reduce(
-            self.scheme,
-            self.transport,
-            job.buffer.detach(),
-            job.layout,
-            lambda flat, _: self._reduce_flat(flat, job.layout, job.position),
-        )
-        if mean is None:  # some rank's bucket is not finite and on_nonfinite="skip"
-            self._skip()
-        else:
-            self._deliver(job, mean)
-
-    def _reduce_flat(
-        self, flat: torch.Tensor, layout: BucketLayout | None, position: int
-    ) -> torch.Tensor | None:
         """The bucket's mean once every rank agreed it is finite, the agreement riding on the
         reduction's first message (:func:`~gradzip.stepping.reduce_all_finite`).
 
-        [CHOICE] The bucket is one tensor (key ``tensor_index`` = its smallest parameter
-        index), except for a scheme that :attr:`~gradzip.schemes.base.Scheme.needs_shapes`
-        (PowerSGD), which gets each parameter's gradient in its own shape under the
-        parameter's model-order index: its warm starts and residuals then belong to the
-        parameters and survive DDP's bucket rebuild."""
-        assert layout is not None
-        if self.scheme.needs_shapes:
-            tensors = [
-                flat[a:b].view(self._shapes[index])
-                for index, a, b, _, _ in layout.overlaps(0, layout.numel)
-            ]
-            indices: tuple[int, ...] = layout.params
-        else:
-            tensors, indices = [flat], (layout.tensor_index,)
+        [CHOICE] Each parameter's gradient is reduced as its own tensor, in its own shape,
+        under its model-order index (as :class:`~gradzip.sync.GradientSync` does), so nothing
+        the scheme computes depends on the bucket. The cost: a scheme without a batched
+        :meth:`~gradzip.schemes.base.Scheme.reduce_many_if_all_finite` (the ring, the
+        parameter server, the integer and nested schemes) runs its messages once per
+        parameter, where a bucket-wide reduction ran them once per bucket."""
+        assert job.layout is not None
+        flat = job.buffer.detach()
+        tensors = list(job.layout.parameter_views(flat, self._shapes))
         means = reduce_all_finite(
             self.transport,
             self.scheme,
             tensors,
-            indices,
+            job.layout.params,
             self.step,
             self.on_nonfinite,
-            f", DDP bucket {position}",
+            _where(job),
             _ADVICE,
         )
-        if means is None:
-            return None
-        if not self.scheme.needs_shapes:
-            return means[0]
+        if means is None:  # some rank's bucket is not finite and on_nonfinite="skip"
+            self._skip()
+            return
+        if len(means) == 1:
+            self._deliver(job, means[0])
+            return
         # every input was read before the means exist: they go back into the bucket's buffer
         # (resident memory, not a fresh concatenation of up to 100 MB), in its dtype and device
         for tensor, mean in zip(tensors, means, strict=True):
-            tensor.copy_(mean)
-        return flat
+            tensor.copy_(mean.reshape(tensor.shape))  # a scheme may return the mean flat
 
     def _deliver(self, job: BucketJob, mean: torch.Tensor) -> None:
         if (mean.dtype, mean.device) == (job.buffer.dtype, job.buffer.device):
@@ -472,7 +463,7 @@ class GradzipHookState:
             # parameters' gradients anyway, so copying it into the bucket first is a second pass
             job.result = mean.reshape(job.buffer.shape)
         else:
-            job.buffer.copy_(mean)  # into the bucket's buffer: its device and dtype
+            job.buffer.copy_(mean.reshape(job.buffer.shape))  # into the bucket: its device, dtype
 
     def _skip(self) -> None:
         """Every rank agreed to skip the step (a rank's bucket is not finite, ``"skip"``)."""
@@ -487,12 +478,11 @@ class GradzipHookState:
                 stage.drain()
             self._failure = GradzipError(f"step {self.step} was abandoned before its last bucket")
             self._finish_step()
-        self._saved = (self.scheme.snapshot(), self._residuals.snapshot())
+        self._saved = self.scheme.snapshot()
 
     def _restore(self) -> None:
         if self._saved is not None:
-            self.scheme.restore(self._saved[0])
-            self._residuals.restore(self._saved[1])
+            self.scheme.restore(self._saved)
 
     def _step_error(self) -> BaseException | None:
         """The step's error: its own (an abandoned step), else its first failed bucket's."""
@@ -539,21 +529,23 @@ class GradzipHookState:
             stage.close()
 
     def state_dict(self) -> dict[str, Any]:
-        """The step counter, the skip count, the run seed, rank and group size, and the
-        per-parameter residuals (``torch.save``-able); with the model's and the optimizer's
-        state it resumes a run bit-exactly, whatever the resumed run's buckets."""
+        """The step counter, the skip count, the run seed, rank and group size, the scheme's
+        buffers (error-feedback residuals per parameter and piece, PowerSGD's warm starts) and
+        the parameters' shapes and ``chunk_elements`` (``torch.save``-able); with the model's
+        and the optimizer's state it resumes a run bit-exactly, whatever the resumed run's
+        buckets."""
         self._settle()
         state = step_state(
             _STATE_VERSION, self.step, self.skipped_steps, self.transport, self.scheme
         )
-        state["residuals"] = self._residuals.state_dict()
-        state["numels"] = list(self._numels)
+        state["shapes"] = [list(shape) for shape in self._shapes]
+        state["chunk_elements"] = self.chunk_elements
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from :meth:`state_dict` (on every rank, with that rank's own state, before the
-        first backward pass of the resumed run); the run seed, rank, group size and the
-        parameters' sizes must match.
+        first backward pass of the resumed run); the run seed, rank, group size, the parameters'
+        shapes and (for the allgather scheme's pieces) ``chunk_elements`` must match.
 
         Everything is validated before anything changes: a refused state raises
         :class:`~gradzip.errors.CheckpointError` and leaves the counters and residuals as they
@@ -563,19 +555,44 @@ class GradzipHookState:
         parsed = parse_step_state(
             state, _STATE_VERSION, "DDP hook state", self.transport, self.scheme
         )
-        if self.scheme.feedback and any(parsed.buffers.values()):
+        shapes = [list(shape) for shape in self._shapes]
+        if state.get("shapes") != shapes:
             raise CheckpointError(
-                "DDP hook state holds residuals in its scheme part; the hook keeps them per "
-                "parameter under 'residuals' (a GradientSync checkpoint does not fit the hook)"
+                f"DDP hook state was saved for parameters of shapes {state.get('shapes')}, this "
+                f"model's parameters that require grad have shapes {shapes}"
             )
-        if state.get("numels") != self._numels:
+        if self._pipelined and state.get("chunk_elements") != self.chunk_elements:
             raise CheckpointError(
-                f"DDP hook state was saved for parameters of sizes {state.get('numels')}, this "
-                f"model's parameters that require grad have sizes {self._numels}"
+                f"DDP hook state was saved with chunk_elements={state.get('chunk_elements')!r}, "
+                f"this hook state has {self.chunk_elements}: its parameters' pieces (and their "
+                "residuals) would differ"
             )
-        residuals = self._residuals.parse_state(state.get("residuals"))
+        for role, slots in parsed.buffers.items():
+            for slot, tensor in slots.items():
+                self._check_slot(role, slot, tensor)
         self.step, self.skipped_steps = install_step_state(parsed, self.scheme)
-        self._residuals.restore(residuals)
+
+    def _check_slot(self, role: str, slot: Slot, tensor: torch.Tensor) -> None:
+        """Refuse a checkpointed buffer that names no parameter of this model, or (pipelined)
+        whose shape is not that of its parameter's piece."""
+        param, piece = slot
+        if param >= len(self._shapes):
+            raise CheckpointError(
+                f"DDP hook state holds a {role!r} buffer for parameter {param}; this model has "
+                f"{len(self._shapes)} parameters that require grad"
+            )
+        if not self._pipelined:
+            return
+        pieces = parameter_pieces(self._shapes[param], self.chunk_elements)
+        expected = pieces[piece][2] if piece < len(pieces) else None
+        dtype = working_dtype(self._dtypes[param])
+        if expected is None or (tensor.shape, tensor.dtype) != (expected, dtype):
+            found = (tuple(tensor.shape), tensor.dtype)
+            want = "no such piece" if expected is None else (tuple(expected), dtype)
+            raise CheckpointError(
+                f"DDP hook state holds a {role!r} residual of {found} for parameter {param}, "
+                f"piece {piece}; this model's piece is {want}"
+            )
 
 
 def gradzip_hook(state: GradzipHookState, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:

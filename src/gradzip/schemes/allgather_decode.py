@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -146,7 +147,7 @@ class AllGatherDecode(Scheme):
 
     def average(
         self,
-        payloads: list[bytes],
+        payloads: Sequence[bytes | bytearray | memoryview],
         step: int,
         tensor_index: int,
         shape: torch.Size,
