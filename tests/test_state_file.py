@@ -139,3 +139,20 @@ def test_a_failed_write_keeps_the_old_file(tmp_path: Path) -> None:
         state_file.write(path, {"f": lambda: None})
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["s.pt"]
+
+
+def test_a_write_that_fails_on_disk_keeps_the_old_file_and_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s.pt"
+    state_file.write(path, state())
+    before = path.read_bytes()
+
+    def disk_full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(state_file.os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        state_file.write(path, {"other": 1})
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["s.pt"]

@@ -63,11 +63,15 @@ def write(path: str | Path, obj: Any) -> None:
     target = Path(path)
     data = encode(obj)  # serialized before the temporary file is opened: a failing save
     temporary = target.with_name(target.name + ".tmp")  # leaves no temporary behind
-    with temporary.open("wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-    temporary.replace(target)
+    try:
+        with temporary.open("wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        temporary.replace(target)
+    except BaseException:  # a full disk or a signal mid-write: the old file stays, alone
+        temporary.unlink(missing_ok=True)
+        raise
     _sync_directory(target.parent)
 
 
@@ -81,7 +85,7 @@ def _sync_directory(directory: Path) -> None:
         os.close(handle)
 
 
-def payload(data: bytes, path: str | Path) -> memoryview:
+def verified_payload(data: bytes, path: str | Path) -> memoryview:
     """The payload of the state-file bytes ``data`` (read from ``path``, named in errors),
     after checking its header, its length and its SHA-256 digest. Raises
     :class:`CheckpointError` saying what is wrong; nothing is unpickled here."""
@@ -130,10 +134,10 @@ def _bad_header(data: bytes, path: str | Path) -> str:
 
 def read(path: str | Path) -> Any:
     """The object saved in the state file ``path`` by :func:`write`, verified (see
-    :func:`payload`) and then loaded with ``torch.load(weights_only=True)`` (tensors,
+    :func:`verified_payload`) and then loaded with ``torch.load(weights_only=True)`` (tensors,
     numbers, strings and containers: no code). Raises :class:`CheckpointError` if the file
     is corrupted, truncated or has no digest; ``OSError`` if it cannot be read."""
-    body = payload(Path(path).read_bytes(), path)
+    body = verified_payload(Path(path).read_bytes(), path)
     try:
         return torch.load(io.BytesIO(body), weights_only=True)
     except Exception as err:  # intact bytes that are no torch state: say which file
