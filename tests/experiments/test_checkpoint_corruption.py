@@ -96,7 +96,10 @@ def test_a_damaged_checkpoint_is_refused_and_nothing_changes(
     damage, says = DAMAGES[name]
     out = copy_of(pristine, tmp_path)
     checkpoint = out / "checkpoint.pt"
-    checkpoint.write_bytes(damage(checkpoint.read_bytes()))
+    good = checkpoint.read_bytes()
+    bad = damage(good)
+    assert bad != good, "the damage must change the file (a zeroed block may already be zero)"
+    checkpoint.write_bytes(bad)
     refused(out, capsys, says)
 
 
