@@ -18,7 +18,10 @@ class NonFiniteInputError(GradzipError, ValueError):
 
 class CheckpointError(GradzipError, ValueError):
     """A ``load_state_dict`` was given a state it cannot restore (missing or malformed entries,
-    a negative step or counter, a slot listed twice); the object was left unchanged."""
+    a negative step or counter, a slot listed twice); the object was left unchanged. Also: a
+    state file gradzip wrote (``checkpoint.pt`` of ``gradzip train``) is corrupted, truncated
+    or has no digest (:mod:`gradzip.state_file`); the message names the file, nothing was
+    loaded from it and no file was changed."""
 
 
 class PayloadError(GradzipError, ValueError):

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
+from gradzip import state_file
 from gradzip.cli import build_parser, main
 from gradzip.cli.train import config_from_args
 from gradzip.comm.pool import RankPool
@@ -151,12 +151,12 @@ def test_from_dict_reads_the_old_algorithm_and_qesgd_keys() -> None:
 
 def _rewrite_as_old(out: Path, algorithm: str, **qesgd: Any) -> None:
     """Give the checkpoint in ``out`` the config keys of the former ``algorithm``/``qesgd_*``."""
-    state = torch.load(out / "checkpoint.pt", weights_only=False)
+    state = state_file.read(out / "checkpoint.pt")
     options = TrainConfig.from_dict(state["config"]).method_options
     state["config"] = _old_style(
         TrainConfig.from_dict(state["config"]), algorithm, **{**options, **qesgd}
     )
-    torch.save(state, out / "checkpoint.pt")
+    state_file.write(out / "checkpoint.pt", state)
 
 
 def test_checkpoints_with_the_old_keys_resume(tmp_path: Path) -> None:

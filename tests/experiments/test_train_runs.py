@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import torch
 
+from gradzip import state_file
 from gradzip.cli import main
 
 TINY = ["--max-steps", "3", "--eval-every", "2", "--workers", "2", "--no-progress"]
@@ -38,7 +39,7 @@ def rows(out: Path) -> list[dict[str, Any]]:
 
 
 def parameters(out: Path) -> dict[str, torch.Tensor]:
-    state: dict[str, Any] = torch.load(out / "checkpoint.pt", weights_only=True)
+    state: dict[str, Any] = state_file.read(out / "checkpoint.pt")
     return dict(state["model"])
 
 
@@ -254,7 +255,7 @@ def test_sigterm_stops_every_gloo_rank_and_leaves_a_partial_run(tmp_path: Path) 
     status, err, left = start_and_signal(args, out, signal.SIGTERM, wait=600)
     check_stopped(out, status, err, signal.SIGTERM)
     assert left == []  # the ranks were reaped before the launcher exited
-    assert len(torch.load(out / "checkpoint.pt", weights_only=True)["ranks"]) == 2
+    assert len(state_file.read(out / "checkpoint.pt")["ranks"]) == 2
 
 
 @pytest.mark.slow

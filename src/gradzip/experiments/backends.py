@@ -11,6 +11,7 @@ from typing import Any
 from gradzip.comm.pool import RankPool
 from gradzip.comm.signals import Interrupted, signal_name
 from gradzip.comm.transport import Transport
+from gradzip.errors import CheckpointError
 from gradzip.experiments import checkpoint
 from gradzip.experiments.config import ConfigError, TrainConfig
 from gradzip.experiments.run_dir import RESULT_FILES, claim_run_dir, drop_if_empty, remove
@@ -145,11 +146,11 @@ def train_env(config: TrainConfig, force: bool, resume: bool) -> dict[str, Any]:
         try:
             claimed = prepare_resume(config) if resume else claim_run_dir(config, force)
             verdict = {"out": claimed.out}
-        except ConfigError as err:
-            verdict = {"error": str(err)}
+        except (ConfigError, CheckpointError) as err:  # every rank stops with rank 0's error
+            verdict = {"error": str(err), "checkpoint": isinstance(err, CheckpointError)}
     shared = json.loads(transport.broadcast_bytes(json.dumps(verdict).encode(), root=0))
     if "error" in shared:
-        raise ConfigError(shared["error"])
+        raise (CheckpointError if shared["checkpoint"] else ConfigError)(shared["error"])
     config = replace(config, out=shared["out"])
     return train_rank(transport, config, resume)
 

@@ -1,8 +1,12 @@
 """Checkpoints of ``gradzip train`` and resuming from them, bit for bit.
 
-``<run>/checkpoint.pt`` (one ``torch.save`` file, written to a temporary name and renamed over
-the old one, so a crash never leaves half a checkpoint) is written after every epoch, after the
-last step, and when a signal stops the run. It holds:
+``<run>/checkpoint.pt`` is written after every epoch, after the last step, and when a signal
+stops the run. It is a :mod:`gradzip.state_file`: a header with the SHA-256 digest of the
+payload (one ``torch.save``), written to a temporary name and renamed over the old one, so a
+crash never leaves half a checkpoint. :func:`load` checks the digest before unpickling
+anything and refuses (:class:`~gradzip.errors.CheckpointError`) a file that is corrupted,
+truncated or has no digest, so ``--resume`` stops before it changes a file of the run. It
+holds:
 
 * the options the run was started with (``config``: the :class:`TrainConfig` fields);
 * where the run stands: ``step``, the ``rows`` of ``metrics.jsonl`` so far (so the final
@@ -30,14 +34,15 @@ exactly.
 from __future__ import annotations
 
 import io
-import os
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from gradzip import state_file
 from gradzip.comm.transport import Transport
+from gradzip.errors import CheckpointError
 from gradzip.experiments.config import RUN_NEUTRAL, ConfigError, TrainConfig
 
 if TYPE_CHECKING:  # the trainer imports torch-heavy modules; only its type is needed here
@@ -90,14 +95,9 @@ def _run_state(trainer: Trainer, ranks: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _write(directory: str | Path, state: dict[str, Any]) -> None:
-    """``state`` as ``directory/checkpoint.pt``, atomically (temporary file, then rename)."""
-    path = Path(directory) / CHECKPOINT
-    temporary = path.with_name(CHECKPOINT + ".tmp")
-    with temporary.open("wb") as file:
-        torch.save(state, file)
-        file.flush()
-        os.fsync(file.fileno())
-    temporary.replace(path)
+    """``state`` as ``directory/checkpoint.pt`` with its digest, atomically (temporary file,
+    then rename: :func:`gradzip.state_file.write`)."""
+    state_file.write(Path(directory) / CHECKPOINT, state)
 
 
 def save(trainer: Trainer, directory: str | Path, algorithm_states: list[Any]) -> None:
@@ -122,7 +122,10 @@ def save_rank(
 
 
 def load(directory: str | Path) -> dict[str, Any]:
-    """The checkpoint in ``directory``, checked to be one (:class:`ConfigError` if not)."""
+    """The checkpoint in ``directory``, verified against its digest and checked to be a train
+    checkpoint of this version: :class:`CheckpointError` (naming the file) if it is corrupted,
+    truncated, has no digest or is another kind of file; :class:`ConfigError` if there is
+    none. Reads only: nothing in ``directory`` changes."""
     path = Path(directory) / CHECKPOINT
     if not path.is_file():
         raise ConfigError(
@@ -130,13 +133,15 @@ def load(directory: str | Path) -> dict[str, Any]:
             "stopped before its first checkpoint)"
         )
     try:
-        state = torch.load(path, weights_only=True)
-    except Exception as err:  # a truncated or foreign file: say which, not pickle's words
-        raise ConfigError(f"{path} is not a readable checkpoint: {err}") from err
+        state = state_file.read(path)
+    except OSError as err:  # unreadable (permissions, I/O): say which file, not errno alone
+        raise CheckpointError(f"{path} cannot be read: {err}") from err
     if not isinstance(state, dict) or state.get("format") != _FORMAT:
-        raise ConfigError(f"{path} is not a gradzip train checkpoint")
+        raise CheckpointError(f"{path} is not a gradzip train checkpoint")
     if state.get("version") != _VERSION:
-        raise ConfigError(f"{path} has checkpoint version {state.get('version')!r}, not {_VERSION}")
+        raise CheckpointError(
+            f"{path} has checkpoint version {state.get('version')!r}, not {_VERSION}"
+        )
     return state
 
 

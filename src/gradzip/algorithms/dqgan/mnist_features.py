@@ -1,9 +1,11 @@
 """A small MNIST classifier whose penultimate layer gives the features of the experiments'
 Fréchet distance (the FID's Inception-v3 needs weights that cannot be fetched here).
 
-Trained once with plain torch (Adam, one epoch) and cached as a ``torch.save`` state file in a
-directory the caller names (the run's output directory, never the repository): about 20 s on
-two cores for 98-99% test accuracy.
+Trained once with plain torch (Adam, one epoch) and cached as a state file with a digest
+(:mod:`gradzip.state_file`) in a directory the caller names (the run's output directory, never
+the repository): about 20 s on two cores for 98-99% test accuracy. A cached file that fails
+its digest is refused, not used: a corrupted feature network would silently change every
+Fréchet distance.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import torch
 from torch import nn
 from torch.nn import functional
 
+from gradzip import state_file
 from gradzip.algorithms.dqgan.init import init_uniform_
 from gradzip.data.datasets import Dataset
+from gradzip.errors import CheckpointError
 
 FEATURES = 64
 
@@ -87,15 +91,19 @@ def cached_feature_net(
     cache_dir: Path, data: Dataset, *, train_images: int | None = None, epochs: int = 1
 ) -> tuple[FeatureNet, float]:
     """:func:`train_feature_net`, or the copy cached under ``cache_dir`` by an earlier call
-    with the same settings (``weights_only`` loading: tensors and numbers, no code)."""
+    with the same settings, verified against its digest (:class:`CheckpointError` if it fails:
+    delete the file to train the network again)."""
     path = Path(cache_dir) / f"mnist_featurenet_n{train_images or 'all'}_e{epochs}.pt"
     if path.is_file():
-        state = torch.load(path, weights_only=True)
+        try:
+            state = state_file.read(path)
+        except CheckpointError as err:
+            raise CheckpointError(f"{err}; delete it to train the feature network again") from err
         net = FeatureNet()
         net.load_state_dict(state["weights"])
         net.eval()
         return net, float(state["test_acc"])
     net, acc = train_feature_net(data, train_images=train_images, epochs=epochs)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"weights": net.state_dict(), "test_acc": acc}, path)
+    state_file.write(path, {"weights": net.state_dict(), "test_acc": acc})
     return net, acc
