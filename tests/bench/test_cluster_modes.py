@@ -93,8 +93,10 @@ def _fake_cluster(monkeypatch: pytest.MonkeyPatch) -> list[list[RankConfig]]:
             return None
 
     def fake_launch(
-        net: Any, configs: list[RankConfig], timeout: float, workdir: Path
+        net: Any, configs: list[RankConfig], timeout: float, workdir: Path, env: dict[str, str]
     ) -> list[dict[str, Any]]:
+        # numba's kernels get the ranks' thread budget, as torch does
+        assert env == {"NUMBA_NUM_THREADS": str(configs[0].threads)}
         launched.append(configs)
         chunks = configs[0].variants
         mode = "isolated" if len(chunks) == 1 and len(chunks[0]) == 1 else "interleaved"

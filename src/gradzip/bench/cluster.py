@@ -168,6 +168,18 @@ def run(
     return rows
 
 
+def rank_threads_env(threads: int) -> dict[str, str]:
+    """The ranks' thread budget for gradzip's numba kernels: the same ``threads`` as torch's.
+
+    [CHOICE] numba's pool is sized once, at import, from ``NUMBA_NUM_THREADS`` (every core by
+    default), and ``numba.set_num_threads`` binds only the thread that calls it, not the DDP
+    hook's worker thread that runs the kernels: so the ranks get it in their environment. P
+    ranks with every core each oversubscribed the machine: gradzip's PowerSGD alone in its
+    processes stepped in 90-170 ms on fc-300-100 at no limit (P = 2, 2 cores, numba 2 threads per
+    rank) and in 9-24 ms with ``NUMBA_NUM_THREADS=1``."""
+    return {"NUMBA_NUM_THREADS": str(threads)}
+
+
 def _print(lines: list[str]) -> None:
     for line in lines:
         print(line)
@@ -201,6 +213,7 @@ def _one_world(
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     per_rank_threads = threads or max(1, (os.cpu_count() or 1) // world)
+    env = rank_threads_env(per_rank_threads)
     memory = available_memory()
     plan = plan_launches(names, mode, rounds, lambda order: chunks(order, model, world, memory))
     port = MASTER_PORT  # a port per launch: a finished launch's sockets cannot delay the next
@@ -224,7 +237,7 @@ def _one_world(
                 ]  # fmt: skip
                 port += 1
                 with tempfile.TemporaryDirectory(prefix="gradzip-cluster-") as tmp:
-                    done.append((planned, launch(net, configs, timeout, Path(tmp))))
+                    done.append((planned, launch(net, configs, timeout, Path(tmp), env=env)))
                 what = ", ".join(planned.names) if planned.mode == ISOLATED else "all interleaved"
                 print(
                     f"  P = {world}, rate {rate}: launch {number}/{len(plan)} (round "

@@ -31,6 +31,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import numba
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F  # noqa: N812 (the conventional alias)
@@ -221,6 +222,7 @@ def run_rank(config: RankConfig) -> dict[str, Any]:
             "rank": config.rank,
             "pid": os.getpid(),  # tells the launches apart (each its own processes)
             "threads": torch.get_num_threads(),
+            "numba_threads": numba.get_num_threads(),  # the launcher's NUMBA_NUM_THREADS
             "variants": figures,
         }
     finally:
