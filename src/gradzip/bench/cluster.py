@@ -174,9 +174,9 @@ def rank_threads_env(threads: int) -> dict[str, str]:
     [CHOICE] numba's pool is sized once, at import, from ``NUMBA_NUM_THREADS`` (every core by
     default), and ``numba.set_num_threads`` binds only the thread that calls it, not the DDP
     hook's worker thread that runs the kernels: so the ranks get it in their environment. P
-    ranks with every core each oversubscribed the machine: gradzip's PowerSGD alone in its
-    processes stepped in 90-170 ms on fc-300-100 at no limit (P = 2, 2 cores, numba 2 threads per
-    rank) and in 9-24 ms with ``NUMBA_NUM_THREADS=1``."""
+    ranks with every core each oversubscribed the machine: gradzip's PowerSGD without torch's
+    hook in its processes stepped in 90-330 ms on fc-300-100 (P = 2, 2 cores shared with other
+    jobs, numba 2 threads per rank) and in 7-24 ms with ``NUMBA_NUM_THREADS=1``."""
     return {"NUMBA_NUM_THREADS": str(threads)}
 
 
