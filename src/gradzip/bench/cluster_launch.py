@@ -119,9 +119,11 @@ def launch(
     timeout: float,
     workdir: Path,
     module: str = TRAINING_RANK,
+    env: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Start ``python -m module CONFIG OUT`` for every rank in its namespace (``configs`` are
-    dataclasses with a ``rank`` field, written as JSON), wait for all (at most ``timeout`` s),
+    dataclasses with a ``rank`` field, written as JSON; ``env``: variables added to the ranks'
+    environment), wait for all (at most ``timeout`` s),
     return their results. A failed rank, or the limit, kills the others and raises
     :class:`ClusterRunError` with the failed ranks' last output lines."""
     procs: list[subprocess.Popen[bytes]] = []
@@ -139,7 +141,7 @@ def launch(
                 # kills the ranks and tears the cluster down
                 procs.append(
                     subprocess.Popen(
-                        argv, stdout=sink, stderr=subprocess.STDOUT, env=rank_env(),
+                        argv, stdout=sink, stderr=subprocess.STDOUT, env={**rank_env(), **(env or {})},
                         start_new_session=True,
                     )
                 )  # fmt: skip

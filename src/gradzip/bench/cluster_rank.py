@@ -21,6 +21,7 @@ fixed random linear teacher (learnable, so the loss still falls).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -30,6 +31,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import numba
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F  # noqa: N812 (the conventional alias)
@@ -83,6 +85,12 @@ class VariantFigures:
     #: rank), and the timed step at which the window's mean first reached the target
     mean_losses: list[float] = field(default_factory=list)
     reached: int | None = None
+    #: SHA-256 of the model's parameters after the last step (their bytes in model order):
+    #: equal digests, equal models, whichever processes trained them
+    param_digest: str = ""
+    #: the variants whose steps were interleaved with this one's in the same rank processes (its
+    #: chunk, itself included; only itself in an isolated launch)
+    co_resident: list[str] = field(default_factory=list)
 
 
 def counter(device: str, name: str) -> int:
@@ -167,6 +175,13 @@ class Trainee:
         if window_reached(fig.mean_losses, config.window, config.target_loss):
             fig.reached = len(fig.mean_losses) - 1
 
+    def digest(self) -> str:
+        """SHA-256 of the parameters' bytes, in the model's order."""
+        sha = hashlib.sha256()
+        for param in self.ddp.module.parameters():
+            sha.update(param.detach().contiguous().numpy().tobytes())
+        return sha.hexdigest()
+
 
 def run_rank(config: RankConfig) -> dict[str, Any]:
     """Everything one rank does (see the module docstring); its figures per variant."""
@@ -198,10 +213,18 @@ def run_rank(config: RankConfig) -> dict[str, Any]:
                         flush=True,
                     )
             for trainee in trainees:
+                trainee.figures.param_digest = trainee.digest()
+                trainee.figures.co_resident = list(chunk)
                 figures[trainee.name] = asdict(trainee.figures)
             del trainees
         dist.barrier()
-        return {"rank": config.rank, "threads": torch.get_num_threads(), "variants": figures}
+        return {
+            "rank": config.rank,
+            "pid": os.getpid(),  # tells the launches apart (each its own processes)
+            "threads": torch.get_num_threads(),
+            "numba_threads": numba.get_num_threads(),  # the launcher's NUMBA_NUM_THREADS
+            "variants": figures,
+        }
     finally:
         dist.destroy_process_group()
 

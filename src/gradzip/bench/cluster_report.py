@@ -15,7 +15,11 @@ A row is one (model, world size, rate, variant). From the ranks' per-step figure
 * ``step_ms_no_limit``: the same variant's ``step_ms`` at rate ``none`` (None where not run):
   the issue's other reading of "compute";
 * ``speedup_vs_fp32``: the ``fp32`` row's ``step_ms`` over this row's, at the same model, world
-  size and rate (None where fp32 was not run).
+  size and rate (None where fp32 was not run);
+* ``speedup_vs_baseline``: likewise over the ``--baseline`` variant's row (the same mode).
+
+The rows of several launches and modes: :mod:`.cluster_merge`; the two modes side by side:
+:mod:`.cluster_compare`.
 """
 
 from __future__ import annotations
@@ -58,25 +62,33 @@ def make_row(
     }
 
 
-def fill_references(rows: list[dict[str, Any]]) -> None:
-    """Set ``compute_ms`` (the ``none`` row's step) and ``speedup_vs_fp32`` on every row."""
+def fill_references(rows: list[dict[str, Any]], baseline: str | None = None) -> None:
+    """Set ``compute_ms`` (the ``none`` row's step), ``speedup_vs_fp32``, ``step_ms_no_limit``
+    and, with a ``baseline`` variant, ``speedup_vs_baseline`` (its ``step_ms`` over the row's)
+    on every row; a row's references are the rows of the same model, world size, rate and mode
+    (``mode`` absent counts as one mode)."""
+
+    def setting(r: dict[str, Any]) -> tuple[Any, ...]:
+        return (r["model"], r["world_size"], r.get("mode"))
+
     for row in rows:
-        same = [
-            r
-            for r in rows
-            if (r["model"], r["world_size"], r["rate"])
-            == (row["model"], row["world_size"], row["rate"])
-        ]
-        by_variant = {r["variant"]: r for r in same}
+        by_variant = {
+            r["variant"]: r for r in rows if setting(r) == setting(row) and r["rate"] == row["rate"]
+        }
         if "none" in by_variant:
             row["compute_ms"] = by_variant["none"]["step_ms"]
         if "fp32" in by_variant and row["step_ms"] > 0:
             row["speedup_vs_fp32"] = by_variant["fp32"]["step_ms"] / row["step_ms"]
+        if baseline is not None:
+            row["baseline"] = baseline
+            base = by_variant.get(baseline)
+            row["speedup_vs_baseline"] = (
+                base["step_ms"] / row["step_ms"] if base and row["step_ms"] > 0 else None
+            )
         unlimited = [
             r
             for r in rows
-            if (r["model"], r["world_size"], r["variant"], r["rate"])
-            == (row["model"], row["world_size"], row["variant"], "none")
+            if setting(r) == setting(row) and (r["variant"], r["rate"]) == (row["variant"], "none")
         ]
         row["step_ms_no_limit"] = unlimited[0]["step_ms"] if unlimited else None
 

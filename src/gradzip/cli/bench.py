@@ -148,8 +148,11 @@ def cmd_bench_cluster(args: argparse.Namespace) -> int:
     from gradzip.bench.cluster import main
     from gradzip.bench.cluster_target import Target
 
-    if args.steps < 1 or args.warmup < 2 or args.timeout <= 0:
-        print("gradzip: --steps must be >= 1, --warmup >= 2, --timeout > 0", file=sys.stderr)
+    if args.steps < 1 or args.warmup < 2 or args.timeout <= 0 or args.rounds < 1:
+        print(
+            "gradzip: --steps must be >= 1, --warmup >= 2, --timeout > 0, --rounds >= 1",
+            file=sys.stderr,
+        )
         return 2
     if args.lr is not None and not args.lr > 0:
         print("gradzip: --lr must be > 0", file=sys.stderr)
@@ -174,6 +177,9 @@ def cmd_bench_cluster(args: argparse.Namespace) -> int:
         threads=args.threads,
         target=target,
         lr=args.lr,
+        mode=args.mode,
+        rounds=args.rounds,
+        baseline=args.baseline,
     )
 
 
@@ -185,8 +191,10 @@ def add_cluster_parser(bench_sub: argparse._SubParsersAction) -> None:  # type: 
             "Builds a cluster of network namespaces (one per rank, veth pairs through a bridge "
             "namespace, tc tbf at the rate on both ends of every link), runs P gloo ranks with "
             "DDP and compares no communication, fp32 all-reduce, fp16_compress_hook, PowerSGD "
-            "rank 1 and 4 and gradzip configurations, their steps interleaved. Prints step ms, "
-            "MB sent per rank per step (measured on the veth) and the speedup over fp32; "
+            "rank 1 and 4 and gradzip configurations, each in rank processes of its own (--mode "
+            "isolated) or all in the same processes, their steps interleaved (--mode "
+            "interleaved; both: the two side by side). Prints step ms, MB sent per rank per "
+            "step (measured on the veth), the speedup over fp32 and the ratio to --baseline; "
             "writes a PNG. Needs root and iproute2 (exit 2 otherwise); always removes its "
             "namespaces."
         ),
@@ -214,13 +222,27 @@ def add_cluster_parser(bench_sub: argparse._SubParsersAction) -> None:  # type: 
     )
     p_cluster.add_argument(
         "--timeout", type=float, default=1800.0,
-        help="seconds allowed to the ranks of one world size and rate (and each collective)",
+        help="seconds allowed to the ranks of one launch (and each collective)",
     )  # fmt: skip
     p_cluster.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p_cluster.add_argument(
         "--png", metavar="PATH", default="gradzip-cluster.png", help="the plot's path"
     )
     p_cluster.add_argument("--lr", type=float, help="SGD learning rate (default: the model's)")
+    p_cluster.add_argument(
+        "--mode", choices=("isolated", "interleaved", "both"), default="isolated",
+        help="isolated: each variant in fresh rank processes of its own, one after another "
+        "(default; how users run); interleaved: all in the same processes, steps alternating; "
+        "both: the two, their ratios side by side",
+    )  # fmt: skip
+    p_cluster.add_argument(
+        "--rounds", type=int, default=1,
+        help="repeat the launches N times, the variant order rotated each round (default 1)",
+    )  # fmt: skip
+    p_cluster.add_argument(
+        "--baseline", metavar="NAME",
+        help="the variant the ratios are taken to (default: the first run other than none)",
+    )  # fmt: skip
     p_cluster.add_argument(
         "--target-loss", type=float, metavar="L",
         help="time to a target loss: each variant trains until the mean loss of its last "
