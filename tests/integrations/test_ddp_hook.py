@@ -946,8 +946,9 @@ def test_state_checks() -> None:
         GradzipHookState(scheme("allgather", "dqsg", False), net, transport, on_nonfinite="ignore")
     with pytest.raises(TypeError, match="Scheme"):
         GradzipHookState(gradzip.create("dqsg"), net, transport)  # type: ignore[arg-type]
+    unbound = GradzipHookState(scheme("allgather", "dqsg", False), net)  # no process group
     with pytest.raises(GradzipError, match="not initialised"):
-        GradzipHookState(scheme("allgather", "dqsg", False), net)  # no process group here
+        unbound.state_dict()  # its transport is bound on first use
     stranger = torch.nn.Parameter(torch.zeros(2))
     bucket = FakeBucket(0, True, [stranger], [torch.zeros(2)])
     with pytest.raises(GradzipError, match="not among the model's parameters"):

@@ -42,6 +42,7 @@ explains the pipeline, the state, checkpoints, buffers (BatchNorm) and every fai
 Not supported: DDP's ``join()`` for uneven inputs, and sparse gradients.
 """
 
+import threading
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager as ContextManager
 from contextlib import nullcontext
@@ -112,7 +113,9 @@ class GradzipHookState:
 
     ``model`` is the DDP wrapper or the module it wraps (both list the same parameters in the
     same order); ``transport`` defaults to a
-    :class:`~gradzip.comm.distributed.DistributedTransport` on the default process group.
+    :class:`~gradzip.comm.distributed.DistributedTransport` on the default process group, built
+    on first use (see :attr:`transport`), so the state can be built before
+    ``init_process_group``.
 
     [CHOICE] One backward pass is one step, and a step is all-or-nothing on every rank: the
     counter keys the payloads and advances after the last bucket; if any bucket fails, the
@@ -149,7 +152,8 @@ class GradzipHookState:
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         self.scheme = scheme
-        self.transport: Transport = DistributedTransport() if transport is None else transport
+        self._transport = transport  # None: bound on first use (the ``transport`` property)
+        self._binding = threading.Lock()
         self.on_nonfinite = check_on_nonfinite(on_nonfinite)
         self.chunk_elements = chunk_elements
         #: with ``record_timeline``, when each stage worked on each piece (for profiling)
@@ -177,6 +181,28 @@ class GradzipHookState:
         self._halted = False  # transfer stage: this step's later buckets are not communicated
         self._stages: tuple[BucketWorker, ...] | None = None
         self._closed = False
+
+    @property
+    def transport(self) -> Transport:
+        """The transport the hook communicates over: the one given to the constructor, else a
+        :class:`~gradzip.comm.distributed.DistributedTransport` on the default process group,
+        built the first time it is needed (the first bucket, :meth:`state_dict` or
+        :meth:`load_state_dict`).
+
+        [CHOICE] Bound lazily so that a state can be built before the process group exists:
+        Lightning's ``DDPStrategy(ddp_comm_state=...)`` takes the state when the strategy is
+        built, before the strategy initialises ``torch.distributed``. Without a process group
+        by then, this raises :class:`~gradzip.errors.GradzipError` (from the first bucket it is
+        ``loss.backward()`` that raises it).
+        """
+        transport = self._transport
+        if transport is None:
+            # the first bucket reaches the transport from a stage thread: bind exactly once
+            with self._binding:
+                if self._transport is None:
+                    self._transport = DistributedTransport()
+                transport = self._transport
+        return transport
 
     @property
     def run_seed(self) -> int:
