@@ -185,6 +185,10 @@ class Compressor(ABC):
     #: a rank re-decodes its own payload rather than keeping its reconstruction (see
     #: :meth:`gradzip.schemes.allgather_decode.AllGatherDecode.encode_flagged`)
     decodes_cheaply: ClassVar[bool] = False
+    #: every value's encoding depends on that value alone (no shared scale, randomness or
+    #: selection), so encoding tensors joined or apart gives the same values (identity, bf16);
+    #: a scheme may then group tensors into one payload without changing any result
+    encodes_each_value_alone: ClassVar[bool] = False
 
     # -- hooks -------------------------------------------------------------------------------
     @abstractmethod

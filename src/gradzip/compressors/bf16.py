@@ -40,6 +40,7 @@ class BF16(Compressor):
 
     name = "bf16"
     codec_id = 3
+    encodes_each_value_alone = True
     example_params: ClassVar[dict[str, Any]] = {}
 
     def _encode_flat(

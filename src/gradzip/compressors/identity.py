@@ -22,6 +22,7 @@ class Identity(Compressor):
     name = "identity"
     codec_id = 1
     keeps_input_dtype = True
+    encodes_each_value_alone = True
 
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]

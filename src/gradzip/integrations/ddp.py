@@ -462,19 +462,31 @@ class GradzipHookState:
         assert job.layout is not None
         flat = job.buffer.detach()
         tensors = list(job.layout.parameter_views(flat, self._shapes))
-        means = reduce_all_finite(
-            self.transport,
-            self.scheme,
-            tensors,
-            job.layout.params,
-            self.step,
-            self.on_nonfinite,
-            _where(job),
-            _ADVICE,
+        params = job.layout.params
+        # [CHOICE] a scheme whose means depend on the grouping (PowerSGD's factors joined in
+        # one payload, with a codec that scales) gets the parameters one at a time: two
+        # messages per parameter instead of per bucket, the price of bucket-free results
+        groups = (
+            [(tensors, params)]
+            if self.scheme.groups_exactly
+            else [([t], (i,)) for t, i in zip(tensors, params, strict=True)]
         )
-        if means is None:  # some rank's bucket is not finite and on_nonfinite="skip"
-            self._skip()
-            return
+        means: list[torch.Tensor] = []
+        for group, indices in groups:
+            got = reduce_all_finite(
+                self.transport,
+                self.scheme,
+                group,
+                indices,
+                self.step,
+                self.on_nonfinite,
+                _where(job),
+                _ADVICE,
+            )
+            if got is None:  # some rank's bucket is not finite and on_nonfinite="skip"
+                self._skip()
+                return
+            means += got
         if len(means) == 1:
             self._deliver(job, means[0])
             return

@@ -45,6 +45,14 @@ class Scheme(ABC):
     #: whether the scheme works on each tensor's own shape (PowerSGD's matrices): a caller
     #: holding several tensors in one flat buffer (a DDP bucket) hands them over one by one
     needs_shapes: ClassVar[bool] = False
+    #: whether :meth:`reduce_many_if_all_finite` gives every tensor the same mean however the
+    #: tensors are grouped into calls (this default reduces them one by one, each under its own
+    #: key); a caller whose groups change (the DDP hook's buckets) hands the tensors over one
+    #: at a time where it does not
+    @property
+    def groups_exactly(self) -> bool:
+        return True
+
     #: [CHOICE] whether :meth:`reduce_many_if_all_finite` passes every tensor through an
     #: encoder that refuses NaN and Inf before its first message is sent, so that a caller
     #: need not scan the tensors for the finite agreement (the refusal lowers the flag)

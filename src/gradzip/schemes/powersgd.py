@@ -162,6 +162,14 @@ class PowerSGD(Scheme):
     def error_feedback(self) -> bool:
         return self.keeps_residuals
 
+    @property
+    def groups_exactly(self) -> bool:
+        """Whether the means are independent of how the tensors are grouped: the factors of a
+        group travel joined in one payload, so only with a codec that
+        :attr:`~gradzip.compressors.base.Compressor.encodes_each_value_alone` (``identity``,
+        ``bf16``); ``fp16``'s scale and a quantizer's scale and dither belong to the group."""
+        return self.compressor.encodes_each_value_alone
+
     def compresses(self, shape: torch.Size) -> bool:
         """Whether a tensor of ``shape`` is approximated (else it is sent whole)."""
         if len(shape) < 2:
