@@ -131,6 +131,16 @@ def test_declared_length_larger_than_buffer_is_truncation() -> None:
         parse_payload(bytes(payload))
 
 
+@pytest.mark.parametrize("size", [14, 15, 16, 17])
+def test_a_buffer_shorter_than_header_and_crc_is_truncated_whatever_it_declares(size: int) -> None:
+    # the fixed fields (14 bytes) fit, declaring exactly this length, but no CRC fits after
+    # them: that is a truncation, not a checksum error read from the header's own bytes
+    buf = struct.pack("<2sBBQBB", b"GZ", FORMAT_VERSION, 1, size, 1, 0) + bytes(size - 14)
+    assert len(buf) == size
+    with pytest.raises(TruncatedPayloadError, match=f"{size} bytes is shorter .* \\(18 bytes\\)"):
+        parse_payload(buf)
+
+
 @given(st.binary(max_size=80))
 def test_random_bytes_never_crash(data: bytes) -> None:
     with contextlib.suppress(PayloadError):
