@@ -24,6 +24,7 @@ from gradzip.payload import (
     BODY_ALIGN,
     CRC_BYTES,
     FORMAT_VERSION,
+    MAX_ELEMENTS,
     Deferred,
     Header,
     build_payload,
@@ -139,6 +140,22 @@ def test_a_buffer_shorter_than_header_and_crc_is_truncated_whatever_it_declares(
     assert len(buf) == size
     with pytest.raises(TruncatedPayloadError, match=f"{size} bytes is shorter .* \\(18 bytes\\)"):
         parse_payload(buf)
+
+
+def test_a_header_with_parameters_and_an_empty_body_parses() -> None:
+    # the parameter block ends exactly where the CRC starts
+    header, body = parse_payload(build_payload(HEADER, []))
+    assert header == HEADER and len(body) == 0
+
+
+def test_a_payload_holds_at_most_max_elements() -> None:
+    # a header alone (no body: parse_payload leaves the body's size to the decoder) declaring
+    # exactly MAX_ELEMENTS parses; one element more is refused before anything is allocated
+    at_most = Header(1, torch.float32, (2, MAX_ELEMENTS // 2), 0, StreamKey(), b"")
+    assert parse_payload(build_payload(at_most, []))[0].numel == MAX_ELEMENTS
+    beyond = Header(1, torch.float32, (MAX_ELEMENTS + 1,), 0, StreamKey(), b"")
+    with pytest.raises(CorruptPayloadError, match="holds at most"):
+        parse_payload(build_payload(beyond, []))
 
 
 @given(st.binary(max_size=80))

@@ -11,11 +11,13 @@ import math
 import struct
 
 import numpy as np
+import pytest
 import torch
 
 import gradzip
 from gradzip.compressors._groups import encode_entries, entry_bits
-from gradzip.compressors._sparse_coding import rice_indices
+from gradzip.compressors._sparse_coding import parse_rice_indices, rice_indices
+from gradzip.errors import CorruptPayloadError
 from gradzip.keys import StreamKey
 from gradzip.payload import parse_payload
 
@@ -79,3 +81,14 @@ def test_sparse_entries_with_auto_k_take_exactly_the_formula_s_bytes() -> None:
     assert int(words[0]) == rice_k
     assert 4 * words.size == stream_bytes(values, rice_k)
     assert entry_bits(idx, sign, "golomb_rice", "auto") == 32 * words.size
+
+
+def test_a_k_word_beyond_31_is_refused_as_corrupt() -> None:
+    """K = 31 is the largest parameter; the stream says which it used, so 32 is corruption."""
+    words = np.array([0, 4, 9], dtype=np.int64)
+    coded = bytearray(rice_indices(words))
+    assert parse_rice_indices(memoryview(bytes(coded)), 3, 10, "topk").tolist() == [0, 4, 9]
+    for k in (32, 33):
+        struct.pack_into("<I", coded, 0, k)
+        with pytest.raises(CorruptPayloadError, match=f"Rice parameter {k} > 31"):
+            parse_rice_indices(memoryview(bytes(coded)), 3, 10, "topk")

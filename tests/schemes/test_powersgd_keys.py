@@ -67,6 +67,7 @@ def test_every_factor_payload_of_a_step_has_a_key_of_its_own(codec: str) -> None
     [
         ((4, 4), 1, 2.0, False),  # 1 * (4 + 4) * 2 = 16 = 4 * 4: on the boundary
         ((4, 2, 2), 1, 2.0, False),  # the same 4 x 4 matrix
+        ((4, 3, 2), 1, 2.0, True),  # a 4 x 6 matrix: 20 < 24 (its 4 x 3 slice would not be)
         ((4, 5), 1, 2.0, True),  # 18 < 20
         ((5, 4), 1, 2.0, True),
         ((3, 4), 1, 2.0, False),  # 14 > 12
