@@ -15,6 +15,9 @@ from gradzip.schemes import make_variant
 from gradzip.stepping import all_finite, reduce_all_finite
 
 BIG = 3.0e38  # finite float32 whose sums overflow
+#: seconds a simulated rank waits for a peer's message: a rank that stops alone (no agreement)
+#: leaves the others waiting, and this turns that hang into a prompt failure naming the peer
+HANG = 10.0
 
 
 @pytest.mark.parametrize(
@@ -57,17 +60,19 @@ def _one_step(transport: Transport, bad: float, mode: str, variant: str) -> obje
 def test_the_allgather_encoder_raises_the_flag_for_every_rank(bad: float) -> None:
     # 1e300 is finite as float64 but beyond float32: the encoder refuses it, so every rank
     # must stop with rank 1 instead of rank 1 failing alone
-    skipped = run_local(3, lambda t: _one_step(t, bad, "skip", "allgather"))
+    skipped = run_local(3, lambda t: _one_step(t, bad, "skip", "allgather"), timeout=HANG)
     for result, traffic in skipped:  # type: ignore[misc]
         assert result is None
         assert traffic == {"all_gather": 2}  # the first tensor's all-gather only, no flag round
-    raised = run_local(3, lambda t: _one_step(t, bad, "raise", "allgather"))
+    raised = run_local(3, lambda t: _one_step(t, bad, "raise", "allgather"), timeout=HANG)
     for result, traffic in raised:  # type: ignore[misc]
         assert "rank(s) [1]" in result and traffic == {"all_gather": 2}
 
 
 def test_other_schemes_agree_on_a_flag_round_first() -> None:
+    # a rank that skips while the others wait for its message is the failure to catch: the
+    # short timeout makes it fail in seconds instead of hanging for run_local's default
     for result, traffic in run_local(  # type: ignore[misc]
-        3, lambda t: _one_step(t, float("nan"), "skip", "ring")
+        3, lambda t: _one_step(t, float("nan"), "skip", "ring"), timeout=HANG
     ):
         assert result is None and traffic == {"finite_check": 2}

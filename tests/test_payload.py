@@ -24,6 +24,7 @@ from gradzip.payload import (
     BODY_ALIGN,
     CRC_BYTES,
     FORMAT_VERSION,
+    MAX_ELEMENTS,
     Deferred,
     Header,
     build_payload,
@@ -129,6 +130,32 @@ def test_declared_length_larger_than_buffer_is_truncation() -> None:
     struct.pack_into("<Q", payload, 4, len(payload) + 10)
     with pytest.raises(TruncatedPayloadError, match="truncated"):
         parse_payload(bytes(payload))
+
+
+@pytest.mark.parametrize("size", [14, 15, 16, 17])
+def test_a_buffer_shorter_than_header_and_crc_is_truncated_whatever_it_declares(size: int) -> None:
+    # the fixed fields (14 bytes) fit, declaring exactly this length, but no CRC fits after
+    # them: that is a truncation, not a checksum error read from the header's own bytes
+    buf = struct.pack("<2sBBQBB", b"GZ", FORMAT_VERSION, 1, size, 1, 0) + bytes(size - 14)
+    assert len(buf) == size
+    with pytest.raises(TruncatedPayloadError, match=f"{size} bytes is shorter .* \\(18 bytes\\)"):
+        parse_payload(buf)
+
+
+def test_a_header_with_parameters_and_an_empty_body_parses() -> None:
+    # the parameter block ends exactly where the CRC starts
+    header, body = parse_payload(build_payload(HEADER, []))
+    assert header == HEADER and len(body) == 0
+
+
+def test_a_payload_holds_at_most_max_elements() -> None:
+    # a header alone (no body: parse_payload leaves the body's size to the decoder) declaring
+    # exactly MAX_ELEMENTS parses; one element more is refused before anything is allocated
+    at_most = Header(1, torch.float32, (2, MAX_ELEMENTS // 2), 0, StreamKey(), b"")
+    assert parse_payload(build_payload(at_most, []))[0].numel == MAX_ELEMENTS
+    beyond = Header(1, torch.float32, (MAX_ELEMENTS + 1,), 0, StreamKey(), b"")
+    with pytest.raises(CorruptPayloadError, match="holds at most"):
+        parse_payload(build_payload(beyond, []))
 
 
 @given(st.binary(max_size=80))

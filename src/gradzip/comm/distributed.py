@@ -162,9 +162,15 @@ class DistributedTransport(Transport):
         return whole[:split], whole[split:]
 
     def _parse_header(self, header: np.ndarray, src: int) -> tuple[int, bool]:
+        """The payload length and the sender's flag of a header word; a word with bit 63 set
+        (no header :meth:`_frame` writes: lengths stay below bit 62, the flag) breaks the
+        transport with a :class:`~gradzip.errors.GradzipError` before anything is allocated."""
         word = int.from_bytes(header.tobytes(), "little")
-        if word >= 2 * FLAG_DOWN_BIT:  # a length beyond 2**62 bytes: not our header
-            self._broken = f"rank {src} sent a malformed message header {word:#x}"
+        if word >= 2 * FLAG_DOWN_BIT:
+            self._broken = (
+                f"rank {src} sent a malformed message header {word:#x}: bit 63 is set (a header "
+                "is a length below 2**62 and the flag bit 62)"
+            )
             raise GradzipError(f"rank {self.rank}: {self._broken}")
         return word & ~FLAG_DOWN_BIT, not word & FLAG_DOWN_BIT
 
