@@ -34,7 +34,11 @@ decoder copies it at most once, into its output.
 
 The header is read with bounds checks on every field, so truncated or corrupt bytes raise a
 :class:`~gradzip.errors.PayloadError` that names the problem; they never crash, hang or decode to
-silent garbage. No pickle is used anywhere. An empty tensor is sent as an empty payload of 0 bits
+silent garbage. A header's element count is only bounded here by :data:`MAX_ELEMENTS`; a decoder
+bounds its work and memory by the payload's size before allocating anything (the body's floor
+for that count, and without ``shape=`` a cap of elements per payload byte: see
+:mod:`gradzip.compressors._decode_guards`), so that any payload of up to 64 KiB is decoded or
+refused in under 0.1 s and 64 MiB. No pickle is used anywhere. An empty tensor is sent as an empty payload of 0 bits
 (spec 0.3); only a receiver that expects an empty tensor accepts one.
 """
 

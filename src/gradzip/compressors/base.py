@@ -36,9 +36,12 @@ import torch
 from gradzip.accounting import Encoded, Streams
 from gradzip.buffers import fresh_array
 from gradzip.compressors._decode_guards import (
+    UNVOUCHED_CODED_ELEMENTS_PER_BYTE,
+    UNVOUCHED_ELEMENTS_PER_BYTE,
     allocation_guard,
     check_declared_size,
     check_finite_output,
+    fitted,
 )
 from gradzip.compressors.grid import CommonGrid
 from gradzip.compressors.registry import codec_name
@@ -242,6 +245,15 @@ class Compressor(ABC):
         """
         return 0
 
+    def unvouched_elements_per_byte(self) -> int:
+        """Without ``shape=``, the most elements one byte of this codec's payload may stand for
+        (see :mod:`gradzip.compressors._decode_guards`): fewer for an entropy-coded symbol
+        stream (wire parameter ``packing="entropy"``), whose decoder costs the most per
+        element. A codec with another slow way to stand for many elements overrides it."""
+        if self.wire_params().get("packing") == "entropy":
+            return UNVOUCHED_CODED_ELEMENTS_PER_BYTE
+        return UNVOUCHED_ELEMENTS_PER_BYTE
+
     # -- optional capabilities ---------------------------------------------------------------
     def common_grid(self) -> CommonGrid | None:
         """This compressor's levels on a scale the ranks agree on, for the integer-sum schemes
@@ -304,8 +316,10 @@ class Compressor(ABC):
         information of nested quantization.
 
         Passing ``shape`` also vouches for the tensor's size: without it, a payload may stand
-        for at most ``UNVOUCHED_ELEMENTS_PER_BYTE`` (2**16) elements per byte, so that a few
-        hostile bytes cannot make the receiver allocate gigabytes (see
+        for at most ``UNVOUCHED_ELEMENTS_PER_BYTE`` (32) elements per byte, 16 if its symbols
+        are entropy-coded (:meth:`unvouched_elements_per_byte`), so that a few hostile bytes
+        cannot make the receiver allocate gigabytes or decode for seconds: any payload of up
+        to 64 KiB is decoded or refused in well under 0.1 s and 64 MiB (see
         :mod:`gradzip.compressors._decode_guards`). Every size check happens before anything is
         allocated; a failed allocation, and a decoded NaN or Inf, raise a
         :class:`~gradzip.errors.PayloadError`.
@@ -328,7 +342,12 @@ class Compressor(ABC):
         """``out += decode(payload, shape=out.shape, ...)``, in place; returns ``out``.
 
         The sum is bitwise that of adding the dense decoded tensor (of the payload's dtype)
-        to ``out``. A corrupt payload raises before ``out`` is touched. Codecs whose
+        to ``out``. A corrupt payload raises before ``out`` is touched, and so does one holding a
+        value ``out``'s dtype cannot represent (a float64 payload's ``1e300`` into a float32
+        ``out``): :class:`~gradzip.errors.PayloadMismatchError`, as :meth:`decode` refuses a
+        non-finite output. [CHOICE] The sum's own overflow (finite ``out`` plus finite decoded
+        values beyond the largest float) is the caller's arithmetic, as with ``out += t``, and
+        is not checked: that would cost a pass over ``out`` on the fused hot path. Codecs whose
         :meth:`_decode_add_flat` adds straight into a float32 ``out`` (one pass, no dense
         temporary) do so; otherwise the payload is decoded and added. Sparse codecs override
         this to add only their kept values (a decoded zero added to ``out`` changes no bit of
@@ -339,7 +358,10 @@ class Compressor(ABC):
         header, body, side = self._parsed(payload, expected_key, out.shape, dtype, side)
         if self._fused_into(self._decode_add_flat, header, body, side, out):
             return out
-        return out.add_(self._decoded(header, body, side).to(out.device))
+        decoded = self._decoded(header, body, side)
+        fitted(self.name, decoded, out.dtype)  # refuses values out's dtype cannot hold
+        # the add itself runs on the decoded dtype (bitwise decode-then-add), not on the cast
+        return out.add_(decoded.to(out.device))
 
     def decode_into_(
         self,
@@ -357,14 +379,18 @@ class Compressor(ABC):
         output is allocated: [CHOICE] on the development machine the first touch of a fresh
         64 MB output (its page faults, with huge pages zeroed by the kernel) took longer than
         decoding into it, and up to 13x longer with two threads writing it. A corrupt payload
-        raises; ``out``'s values are then unspecified.
+        raises; ``out``'s values are then unspecified. A valid payload holding a value ``out``'s
+        dtype cannot represent (a float64 payload's ``1e300`` into a float32 ``out``, a float32
+        one's ``1e5`` into a float16 ``out``) raises
+        :class:`~gradzip.errors.PayloadMismatchError` before ``out`` is touched instead of
+        writing Inf.
         """
         if len(payload) == 0:
             return out.copy_(self._decode_empty(out.shape, dtype, out.device))
         header, body, side = self._parsed(payload, expected_key, out.shape, dtype, side)
         if self._fused_into(self._decode_into_flat, header, body, side, out):
             return out
-        return out.copy_(self._decoded(header, body, side))
+        return out.copy_(fitted(self.name, self._decoded(header, body, side), out.dtype))
 
     def _fused_into(
         self,
@@ -487,7 +513,7 @@ class Compressor(ABC):
             len(body),
             payload_bytes,
             self.min_body_bits(header),
-            vouched=vouched,
+            None if vouched else self.unvouched_elements_per_byte(),
         )
 
     def _check_header(

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from gradzip.codecs.bitpack import pack_bits, packed_bytes
-from gradzip.compressors._decode_guards import check_finite_output
+from gradzip.compressors._decode_guards import check_finite_output, fitted
 from gradzip.compressors._sparse_coding import (
     check_coding,
     coding_params,
@@ -87,11 +87,13 @@ def add_kept_(
     """``out.view(-1)[idx] += values`` as adding the dense decoded tensor would do it: the kept
     float32 ``values`` are rounded to the payload's dtype and checked finite (the check
     :meth:`Compressor.decode` makes of its output, raising the same error) before ``out`` is
-    touched, then widened to ``out``'s dtype and added, one rounding per kept element."""
+    touched, then converted to ``out``'s dtype (refused if one overflows it) and added, one
+    rounding per kept element."""
     kept = values.to(header.dtype)
     check_finite_output(codec, kept)
     flat = out.view(-1)
-    scatter_add(flat, idx, kept.to(flat.dtype))
+    # refuses values out's dtype cannot hold; a widening cast is left to .to
+    scatter_add(flat, idx, fitted(codec, kept, flat.dtype).to(flat.dtype))
     return out
 
 
