@@ -72,18 +72,22 @@ def test_processes_count_the_same_headers() -> None:
 
 #: header words with bit 63 set: alone, with the flag bit and a length, every bit
 MALFORMED = [1 << 63, (1 << 63) | (1 << 62) | 7, 2**64 - 1]
+#: well-formed header words announcing more bytes than any machine holds (2 EiB, 4 EiB - 1)
+ABSURD = [1 << 61, (1 << 62) - 1]
 
 
-def malformed_headers(transport: DistributedTransport) -> list[tuple[str, str]] | None:
-    """Rank 0 sends rank 1 each bare header word of :data:`MALFORMED` (bypassing the
-    transport); rank 1's receive must fail, and so must every later operation of that
-    transport (a fresh transport on the same group takes the next word)."""
+def malformed_headers(
+    transport: DistributedTransport, words: list[int] = MALFORMED
+) -> list[tuple[str, str]] | None:
+    """Rank 0 sends rank 1 each bare header word of ``words`` (bypassing the transport); rank
+    1's receive must fail, and so must every later operation of that transport (a fresh
+    transport on the same group takes the next word)."""
     if transport.rank == 0:
-        for word in MALFORMED:
+        for word in words:
             dist.send(torch.frombuffer(bytearray(word.to_bytes(8, "little")), dtype=torch.uint8), 1)
         return None
     out = []
-    for _ in MALFORMED:
+    for _ in words:
         messages = []
         for _ in range(2):
             try:
@@ -107,3 +111,15 @@ def test_a_header_word_with_bit_63_set_is_refused_by_name() -> None:
             "is a length below 2**62 and the flag bit 62)"
         )
         assert "failed earlier" in later and "malformed message header" in later
+
+
+def absurd_headers(transport: DistributedTransport) -> list[tuple[str, str]] | None:
+    return malformed_headers(transport, ABSURD)
+
+
+@pytest.mark.distributed
+def test_a_header_announcing_more_bytes_than_can_be_allocated_is_refused_by_name() -> None:
+    results = run_processes(2, absurd_headers, timeout=30.0)[1]
+    for word, (first, later) in zip(ABSURD, results, strict=True):
+        assert f"rank 0 announced a message of {word} bytes, which cannot be allocated" in first
+        assert "failed earlier" in later

@@ -145,7 +145,13 @@ class DistributedTransport(Transport):
         head_bytes = head.cpu().numpy()
         size, ok = self._parse_header(head_bytes[:LENGTH_PREFIX_BYTES], src)
         inline = min(size, self.inline_bytes)
-        tail = torch.empty(size - inline, dtype=torch.uint8, device=self.device)
+        try:
+            tail = torch.empty(size - inline, dtype=torch.uint8, device=self.device)
+        except (RuntimeError, MemoryError) as err:  # a header announcing absurd bytes
+            raise GradzipError(
+                f"rank {src} announced a message of {size} bytes, which cannot be allocated "
+                f"here ({type(err).__name__}); a corrupt header or a peer that is not gradzip's"
+            ) from err
         keep.append(tail)
         tail_work = self._post(dist.irecv, tail, src, "receive") if size > inline else None
         return head_bytes[LENGTH_PREFIX_BYTES : LENGTH_PREFIX_BYTES + inline], tail, tail_work, ok
