@@ -329,7 +329,19 @@ def report_stopped(summary: dict[str, Any]) -> int:
     from gradzip.comm.signals import exit_status
 
     name = summary.get("interrupted_by") or "SIGINT"
-    if summary.get("rank", 0) == 0:
+    if summary.get("killed"):
+        after = f"after {summary['steps']} steps" if summary["steps"] else "before its first step"
+        then = (
+            f"continue it from its last checkpoint with `gradzip train --resume {summary['run_dir']}`"
+            if summary["resumable"]
+            else "it has no checkpoint yet (one is written after every epoch)"
+        )
+        print(
+            f"gradzip train: {name} killed the ranks {after}; {summary['run_dir']} keeps the "
+            f"metrics of those steps; {then}",
+            file=sys.stderr,
+        )
+    elif summary.get("rank", 0) == 0:
         print(
             f"gradzip train: interrupted by {name} after {summary['steps']} of "
             f"{summary['total_steps']} steps; partial run in {summary['run_dir']} (continue it "
