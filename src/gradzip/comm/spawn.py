@@ -228,8 +228,9 @@ def run_processes(
                         raised[rank] = error
                         first_failure = first_failure or (time.monotonic(), rank)
                 for rank in running():
-                    if exits[rank] is not None:
-                        died[rank] = f"{describe_exit(exits[rank])} before reporting a result"
+                    code = exits[rank]
+                    if code is not None:
+                        died[rank] = f"{describe_exit(code)} before reporting a result"
                         first_failure = first_failure or (time.monotonic(), rank)
                 if not running():
                     break
