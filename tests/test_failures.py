@@ -188,6 +188,7 @@ def test_a_slow_starting_rank_still_joins_within_the_start_up_allowance() -> Non
     assert 10 * delay <= spawn.START_UP_ALLOWANCE
     ctx = mp.get_context("spawn")
     results, flag, port = ctx.SimpleQueue(), ctx.Value("i", 0), spawn.free_port()
+    polled = ctx.Array("b", 2)  # held here until the ranks have started
     procs = [
         ctx.Process(
             target=late_worker,
@@ -202,6 +203,7 @@ def test_a_slow_starting_rank_still_joins_within_the_start_up_allowance() -> Non
                 timeout,
                 "gloo",
                 flag,
+                polled,
                 os.getpid(),
             ),
         )
