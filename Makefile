@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup data run test test-fast test-slow lint typecheck bench docs docs-check reproduction-docs clean
+.PHONY: setup data run test test-fast test-slow lint typecheck bench docs docs-browser docs-check reproduction-docs clean
 
 # A virtual environment with torch pinned exactly: a looser torch requirement would pull a
 # multi-gigabyte CUDA build.
@@ -68,8 +68,22 @@ docs: setup
 		2>/dev/null || $(BIN)/pip install --quiet -e '.[docs]'
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
+# The browser docs-check renders the pages in: Debian's chromium, installed when run as root on a
+# Debian-based machine; otherwise it says how to install it.
+docs-browser:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+		command -v google-chrome >/dev/null 2>&1; then \
+		echo "Chromium: installed"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && apt-get install -y -qq chromium >/dev/null && \
+		echo "Chromium: installed Debian's chromium"; \
+	else \
+		echo "Chromium: not installed; run 'apt-get install chromium' as root" \
+			"(make docs-check fails without it)"; \
+	fi
+
 # The built pages as a reader sees them, in headless Chromium: titles, internal links, rendered
-# API signatures (skips with a message where Chromium is not installed).
+# API signatures (fails, saying how to install it, where Chromium is not installed).
 docs-check: docs
 	$(BIN)/python tools/check_site.py site
 

@@ -10,7 +10,9 @@ Serves ``site/`` over HTTP on the loopback interface, opens every page in headle
 
 ``mkdocs build --strict`` already refuses broken links in the Markdown; this catches what only
 the rendered pages show (links written by the theme or by mkdocstrings, an empty API page).
-Without Chromium it says so and exits 0, so CI machines that lack it still pass.
+Without Chromium it fails (exit 2) saying how to install it [CHOICE: it used to pass with a
+"SKIPPED" line, so CI, which lacked Chromium, never rendered a page; a check that cannot
+run is not a check that passed. ``make docs-browser`` installs it where it can].
 
 Usage: ``python tools/check_site.py [SITE_DIR] [--screenshot DIR PAGE ...]``
 """
@@ -192,10 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     browser = find_browser()
     if browser is None:
         print(
-            "docs-check SKIPPED: no Chromium found (looked for "
-            f"{', '.join(BROWSERS)}); install it, e.g. 'apt-get install chromium'"
+            f"docs-check: no Chromium found (looked for {', '.join(BROWSERS)}), so no page "
+            "can be checked; install it ('make docs-browser' does, as root on Debian: "
+            "'apt-get install chromium') and run 'make docs-check' again",
+            file=sys.stderr,
         )
-        return 0
+        return 2
     found: str = browser
     site: Path = args.site
     if not (site / "index.html").is_file():

@@ -15,22 +15,66 @@ Docstrings cite the project's algorithm specification: ``spec N.N`` refers to se
 
 from __future__ import annotations
 
-from gradzip.accounting import Encoded
-from gradzip.compressors import Compressor, create, get, names
-from gradzip.errors import (
-    CheckpointError,
-    ChecksumMismatchError,
-    CorruptPayloadError,
-    GradzipError,
-    KeyMismatchError,
-    NonFiniteInputError,
-    PayloadError,
-    PayloadMismatchError,
-    TruncatedPayloadError,
-    UnknownCodecError,
-    UnsupportedVersionError,
-)
-from gradzip.keys import StreamKey
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers and readers see; at run time, see __getattr__
+    from gradzip.accounting import Encoded
+    from gradzip.compressors import Compressor, create, get, names
+    from gradzip.errors import (
+        CheckpointError,
+        ChecksumMismatchError,
+        CorruptPayloadError,
+        GradzipError,
+        KeyMismatchError,
+        NonFiniteInputError,
+        PayloadError,
+        PayloadMismatchError,
+        TruncatedPayloadError,
+        UnknownCodecError,
+        UnsupportedVersionError,
+    )
+    from gradzip.keys import StreamKey
+
+#: where each public name lives. They are imported on first use (PEP 562), so that ``import
+#: gradzip`` (and with it the ``gradzip`` command, which must answer ``--help``, ``--version``
+#: and a mistyped option before anything heavy loads) does not import torch.
+_EXPORTS = {
+    "Encoded": "gradzip.accounting",
+    **dict.fromkeys(("Compressor", "create", "get", "names"), "gradzip.compressors"),
+    **dict.fromkeys(
+        (
+            "CheckpointError",
+            "ChecksumMismatchError",
+            "CorruptPayloadError",
+            "GradzipError",
+            "KeyMismatchError",
+            "NonFiniteInputError",
+            "PayloadError",
+            "PayloadMismatchError",
+            "TruncatedPayloadError",
+            "UnknownCodecError",
+            "UnsupportedVersionError",
+        ),
+        "gradzip.errors",
+    ),
+    "StreamKey": "gradzip.keys",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use (then cached here)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gradzip' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
 
 __version__ = "0.1.0"
 

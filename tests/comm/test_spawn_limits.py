@@ -5,6 +5,7 @@ launcher becomes the ranks' stop request, and nothing outlives the launcher."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -55,8 +56,10 @@ def test_an_explicit_run_timeout_still_kills() -> None:
 
 
 def stop_on_request(transport: Transport) -> int | None:
-    """Rank 0 sends its launcher SIGTERM and waits for the stop request that comes back;
-    rank 1 ignores it (sleeps), so the launcher must kill it."""
+    """Both ranks poll the stop flag once (so the launcher knows they act on it); rank 0 then
+    sends its launcher SIGTERM and waits for the stop request that comes back; rank 1 ignores
+    it (sleeps), so the launcher must kill it once the grace is over."""
+    spawn.stop_requested()
     if transport.rank == 1:
         time.sleep(600)
     os.kill(os.getppid(), signal.SIGTERM)
@@ -77,3 +80,71 @@ def test_a_signal_to_the_launcher_reaches_the_ranks_and_every_process_is_reaped(
     assert stopped.failures == {1: "still running 2.0 s after SIGTERM asked it to stop; killed"}
     assert time.monotonic() - start < 120  # not the 600 s sleep
     assert spawn.stop_requested() is None  # the launcher itself is no rank
+
+
+def stop_twice(transport: Transport) -> None:
+    """Both ranks act on stop requests but never stop; rank 0 sends its launcher SIGINT, waits
+    until the launcher has passed it on, and sends a second one."""
+    spawn.stop_requested()
+    if transport.rank == 0:
+        os.kill(os.getppid(), signal.SIGINT)
+        while spawn.stop_requested() is None:
+            time.sleep(0.01)
+        os.kill(os.getppid(), signal.SIGINT)
+    time.sleep(600)
+
+
+@pytest.mark.distributed
+def test_a_second_signal_kills_every_rank_at_once() -> None:
+    with pytest.raises(Interrupted) as info:
+        # a grace far longer than any test: only the second signal can end this run
+        run_processes(2, stop_twice, timeout=60.0, stop_grace=3600.0)
+    assert info.value.signum == signal.SIGINT
+    assert info.value.failures == {0: "killed on a second SIGINT", 1: "killed on a second SIGINT"}
+
+
+def never_polls(transport: Transport) -> None:
+    """Rank 0 polls the stop flag and sends its launcher SIGINT; rank 1 never polls (as a rank
+    still importing torch or loading its data), so it cannot act on the request."""
+    if transport.rank == 0:
+        spawn.stop_requested()
+        os.kill(os.getppid(), signal.SIGINT)
+        while spawn.stop_requested() is None:
+            time.sleep(0.01)
+        return
+    time.sleep(600)
+
+
+@pytest.mark.distributed
+def test_a_rank_still_starting_is_killed_at_the_first_signal() -> None:
+    with pytest.raises(Interrupted) as info:
+        run_processes(2, never_polls, timeout=60.0, stop_grace=3600.0)
+    assert info.value.results == [None, None]
+    assert info.value.failures == {1: "still starting when SIGINT asked to stop; killed"}
+
+
+def stops_itself(transport: Transport) -> None:
+    """Both ranks connect; rank 1 then stops (SIGSTOP, as `kill -STOP` or a debugger would)
+    and rank 0 waits for it in a collective, until its timeout."""
+    transport.all_gather_bytes(b"")
+    if transport.rank == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    transport.all_gather_bytes(b"")
+
+
+@pytest.mark.distributed
+def test_a_stopped_rank_is_killed_soon_after_its_peer_times_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Before, the launcher waited 2 * timeout after the failure before killing the stopped
+    # rank (61 s in all with --timeout 20). The grace is made short here so that "soon" is
+    # far from 2 * timeout whatever the load.
+    timeout = 5.0
+    monkeypatch.setattr(spawn, "FAILURE_GRACE", 0.5)
+    with pytest.raises(DistributedRunError) as info:
+        run_processes(2, stops_itself, timeout=timeout)
+    failures = info.value.failures
+    assert list(failures) == [0, 1]
+    assert f"no message from rank 1 within {timeout} s" in failures[0]
+    killed = re.fullmatch(r"still running (\d+\.\d) s after rank 0 failed; killed", failures[1])
+    assert killed is not None and float(killed.group(1)) < 2 * timeout, failures[1]

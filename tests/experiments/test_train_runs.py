@@ -166,12 +166,13 @@ def group_members(group: int) -> list[str]:
 
 
 def start_and_signal(
-    args: list[str], out: Path, signum: int, wait: float
+    args: list[str], out: Path, signum: int, wait: float, again_after: float | None = None
 ) -> tuple[int, str, list[str]]:
     """Run ``gradzip train *args --out out`` in its own process group, signal it once its
-    first metrics row is written; its exit status, standard error, and the members of its
-    process group still alive right after it exited (ranks, apart from Python's resource
-    tracker, which only notices its parent is gone then)."""
+    first metrics row is written (and again ``again_after`` seconds later, if given); its exit
+    status, standard error, and the members of its process group still alive right after it
+    exited (ranks, apart from Python's resource tracker, which only notices its parent is gone
+    then)."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")}
     command = [sys.executable, "-m", "gradzip.cli", "train", *args, "--out", str(out)]
     proc = subprocess.Popen(
@@ -185,6 +186,9 @@ def start_and_signal(
             assert time.monotonic() < deadline, "no metrics row in time"
             time.sleep(0.05)
         os.kill(proc.pid, signum)
+        if again_after is not None:
+            time.sleep(again_after)
+            os.kill(proc.pid, signum)
         _, err = proc.communicate(timeout=wait)
         # a member without a command line has already exited and is releasing its memory
         # (the resource tracker, which exits once its parent is gone, was seen so)
@@ -256,6 +260,33 @@ def test_sigterm_stops_every_gloo_rank_and_leaves_a_partial_run(tmp_path: Path) 
     check_stopped(out, status, err, signal.SIGTERM)
     assert left == []  # the ranks were reaped before the launcher exited
     assert len(state_file.read(out / "checkpoint.pt")["ranks"]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_second_ctrl_c_kills_every_gloo_rank_and_says_what_is_left(tmp_path: Path) -> None:
+    out = tmp_path / "killed"
+    args = [*LONG, *STATEFUL, "--backend", "gloo"]
+    # the second SIGINT comes long after the launcher has taken the first (it polls every
+    # 20 ms) and, on any machine, before the ranks have finished the step, saved and plotted
+    status, err, left = start_and_signal(args, out, signal.SIGINT, wait=600, again_after=0.5)
+    assert status == 130, err
+    assert left == []  # every rank was killed and reaped before the launcher exited
+    assert "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    steps = len(rows(out))
+    # a checkpoint is saved after every epoch and right after the step a stop ends on, which
+    # the second signal may have let rank 0 write
+    then = (
+        f"continue it from its last checkpoint with `gradzip train --resume {out}`"
+        if (out / "checkpoint.pt").exists()
+        else "it has no checkpoint yet (one is written after every epoch)"
+    )
+    assert last == (
+        f"gradzip train: SIGINT killed the ranks after {steps} steps; {out} keeps the metrics "
+        f"of those steps; {then}"
+    )
+    assert not (out / "report.md").exists()  # nothing written after the kill
 
 
 @pytest.mark.slow

@@ -279,7 +279,11 @@ def main(
     """The command: 2 on bad input or missing privileges, 130 on SIGINT/SIGTERM, 1 on a failed
     run, else 0 (the namespaces are gone in every case)."""
     if model not in MODEL_NAMES:
-        print(f"gradzip: unknown model {model!r}; choose {', '.join(MODEL_NAMES)}", file=sys.stderr)
+        print(
+            f"gradzip bench cluster: unknown model {model!r}; choose one of "
+            f"{', '.join(MODEL_NAMES)}",
+            file=sys.stderr,
+        )
         return 2
     try:
         variants = select(variant_names)
@@ -290,11 +294,11 @@ def main(
         if baseline is not None and baseline not in [v.name for v in variants]:
             raise ValueError(f"baseline {baseline} is not among the variants run")
     except ValueError as err:
-        print(f"gradzip: {err}", file=sys.stderr)
+        print(f"gradzip bench cluster: {err}", file=sys.stderr)
         return 2
     reason = missing_privilege()
     if reason:
-        print(reason, file=sys.stderr)
+        print(f"gradzip bench cluster: {reason}", file=sys.stderr)
         return 2
     try:
         run(world_sizes, rates, model, steps, warmup, variants, timeout, data=data, lr=lr,

@@ -74,14 +74,14 @@ def tbf_arguments(rate: str) -> list[str]:
     return ["tbf", "rate", rate.strip().lower(), "burst", str(burst), "latency", LATENCY]
 
 
-def missing_privilege(command: str = "gradzip bench cluster") -> str | None:
-    """Why the cluster cannot be built here (not root, ``ip`` or ``tc`` missing), or None;
-    the sentence names ``command``, the command that needs it."""
+def missing_privilege() -> str | None:
+    """Why the cluster cannot be built here (not root, ``ip`` or ``tc`` missing), or None:
+    what is needed, ``needs ...``, for the caller to put after what needs it."""
     if os.geteuid() != 0:
-        return f"{command} needs root (network namespaces, veth, tc); run it as root"
+        return "needs root (network namespaces, veth, tc); run it as root"
     missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
     if missing:
-        return f"{command} needs the {' and '.join(missing)} command (iproute2)"
+        return f"needs the {' and '.join(missing)} command (iproute2)"
     return None
 
 

@@ -1,6 +1,11 @@
 """The ``gradzip`` command line: ``gradzip list``, ``gradzip bench codecs|collectives|cluster``,
 ``gradzip bits``, ``gradzip train`` and ``gradzip reproduce``, one module per subcommand
-(:mod:`gradzip.cli.params`: the ``KEY=VALUE`` grammar they share)."""
+(:mod:`gradzip.cli.params`: the ``KEY=VALUE`` grammar they share).
+
+Building the parser and parsing the arguments import nothing heavy (no torch): a mistyped
+option, a bad choice or ``--version`` is answered at once, and each subcommand checks its
+options (:mod:`gradzip.cli.catalog`: the registries' names) before it imports what it runs.
+``tests/cli/test_fast_errors.py`` holds it to that."""
 
 from __future__ import annotations
 
@@ -9,17 +14,17 @@ from collections.abc import Sequence
 
 from gradzip.cli.bench import add_bench_parser
 from gradzip.cli.bits import add_bits_parser
-from gradzip.cli.help import parse, show_defaults
+from gradzip.cli.help import Parser, parse, show_defaults
 from gradzip.cli.listing import add_list_parser
 from gradzip.cli.reproduce import add_reproduce_parser
 from gradzip.cli.train import add_train_parser
+from gradzip.cli.version import VersionAction
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``gradzip`` parser: every subcommand, each option's default in its help."""
-    parser = argparse.ArgumentParser(
-        prog="gradzip", description="Gradient compressors that emit real bytes."
-    )
+    parser = Parser(prog="gradzip", description="Gradient compressors that emit real bytes.")
+    parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
     add_list_parser(sub)
     add_bench_parser(sub)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from gradzip.compressors import names
+from gradzip.cli.catalog import compressors, schemes
+from gradzip.cli.help import fail
+
+CODECS = "gradzip bench codecs"
+COLLECTIVES = "gradzip bench collectives"
+CLUSTER = "gradzip bench cluster"
 
 
 def add_bench_parser(sub: Any) -> None:
@@ -72,18 +76,15 @@ def add_bench_parser(sub: Any) -> None:
 
 
 def cmd_bench_codecs(args: argparse.Namespace) -> int:
-    from gradzip.bench.codecs import run
-
-    unknown = [n for n in args.only or [] if n not in names()]
+    unknown = [n for n in args.only or [] if n not in compressors()]
     if unknown:
-        print(f"gradzip: unknown compressor(s): {', '.join(unknown)}", file=sys.stderr)
-        return 2
-    if args.numel < 1:
-        print("gradzip: --numel must be >= 1", file=sys.stderr)
-        return 2
+        return fail(CODECS, f"unknown compressor(s): {', '.join(unknown)}")
+    if args.numel < 1 or args.repeat < 1:
+        return fail(CODECS, "--numel and --repeat must be >= 1")
     if any(n < 0 for n in args.threads):
-        print("gradzip: --threads must be >= 0 (0: every core)", file=sys.stderr)
-        return 2
+        return fail(CODECS, "--threads must be >= 0 (0: every core)")
+    from gradzip.bench.codecs import run  # imports torch: after the options are checked
+
     run(
         numel=args.numel,
         repeat=args.repeat,
@@ -107,17 +108,14 @@ def _world_sizes(text: str) -> list[int]:
 
 
 def cmd_bench_collectives(args: argparse.Namespace) -> int:
-    from gradzip.bench.collectives import run
-    from gradzip.schemes import SCHEMES
-
-    unknown = [n for n in args.schemes or [] if n not in SCHEMES]
-    unknown += [n for n in args.compressors or [] if n not in names()]
+    unknown = [n for n in args.schemes or [] if n not in schemes()]
+    unknown += [n for n in args.compressors or [] if n not in compressors()]
     if unknown:
-        print(f"gradzip: unknown scheme(s) or compressor(s): {', '.join(unknown)}", file=sys.stderr)
-        return 2
+        return fail(COLLECTIVES, f"unknown scheme(s) or compressor(s): {', '.join(unknown)}")
     if args.numel < 1 or args.steps < 1:
-        print("gradzip: --numel and --steps must be >= 1", file=sys.stderr)
-        return 2
+        return fail(COLLECTIVES, "--numel and --steps must be >= 1")
+    from gradzip.bench.collectives import run  # imports torch: after the options are checked
+
     run(
         world_sizes=args.world_sizes,
         numel=args.numel,
@@ -145,23 +143,20 @@ def _rates(text: str) -> list[str]:
 
 
 def cmd_bench_cluster(args: argparse.Namespace) -> int:
-    from gradzip.bench.cluster import main
+    if args.steps < 1 or args.warmup < 2 or args.timeout <= 0 or args.rounds < 1:
+        return fail(CLUSTER, "--steps must be >= 1, --warmup >= 2, --timeout > 0, --rounds >= 1")
+    if args.lr is not None and not args.lr > 0:
+        return fail(CLUSTER, "--lr must be > 0")
+    target_ok = (
+        1 <= args.window <= args.steps and args.target_loss is not None and args.target_loss > 0
+    )
+    if args.target_loss is not None and not target_ok:
+        return fail(CLUSTER, "--window must be in [1, --steps], --target-loss > 0")
+    from gradzip.bench.cluster import main  # imports torch: after the options are checked
     from gradzip.bench.cluster_target import Target
 
-    if args.steps < 1 or args.warmup < 2 or args.timeout <= 0 or args.rounds < 1:
-        print(
-            "gradzip: --steps must be >= 1, --warmup >= 2, --timeout > 0, --rounds >= 1",
-            file=sys.stderr,
-        )
-        return 2
-    if args.lr is not None and not args.lr > 0:
-        print("gradzip: --lr must be > 0", file=sys.stderr)
-        return 2
     target = None
     if args.target_loss is not None:
-        if not 1 <= args.window <= args.steps or not args.target_loss > 0:
-            print("gradzip: --window must be in [1, --steps], --target-loss > 0", file=sys.stderr)
-            return 2
         target = Target(args.target_loss, args.window, args.curves_png)
     return main(
         world_sizes=args.world_sizes,
@@ -207,7 +202,12 @@ def add_cluster_parser(bench_sub: argparse._SubParsersAction) -> None:  # type: 
         "--rates", type=_rates, default="100mbit,1gbit,none", metavar="R,R,..",
         help="link rates (tc units: kbit, mbit, gbit; none = no limit), comma-separated",
     )  # fmt: skip
-    p_cluster.add_argument("--model", choices=("mlp-4096", "fc-300-100"), default="mlp-4096")
+    p_cluster.add_argument(
+        "--model",
+        choices=("mlp-4096", "fc-300-100"),
+        default="mlp-4096",
+        help="the model every variant trains",
+    )
     p_cluster.add_argument("--steps", type=int, default=5, help="timed steps per variant")
     p_cluster.add_argument(
         "--warmup", type=int, default=2, help="untimed steps first (>= 2: PowerSGD's start)"
@@ -216,7 +216,12 @@ def add_cluster_parser(bench_sub: argparse._SubParsersAction) -> None:  # type: 
         "--variants", nargs="+", metavar="NAME",
         help="only these variants (none fp32 fp16_hook powersgd_r1 ... gradzip:C[+ef]:SCHEME)",
     )  # fmt: skip
-    p_cluster.add_argument("--data", choices=("mnist", "synthetic"), default="mnist")
+    p_cluster.add_argument(
+        "--data",
+        choices=("mnist", "synthetic"),
+        default="mnist",
+        help="the training batches: MNIST, or Gaussian inputs labelled by a random linear teacher",
+    )
     p_cluster.add_argument(
         "--threads", type=int, help="torch threads per rank (default: cores / P, at least 1)"
     )

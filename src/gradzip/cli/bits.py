@@ -4,14 +4,16 @@ gradient of a model (:mod:`gradzip.experiments.bits`)."""
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
+
+from gradzip.cli.catalog import compressors, models
+from gradzip.cli.help import fail
+
+BITS = "gradzip bits"
 
 
 def add_bits_parser(sub: Any) -> None:
     """Register ``gradzip bits`` on the CLI's subparsers."""
-    from gradzip.models.paper import MODELS
-
     p_bits = sub.add_parser(
         "bits",
         help="bits per worker per iteration of a model's real gradient",
@@ -23,14 +25,17 @@ def add_bits_parser(sub: Any) -> None:
             "reproduce dqsg-table1`)."
         ),
     )
-    p_bits.add_argument("--model", metavar="M", help=f"one of {', '.join(MODELS)}")
-    p_bits.add_argument("--compressor", metavar="C", help="a registered compressor (gradzip list)")
+    p_bits.add_argument("--model", metavar="M", help=f"one of {', '.join(models())} (required)")
+    p_bits.add_argument(
+        "--compressor", metavar="C", help="a registered compressor, `gradzip list` (required)"
+    )
     p_bits.add_argument(
         "--param",
         action="extend",
         nargs="+",
         metavar="KEY=VALUE",
-        help="compressor parameter(s), typed by its signature (e.g. M=1 bucket_size=none)",
+        help="compressor parameter(s), typed by its signature (e.g. M=1 bucket_size=none; "
+        "default: the compressor's defaults)",
     )
     p_bits.add_argument("--seed", type=int, default=0, help="model, batch and key seed (default 0)")
     p_bits.add_argument(
@@ -44,27 +49,30 @@ def add_bits_parser(sub: Any) -> None:
 
 
 def cmd_bits(args: argparse.Namespace) -> int:
+    if args.removed_subcommand == "table1":
+        return fail(BITS, "`gradzip bits table1` was removed: run `gradzip reproduce dqsg-table1`")
+    if args.removed_subcommand is not None:
+        return fail(BITS, f"unexpected argument {args.removed_subcommand!r}")
+    if args.model is None or args.compressor is None:
+        return fail(BITS, "give --model and --compressor")
+    # the messages of gradzip.experiments.bits, before it is imported
+    if args.model not in models():
+        return fail(BITS, f"unknown model {args.model!r}; choices: {', '.join(models())}")
+    if args.compressor not in compressors():
+        return fail(
+            BITS, f"unknown compressor {args.compressor!r}; choices: {', '.join(compressors())}"
+        )
+    if args.batch < 1:
+        return fail(BITS, f"batch must be >= 1, got {args.batch}")
+    # imported once the options are checked: these import torch
     from gradzip.cli.params import ParamError, compressor_params
     from gradzip.experiments.bits import UsageError, format_report, measure_bits, write_json
 
-    if args.removed_subcommand == "table1":
-        print(
-            "gradzip bits table1 was removed: run `gradzip reproduce dqsg-table1`",
-            file=sys.stderr,
-        )
-        return 2
-    if args.removed_subcommand is not None:
-        print(f"gradzip bits: unexpected argument {args.removed_subcommand!r}", file=sys.stderr)
-        return 2
-    if args.model is None or args.compressor is None:
-        print("gradzip bits: give --model and --compressor", file=sys.stderr)
-        return 2
     try:
         params = compressor_params(args.compressor, args.param or [])
         report = measure_bits(args.model, args.compressor, params, args.seed, args.batch)
     except (ParamError, UsageError) as err:
-        print(f"gradzip: {err}", file=sys.stderr)
-        return 2
+        return fail(BITS, str(err))
     print(format_report(report))
     if args.json:
         write_json(report, args.json)

@@ -1,11 +1,18 @@
 """What every ``gradzip`` subcommand's help and errors show: each option's default in
 ``--help``, and a mistyped option answered with the usage of the subcommand it was given to
-(argparse's own answer is the top-level usage)."""
+(argparse's own answer is the top-level usage).
+
+Every error the command line prints starts with the name of the (sub)command that refused,
+as argparse names it: ``gradzip train: --workers must be >= 1``, ``gradzip bench codecs:
+unknown compressor(s): nope`` (``gradzip: `` only for errors before a subcommand). Lists of
+choices are written ``a, b, c``, never as a Python list."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator, Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NoReturn
 
 #: where a parsed namespace records the innermost parser that read it
 _PARSER = "_usage_parser"
@@ -27,6 +34,31 @@ def says_something(default: object) -> bool:
     )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser with gradzip's error conventions (its subparsers are of this class
+    too): ``PROG: message`` after the usage, without argparse's ``error:``, and an invalid
+    choice listed as ``a, b, c``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: {message}\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # argparse's own message prints the choices as a Python list on older Pythons
+        if action.choices is not None and value not in action.choices:
+            listed = ", ".join(map(str, action.choices))
+            raise argparse.ArgumentError(
+                action, f"invalid choice: {value!r} (choose from {listed})"
+            )
+
+
+def fail(prog: str, message: str, status: int = 2) -> int:
+    """Print ``PROG: message`` on standard error (the one error format of the command line);
+    ``status`` (2: a usage error)."""
+    print(f"{prog}: {message}", file=sys.stderr)
+    return status
+
+
 class DefaultsHelpFormatter(argparse.HelpFormatter):
     """Appends ``(default: X)`` to an option's help unless the help already speaks of its
     default, or the default says nothing (None, False, an empty list)."""
@@ -42,16 +74,26 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
 
 def show_defaults(parser: argparse.ArgumentParser) -> None:
     """Every parser below ``parser`` lists each option's default in its help, and records
-    itself in the namespace it parses (the innermost one wins)."""
+    itself in the namespace it parses (the innermost one wins). Every option has a help text
+    (``tests/cli/test_help.py``), so none is left without its default."""
     for each in subparsers(parser):
         each.formatter_class = DefaultsHelpFormatter
         each.set_defaults(**{_PARSER: each})
-        for action in each._actions:
-            if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
-                continue
-            if action.option_strings and not action.help:
-                # argparse prints nothing after an option without help, not even a default
-                action.help = "(default: %(default)s)" if says_something(action.default) else None
+
+
+def describe_when_asked(parser: argparse.ArgumentParser, fill: Callable[[], None]) -> None:
+    """Call ``fill()`` before ``parser``'s help is formatted for the first time: help text that
+    needs the registries (and so torch) is written only when ``--help`` asks for it, not on
+    every command."""
+    format_help = parser.format_help
+    pending = [fill]
+
+    def format_filled_help() -> str:
+        while pending:
+            pending.pop()()
+        return format_help()
+
+    parser.format_help = format_filled_help  # type: ignore[method-assign]
 
 
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:

@@ -5,9 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from gradzip.compressors import get, names
-from gradzip.compressors.registry import summary
-
 
 def add_list_parser(sub: Any) -> None:
     """Register ``gradzip list`` on the CLI's subparsers."""
@@ -47,6 +44,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         for variant in VARIANTS:
             print(variant)
         return 0
+    from gradzip.compressors import get, names
+    from gradzip.compressors.registry import summary
+
     width = max(len(n) for n in names())
     for name in names():
         cls = get(name)

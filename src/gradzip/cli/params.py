@@ -231,7 +231,7 @@ def scheme_params(
     from gradzip.schemes import SCHEMES, VARIANTS
 
     if variant not in VARIANTS:
-        raise ParamError(f"unknown scheme {variant!r}; choose one of {sorted(VARIANTS)}")
+        raise ParamError(f"unknown scheme {variant!r}; choose one of {', '.join(VARIANTS)}")
     cls = SCHEMES[VARIANTS[variant][0]]
     target = Target.of_callable(f"scheme {variant!r}", cls, skip=("compressor", "run_seed"))
     return parse_params(items, target, option)

@@ -4,8 +4,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
+
+from gradzip.cli.catalog import experiments
+from gradzip.cli.help import fail
+
+REPRODUCE = "gradzip reproduce"
 
 
 def add_reproduce_parser(sub: Any) -> None:
@@ -54,33 +58,26 @@ def print_experiments() -> None:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from gradzip.data.files import DatasetUnavailableError
-    from gradzip.experiments.reproduce import EXPERIMENTS, reproduce
-    from gradzip.experiments.reproduce.cluster_timing import ClusterUnavailableError
-
     if args.list or args.id in (None, "list"):
         print_experiments()
         return 0
-    if args.id not in EXPERIMENTS:
-        print(
-            f"gradzip reproduce: unknown experiment {args.id!r}; choose one of "
-            f"{', '.join(EXPERIMENTS)}",
-            file=sys.stderr,
+    if args.id not in experiments():
+        return fail(
+            REPRODUCE, f"unknown experiment {args.id!r}; choose one of {', '.join(experiments())}"
         )
-        return 2
+    # imported once the id is known to exist: the experiments import torch
+    from gradzip.data.files import DatasetUnavailableError
+    from gradzip.experiments import reproduce as registry
+    from gradzip.experiments.reproduce.cluster_timing import ClusterUnavailableError
+
     seeds = None if args.seeds is None else list(range(args.seeds))
-    if seeds is not None and not EXPERIMENTS[args.id].takes_seed():
-        print(
-            f"gradzip reproduce: {args.id} takes no seed; run it without --seeds", file=sys.stderr
-        )
-        return 2
+    if seeds is not None and not registry.EXPERIMENTS[args.id].takes_seed():
+        return fail(REPRODUCE, f"{args.id} takes no seed; run it without --seeds")
     try:
-        outcome = reproduce(args.id, args.out, quick=args.quick, seeds=seeds)
+        outcome = registry.reproduce(args.id, args.out, quick=args.quick, seeds=seeds)
     except DatasetUnavailableError as err:  # one line: which data set, how to supply it
-        print(f"gradzip reproduce: {err}", file=sys.stderr)
-        return 1
+        return fail(REPRODUCE, str(err), status=1)
     except ClusterUnavailableError as err:  # one line: needs root, or iproute2
-        print(str(err), file=sys.stderr)
-        return 2
+        return fail(REPRODUCE, str(err))
     print(f"{args.id}: {outcome.seconds:.1f} s; report in {args.out}/{args.id}/report.md")
     return 0

@@ -1,15 +1,30 @@
-"""``gradzip train``: the command-line front end of :mod:`gradzip.experiments.trainer`."""
+"""``gradzip train``: the command-line front end of :mod:`gradzip.experiments.trainer`.
+
+Its options are checked in two rounds: first everything that needs no registry code
+(:func:`check_quickly`: names against :mod:`gradzip.cli.catalog`, numbers in range), so that a
+mistake is refused at once, and only then the ``KEY=VALUE`` parameters against the
+compressor's, scheme's and method's signatures, which imports torch."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from typing import Any
 
-from gradzip.cli.params import compressor_params, scheme_params
+from gradzip.cli.catalog import compressors, models, scheme_variants
+from gradzip.cli.help import describe_when_asked, fail
 from gradzip.cli.train_method import DEPRECATED_FIELDS, add_method_options, method_from_args
 from gradzip.errors import GradzipError
-from gradzip.experiments.config import BACKENDS, OPTIMIZERS, ConfigError, TrainConfig
+from gradzip.experiments.config import (
+    BACKENDS,
+    OLD_ALGORITHMS,
+    OPTIMIZERS,
+    ConfigError,
+    TrainConfig,
+)
+
+TRAIN = "gradzip train"
 
 
 def add_train_parser(sub: Any) -> None:
@@ -25,19 +40,22 @@ def add_train_parser(sub: Any) -> None:
             "mean as a 5-bit DQSG payload, Adam lr 1e-3, total batch 256, one epoch."
         ),
     )
-    p.add_argument("--model", default=d.model, help="fc-300-100, lenet, cifarnet, dryden-mlp")
+    p.add_argument("--model", default=d.model, help=", ".join(models()))
     p.add_argument(
         "--dataset", default=None, help="mnist, fashion-mnist, cifar10 (default: the model's)"
     )
     p.add_argument("--data-dir", default=None, help="a directory holding the dataset's files")
-    p.add_argument("--compressor", default=d.compressor, help="any name from `gradzip list`")
+    p.add_argument(
+        "--compressor", default=d.compressor, help="any name from `gradzip list compressors`"
+    )
     p.add_argument(
         "--param",
         action="extend",
         nargs="+",
         default=[],
         metavar="KEY=VALUE",
-        help="compressor parameter(s) (repeatable), typed by its signature, e.g. --param M=2",
+        help="compressor parameter(s) (repeatable), typed by its signature, e.g. --param M=2 "
+        "(default: the compressor's defaults; an unknown key is refused with the keys it takes)",
     )
     p.add_argument(
         "--scheme",
@@ -45,21 +63,45 @@ def add_train_parser(sub: Any) -> None:
         help="a scheme variant, `gradzip list schemes` (default: nested[server,dqsg-downlink] "
         "for ndqsg, the paper's server with a 5-bit DQSG downlink; ps[fp32] otherwise)",
     )
-    p.add_argument("--scheme-param", action="extend", nargs="+", default=[], metavar="KEY=VALUE")
-    p.add_argument("--error-feedback", action="store_true")
-    p.add_argument("--workers", type=int, default=d.workers)
-    p.add_argument("--backend", choices=BACKENDS, default=d.backend)
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default=d.optimizer)
+    scheme_param = p.add_argument(
+        "--scheme-param", action="extend", nargs="+", default=[], metavar="KEY=VALUE"
+    )
+    describe_when_asked(p, lambda: setattr(scheme_param, "help", scheme_param_help()))
+    p.add_argument(
+        "--error-feedback",
+        action="store_true",
+        help="each worker keeps the compression error and adds it to its next gradient "
+        "(default: off)",
+    )
+    p.add_argument(
+        "--workers", type=int, default=d.workers, help="data-parallel workers (ranks), P"
+    )
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=d.backend,
+        help="local: simulated ranks in this process; gloo: one process per rank on this "
+        "machine; env: this process is one rank under torchrun",
+    )
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=d.optimizer, help="the optimizer")
     p.add_argument(
         "--lr", type=float, default=None, help="default: 0.01 for sgd and adagrad, 0.001 for adam"
     )
-    p.add_argument("--lr-decay", type=float, default=d.lr_decay, help="per epoch")
-    p.add_argument("--momentum", type=float, default=d.momentum)
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    p.add_argument(
+        "--lr-decay", type=float, default=d.lr_decay, help="learning-rate factor per epoch"
+    )
+    p.add_argument("--momentum", type=float, default=d.momentum, help="SGD momentum")
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="L2 penalty")
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="total over workers")
-    p.add_argument("--epochs", type=int, default=d.epochs)
-    p.add_argument("--max-steps", type=int, default=None)
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--epochs", type=int, default=d.epochs, help="passes over the training set")
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop after N steps (default: every step of --epochs)",
+    )
+    p.add_argument("--seed", type=int, default=d.seed, help="model, data order and dither seed")
     p.add_argument(
         "--out",
         default=None,
@@ -85,7 +127,13 @@ def add_train_parser(sub: Any) -> None:
         "(default 60); a run as a whole has no time limit",
     )
     p.add_argument("--entropy", action="store_true", help="entropy-code the payloads (ANS)")
-    p.add_argument("--eval-every", type=int, default=d.eval_every)
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        default=d.eval_every,
+        metavar="N",
+        help="steps between test-accuracy evaluations (and one at the end)",
+    )
     p.add_argument(
         "--eval-images",
         type=int,
@@ -93,7 +141,11 @@ def add_train_parser(sub: Any) -> None:
         metavar="N",
         help="evaluate on the first N test images only (default: all)",
     )
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (default: one on a terminal)",
+    )
     p.add_argument(
         "--vectorized-gradients",
         action="store_true",
@@ -132,16 +184,30 @@ def _record_explicit(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The run's options, the ``KEY=VALUE`` parameters read by their targets' signatures
+    (which imports the compressors, schemes and methods, and so torch)."""
+    from gradzip.cli.params import compressor_params, scheme_params
+
     method, method_options = method_from_args(args)
-    scheme = TrainConfig(compressor=args.compressor, scheme=args.scheme).resolved_scheme()
+    config = options_as_given(args)
+    scheme = config.resolved_scheme()
+    return replace(
+        config,
+        compressor_params=compressor_params(args.compressor, args.param) if args.param else {},
+        scheme_params=scheme_params(scheme, args.scheme_param) if args.scheme_param else {},
+        method=method,
+        method_options=method_options,
+    )
+
+
+def options_as_given(args: argparse.Namespace) -> TrainConfig:
+    """The run's options without its ``KEY=VALUE`` parameters (nothing heavy imported)."""
     return TrainConfig(
         model=args.model,
         dataset=args.dataset,
         data_dir=args.data_dir,
         compressor=args.compressor,
-        compressor_params=compressor_params(args.compressor, args.param) if args.param else {},
         scheme=args.scheme,
-        scheme_params=scheme_params(scheme, args.scheme_param) if args.scheme_param else {},
         error_feedback=args.error_feedback,
         workers=args.workers,
         backend=args.backend,
@@ -161,9 +227,22 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         progress=not args.no_progress,
         vectorized_gradients=args.vectorized_gradients,
         timeout=args.timeout,
-        method=method,
-        method_options=method_options,
+        method=OLD_ALGORITHMS[args.algorithm] if args.algorithm is not None else args.method,
     )
+
+
+def check_quickly(args: argparse.Namespace) -> None:
+    """``ConfigError`` for every mistake in the options that needs no registry code: --out or
+    --force beside --resume, unknown names (:mod:`gradzip.cli.catalog`), numbers out of
+    range. Imports nothing heavy, so a mistake is refused before torch loads."""
+    explicit = set(getattr(args, "explicit", set()))
+    if args.resume is not None and explicit & {"out", "force"}:
+        raise ConfigError(
+            f"--resume continues the run in {args.resume}; leave out --out and --force"
+        )
+    config = options_as_given(args)
+    config.check_names(models(), compressors(), scheme_variants())
+    config.check_values()
 
 
 #: ``gradzip train`` destinations that are not TrainConfig fields, or are named otherwise
@@ -193,6 +272,11 @@ def resume_config(args: argparse.Namespace) -> TrainConfig:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    try:
+        check_quickly(args)
+    except ConfigError as err:
+        return fail(TRAIN, str(err))
+    # imported once the options passed the quick checks: these import torch
     from gradzip.experiments.backends import train
     from gradzip.experiments.run_dir import claim_run_dir
 
@@ -205,8 +289,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                 config = claim_run_dir(config, force=args.force)
         summary = train(config, force=args.force, resume=args.resume is not None)
     except (ConfigError, GradzipError) as err:
-        print(f"gradzip train: {err}", file=sys.stderr)
-        return 2
+        return fail(TRAIN, str(err))
     if not summary.get("complete", True):
         return report_stopped(summary)
     if summary.get("rank", 0) != 0:
@@ -246,7 +329,19 @@ def report_stopped(summary: dict[str, Any]) -> int:
     from gradzip.comm.signals import exit_status
 
     name = summary.get("interrupted_by") or "SIGINT"
-    if summary.get("rank", 0) == 0:
+    if summary.get("killed"):
+        after = f"after {summary['steps']} steps" if summary["steps"] else "before its first step"
+        then = (
+            f"continue it from its last checkpoint with `gradzip train --resume {summary['run_dir']}`"
+            if summary["resumable"]
+            else "it has no checkpoint yet (one is written after every epoch)"
+        )
+        print(
+            f"gradzip train: {name} killed the ranks {after}; {summary['run_dir']} keeps the "
+            f"metrics of those steps; {then}",
+            file=sys.stderr,
+        )
+    elif summary.get("rank", 0) == 0:
         print(
             f"gradzip train: interrupted by {name} after {summary['steps']} of "
             f"{summary['total_steps']} steps; partial run in {summary['run_dir']} (continue it "
@@ -257,3 +352,19 @@ def report_stopped(summary: dict[str, Any]) -> int:
         return exit_status(signal.Signals[name].value)
     except KeyError:
         return 1
+
+
+def scheme_param_help() -> str:
+    """``--scheme-param``'s help: the keys each scheme takes (from their signatures)."""
+    from gradzip.cli.params import Target
+    from gradzip.schemes import SCHEMES
+
+    keys = []
+    for name, cls in SCHEMES.items():
+        target = Target.of_callable(name, cls, skip=("compressor", "run_seed", "error_feedback"))
+        if target.keys:
+            keys.append(f"{name}: {', '.join(target.keys)}")
+    return (
+        "a parameter of the scheme (repeatable), e.g. --scheme-param downlink=fp32; the keys "
+        f"each scheme takes: {'; '.join(keys)} (default: the variant's own settings)"
+    )

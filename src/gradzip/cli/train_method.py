@@ -1,17 +1,21 @@
 """The training-method options of ``gradzip train``: ``--method NAME`` and ``--method-param
 KEY=VALUE`` (:mod:`gradzip.experiments.methods`), and the deprecated ``--algorithm`` and
-``--qesgd-*`` options they replace."""
+``--qesgd-*`` options they replace.
+
+Nothing here imports the methods (they import torch) while the parser is built: ``--method``
+is checked against the names of :mod:`gradzip.cli.catalog`, the methods' parameters are described
+only when ``--help`` is printed, and the deprecated options are read as text and converted by
+the qesgd options' annotations once the command runs."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-import types
-import typing
 from dataclasses import MISSING, fields
 from typing import Any
 
-from gradzip.cli.params import Target, describe, parse_params
+from gradzip.cli.catalog import methods
+from gradzip.cli.help import describe_when_asked
 from gradzip.experiments.config import DEFAULT_METHOD, OLD_ALGORITHMS, OLD_QESGD_FIELDS
 
 #: ``gradzip train`` destinations of the deprecated options, by the config field they set
@@ -20,10 +24,11 @@ DEPRECATED_FIELDS = {"algorithm": "method", **dict.fromkeys(OLD_QESGD_FIELDS, "m
 
 def methods_help() -> str:
     """One paragraph per registered method: its name, summary and parameters."""
-    from gradzip.experiments.methods import METHODS
+    from gradzip.cli.params import Target, describe
+    from gradzip.experiments.methods import METHODS as REGISTRY
 
     parts = []
-    for method in METHODS.values():
+    for method in REGISTRY.values():
         target = Target.of_dataclass(method.name, method.options)
         params = []
         for f in fields(method.options):
@@ -38,14 +43,11 @@ def methods_help() -> str:
 
 def add_method_options(parser: argparse.ArgumentParser) -> None:
     """``--method``, ``--method-param`` and the hidden deprecated aliases."""
-    from gradzip.experiments.methods import METHODS
-
-    group = parser.add_argument_group(
-        "training method (--method NAME, --method-param KEY=VALUE)", methods_help()
-    )
+    group = parser.add_argument_group("training method (--method NAME, --method-param KEY=VALUE)")
+    describe_when_asked(parser, lambda: setattr(group, "description", methods_help()))
     group.add_argument(
         "--method",
-        choices=list(METHODS),
+        choices=methods(),
         default=DEFAULT_METHOD,
         help="what the ranks exchange and how the parameters follow",
     )
@@ -55,30 +57,19 @@ def add_method_options(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         default=[],
         metavar="KEY=VALUE",
-        help="a parameter of the method (repeatable), e.g. --method-param bits=4",
+        help="a parameter of the method (repeatable), e.g. --method-param bits=4 (default: "
+        "the method's defaults, listed above)",
     )
     hidden = argparse.SUPPRESS
     group.add_argument("--algorithm", choices=list(OLD_ALGORITHMS), default=None, help=hidden)
-    hints = Target.of_dataclass("qesgd", METHODS["qesgd"].options).hints
-    for dest, key in OLD_QESGD_FIELDS.items():
-        kind, choices = _alias_type(hints[key])
-        flag = "--" + dest.replace("_", "-")
-        group.add_argument(flag, type=kind, choices=choices, default=None, help=hidden)
-
-
-def _alias_type(hint: Any) -> tuple[type, tuple[Any, ...] | None]:
-    """The argparse ``type`` and ``choices`` of a deprecated ``--qesgd-*`` option, from its
-    qesgd option's annotation: a ``Literal`` is its values, ``X | None`` is ``X``."""
-    if typing.get_origin(hint) is typing.Literal:
-        return str, typing.get_args(hint)
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        hint = next(m for m in typing.get_args(hint) if m is not type(None))
-    return hint, None
+    for dest in OLD_QESGD_FIELDS:
+        group.add_argument("--" + dest.replace("_", "-"), default=None, help=hidden)
 
 
 def method_from_args(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     """The method and its options given on the command line (deprecated aliases included,
     each noted on standard error)."""
+    from gradzip.cli.params import ParamError, Target, convert, describe, parse_params
     from gradzip.experiments.methods import get_method
 
     method = args.method
@@ -86,12 +77,16 @@ def method_from_args(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         method = OLD_ALGORITHMS[args.algorithm]
         _deprecated(f"--algorithm {args.algorithm}", f"--method {method}")
     options: dict[str, Any] = {}
+    hints = Target.of_dataclass("qesgd", get_method("qesgd").options).hints
     for dest, key in OLD_QESGD_FIELDS.items():
-        value = getattr(args, dest)
-        if value is not None:
-            options[key] = value
+        text = getattr(args, dest)
+        if text is not None:
             flag = "--" + dest.replace("_", "-")
-            _deprecated(f"{flag} {value}", f"--method-param {key}={value}")
+            try:
+                options[key] = convert(text, hints[key])
+            except ValueError:
+                raise ParamError(f"{flag} expects {describe(hints[key])}, got {text!r}") from None
+            _deprecated(f"{flag} {text}", f"--method-param {key}={text}")
     target = Target.of_dataclass(f"method {method!r}", get_method(method).options)
     options.update(parse_params(args.method_param, target, "--method-param"))
     return method, options

@@ -9,11 +9,21 @@ failure are killed. A rank waiting for a dead or stalled peer raises after the p
 ``timeout``, so a run needs no overall limit: a long healthy run is never cut short (an explicit
 ``run_timeout`` is still available).
 
+Once a rank has failed, the others get :data:`FAILURE_GRACE` seconds to report (a peer's closed
+connection is noticed at once); those still running then, such as a rank stuck outside any
+communication (or stopped), are killed.
+
 SIGINT and SIGTERM sent to the launching process are passed on to the ranks as a stop request
 (:func:`stop_requested`, which a rank polls between steps; the ranks ignore SIGINT themselves,
-so Ctrl-C in a terminal reaches them only this way, once, and never as a traceback). The ranks
-that have not finished within a grace period, or as soon as a second signal arrives, are
-killed; every process is reaped before :class:`~gradzip.comm.signals.Interrupted` is raised.
+so Ctrl-C in a terminal reaches them only this way, once, and never as a traceback). A rank
+that has never polled it (still starting: importing torch, loading its data) could act on it
+only once started, and has nothing to save yet, so it is killed at once; the others get a
+grace period to stop cleanly. A second signal kills every rank still running. Every process
+is reaped before :class:`~gradzip.comm.signals.Interrupted` is raised.
+
+A rank exits as soon as it has reported its result (``os._exit`` after its process group is
+destroyed): the interpreter's own shutdown with torch loaded takes seconds on a loaded
+machine, which every stop and every run would otherwise wait for.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -35,22 +46,30 @@ from gradzip.comm.distributed import DistributedTransport
 from gradzip.comm.signals import Interrupted, SignalCatcher, signal_name
 from gradzip.errors import GradzipError
 
-#: seconds a rank may need before it can act on a stop request: starting the process, importing
-#: torch, loading its data (part of the grace a stopped run gets)
+#: seconds the rendezvous may take: starting the processes, importing torch
 START_UP_ALLOWANCE = 60.0
 
-# In a rank: the launcher's shared stop flag (0, or the number of the signal it caught) and its
+#: seconds the other ranks get to report once a rank has failed, before those still running are
+#: killed (a rank waiting on the failed one notices its closed connection at once)
+FAILURE_GRACE = 5.0
+
+# In a rank: the launcher's shared stop flag (0, or the number of the signal it caught), its
+# flags of the ranks that have polled the stop flag, this rank's number, and the launcher's
 # process id (a rank whose launcher died is orphaned and stops too).
 _stop_flag: Any = None
+_polled: Any = None
+_rank = 0
 _launcher_pid: int | None = None
 
 
 def stop_requested() -> int | None:
     """In a rank started by :func:`run_processes`: the signal the launcher caught and passed
     on (SIGINT or SIGTERM), ``signal.SIGHUP`` if the launcher has died, else None (also in any
-    other process). Cheap enough to poll once per step."""
+    other process). Cheap enough to poll once per step; the first call tells the launcher that
+    this rank acts on stop requests (until then a signal kills it)."""
     if _stop_flag is None:
         return None
+    _polled[_rank] = 1
     if _stop_flag.value:
         return int(_stop_flag.value)
     if os.getppid() != _launcher_pid:
@@ -96,10 +115,11 @@ def _worker(
     timeout: float,
     backend: str,
     stop_flag: Any,
+    polled: Any,
     launcher: int,
 ) -> None:
-    global _stop_flag, _launcher_pid
-    _stop_flag, _launcher_pid = stop_flag, launcher
+    global _stop_flag, _polled, _rank, _launcher_pid
+    _stop_flag, _polled, _rank, _launcher_pid = stop_flag, polled, rank, launcher
     torch.set_num_threads(1)  # P processes share the machine's cores
     try:
         device = None
@@ -123,6 +143,10 @@ def _worker(
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+    # reported: exit now, without the interpreter's shutdown (see the module's docstring)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def describe_exit(exitcode: int) -> str:
@@ -152,29 +176,29 @@ def run_processes(
     than that for a peer raises. The rendezvous alone may take up to ``START_UP_ALLOWANCE``
     seconds (a loaded machine starts the processes and imports torch slowly). ``run_timeout`` limits the whole run
     (default: no limit, so a run may take as long as its work does). Once a rank has failed,
-    the others have ``2 * timeout`` seconds to finish before they are killed.
+    the others have :data:`FAILURE_GRACE` seconds to finish before they are killed.
     ``backend="nccl"`` gives rank ``r`` the CUDA device ``r % torch.cuda.device_count()``.
 
     SIGINT or SIGTERM (caught while this runs in the main thread) sets the ranks'
-    :func:`stop_requested`; the ranks still running ``stop_grace`` seconds later (default
-    ``2 * timeout + START_UP_ALLOWANCE``), or at once on a second signal, are killed. Once
-    every process is reaped it raises :class:`~gradzip.comm.signals.Interrupted` with the
-    signal, what the ranks returned and what happened to the others.
+    :func:`stop_requested`. The ranks that have not polled it yet are killed at once (they are
+    still starting); the others still running ``stop_grace`` seconds later (default
+    ``2 * timeout``), or at once on a second signal, are killed. Once every process is reaped
+    it raises :class:`~gradzip.comm.signals.Interrupted` with the signal, what the ranks
+    returned and what happened to the others.
 
     Raises :class:`DistributedRunError` (a :class:`~gradzip.errors.GradzipError`) naming every
     failed rank: its exception, the exit code or signal of a process that died before
     reporting, or that it was killed (still running after a failure or past ``run_timeout``).
     """
-    grace = 2 * timeout + START_UP_ALLOWANCE if stop_grace is None else stop_grace
+    grace = 2 * timeout if stop_grace is None else stop_grace
     ctx = mp.get_context("spawn")
     results = ctx.SimpleQueue()
     stop_flag = ctx.Value("i", 0)
+    polled = ctx.Array("b", world_size)  # which ranks have polled stop_requested()
     port = free_port()
+    common = (results, timeout, backend, stop_flag, polled, os.getpid())
     procs = [
-        ctx.Process(
-            target=_worker,
-            args=(r, world_size, port, fn, args, results, timeout, backend, stop_flag, os.getpid()),
-        )
+        ctx.Process(target=_worker, args=(r, world_size, port, fn, args, *common))
         for r in range(world_size)
     ]
     outputs: list[Any] = [None] * world_size
@@ -188,33 +212,43 @@ def run_processes(
         _start(procs)
         start = time.monotonic()
         try:
-            while len(reported) + len(died) < world_size:
+
+            def running() -> list[int]:
+                """The ranks that have neither reported, nor died, nor been killed."""
+                return [r for r in range(world_size) if r not in {*reported, *died, *killed}]
+
+            while running():
                 exits = [proc.exitcode for proc in procs]  # before draining: a result comes first
                 while not results.empty():
                     rank, value, error = results.get()
                     reported.add(rank)
+                    killed.pop(rank, None)  # it reported just before it was killed
                     outputs[rank] = value
                     if error is not None:
                         raised[rank] = error
                         first_failure = first_failure or (time.monotonic(), rank)
-                for rank, code in enumerate(exits):
-                    if code is not None and rank not in reported and rank not in died:
+                for rank in running():
+                    code = exits[rank]
+                    if code is not None:
                         died[rank] = f"{describe_exit(code)} before reporting a result"
                         first_failure = first_failure or (time.monotonic(), rank)
-                if len(reported) + len(died) == world_size:
+                if not running():
                     break
                 now = time.monotonic()
+                name = signal_name(caught.signum or 0)
                 if caught.signum is not None and stop_deadline is None:
                     stop_flag.value = caught.signum  # the ranks stop at their next step
                     stop_deadline = now + grace
+                    for rank in running():  # still starting: it cannot act on the request yet
+                        if not polled[rank]:
+                            killed[rank] = f"still starting when {name} asked to stop; killed"
+                            procs[rank].kill()
+                    continue
                 if caught.count > 1:
-                    reason = f"killed on a second {signal_name(caught.signum or 0)}"
+                    reason = f"killed on a second {name}"
                 elif stop_deadline is not None and now > stop_deadline:
-                    reason = (
-                        f"still running {grace:.1f} s after {signal_name(caught.signum or 0)} "
-                        "asked it to stop; killed"
-                    )
-                elif first_failure is not None and now > first_failure[0] + 2 * timeout:
+                    reason = f"still running {grace:.1f} s after {name} asked it to stop; killed"
+                elif first_failure is not None and now > first_failure[0] + FAILURE_GRACE:
                     reason = (
                         f"still running {now - first_failure[0]:.1f} s after rank "
                         f"{first_failure[1]} failed; killed"
@@ -224,10 +258,9 @@ def run_processes(
                 else:
                     time.sleep(0.02)
                     continue
-                for rank in range(world_size):
-                    if rank not in reported and rank not in died:
-                        killed[rank] = reason
-                        procs[rank].kill()
+                for rank in running():
+                    killed[rank] = reason
+                    procs[rank].kill()
                 break
         finally:
             _stop(procs)

@@ -59,8 +59,26 @@ def train_here(config: TrainConfig, resume: bool) -> dict[str, Any]:
         first = stop.results[0] if stop.results else None
         if first is not None:  # rank 0 stopped cleanly and wrote the run directory
             return dict(first)
-        return finish_stopped(config, stop.signum)
+        return killed_summary(config, stop.signum)
     return dict(summaries[0])
+
+
+def killed_summary(config: TrainConfig, signum: int) -> dict[str, Any]:
+    """What a run whose ranks were killed (a second signal, or a signal while they were still
+    starting) left, read at once from its directory: the steps in ``metrics.jsonl`` and
+    whether it has a checkpoint to resume from. Nothing else is written: a second Ctrl-C
+    means now, and building the model, loading the data and drawing the plots would take
+    seconds (``gradzip train --resume`` writes them when the run goes on)."""
+    assert config.out is not None
+    rows = read_rows(Path(config.out) / "metrics.jsonl")
+    return {
+        "complete": False,
+        "killed": True,
+        "interrupted_by": signal_name(signum),
+        "steps": int(rows[-1]["step"]) if rows else 0,
+        "resumable": (Path(config.out) / checkpoint.CHECKPOINT).is_file(),
+        "run_dir": config.out,
+    }
 
 
 def prepare_resume(config: TrainConfig) -> TrainConfig:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -141,7 +142,9 @@ class TrainConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError(f"unknown option(s) {unknown}; known: {sorted(known)}")
+            raise ConfigError(
+                f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
         return cls(**values)
 
     def validate(self) -> TrainConfig:
@@ -151,20 +154,40 @@ class TrainConfig:
         from gradzip.models.paper import MODELS
         from gradzip.schemes import VARIANTS
 
-        if self.model not in MODELS:
-            raise ConfigError(f"unknown model {self.model!r}; choose one of {sorted(MODELS)}")
-        if self.compressor not in gradzip.names():
+        self.check_names(MODELS, gradzip.names(), VARIANTS)
+        self.check_values()
+        method = self.training_method()
+        method.validate(self, method.options_of(self))
+        return self
+
+    def check_names(
+        self, models: Iterable[str], compressors: Iterable[str], variants: Iterable[str]
+    ) -> None:
+        """``ConfigError`` unless the model, compressor and scheme are among those named (the
+        registries; the command line passes its light copies, :mod:`gradzip.cli.catalog`)."""
+        models, compressors, variants = list(models), list(compressors), list(variants)
+        if self.model not in models:
+            raise ConfigError(f"unknown model {self.model!r}; choose one of {', '.join(models)}")
+        if self.compressor not in compressors:
             raise ConfigError(
                 f"unknown compressor {self.compressor!r}; `gradzip list` shows them all"
             )
-        if self.resolved_scheme() not in VARIANTS:
+        if self.resolved_scheme() not in variants:
             raise ConfigError(
-                f"unknown scheme {self.resolved_scheme()!r}; choose one of {sorted(VARIANTS)}"
+                f"unknown scheme {self.resolved_scheme()!r}; choose one of {', '.join(variants)}"
             )
+
+    def check_values(self) -> None:
+        """``ConfigError`` unless the optimizer and backend are known and every number is in
+        range (all that needs no registry, so nothing heavy is imported)."""
         if self.optimizer not in OPTIMIZERS:
-            raise ConfigError(f"unknown optimizer {self.optimizer!r}; choose one of {OPTIMIZERS}")
+            raise ConfigError(
+                f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}"
+            )
         if self.backend not in BACKENDS:
-            raise ConfigError(f"unknown backend {self.backend!r}; choose one of {BACKENDS}")
+            raise ConfigError(
+                f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}"
+            )
         lr = self.resolved_lr()
         if not (math.isfinite(lr) and lr > 0):
             raise ConfigError(f"--lr must be a positive number, got {lr}")
@@ -186,9 +209,6 @@ class TrainConfig:
                 f"--batch-size {self.batch_size} must be divisible by --workers {self.workers} "
                 "(the total batch is split evenly)"
             )
-        method = self.training_method()
-        method.validate(self, method.options_of(self))
-        return self
 
 
 #: ``algorithm`` values of old checkpoints (and of the deprecated ``--algorithm``), as methods

@@ -60,7 +60,9 @@ def make_variant(variant: str, compressor: Compressor, **options: Any) -> Scheme
     try:
         name, preset = VARIANTS[variant]
     except KeyError:
-        raise ValueError(f"unknown variant {variant!r}; choose one of {sorted(VARIANTS)}") from None
+        raise ValueError(
+            f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}"
+        ) from None
     return make_scheme(name, compressor, **{**preset, **options})
 
 
@@ -80,7 +82,7 @@ def make_scheme(name: str, compressor: Compressor, **options: Any) -> Scheme:
     try:
         cls = SCHEMES[name]
     except KeyError:
-        raise ValueError(f"unknown scheme {name!r}; choose one of {sorted(SCHEMES)}") from None
+        raise ValueError(f"unknown scheme {name!r}; choose one of {', '.join(SCHEMES)}") from None
     return cls(compressor, **options)
 
 

@@ -45,6 +45,7 @@ class Scheme(ABC):
     #: whether the scheme works on each tensor's own shape (PowerSGD's matrices): a caller
     #: holding several tensors in one flat buffer (a DDP bucket) hands them over one by one
     needs_shapes: ClassVar[bool] = False
+
     #: whether :meth:`reduce_many_if_all_finite` gives every tensor the same mean however the
     #: tensors are grouped into calls (this default reduces them one by one, each under its own
     #: key); a caller whose groups change (the DDP hook's buckets) hands the tensors over one

@@ -26,7 +26,7 @@ def test_refuses_without_root(
     assert main(["reproduce", experiment, "--quick", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
-        f"gradzip reproduce {experiment} needs root (network namespaces, veth, tc); run it as root"
+        f"gradzip reproduce: {experiment} needs root (network namespaces, veth, tc); run it as root"
     ]
     assert not out.exists()
 

@@ -23,9 +23,9 @@ class ClusterUnavailableError(GradzipError):
 
 def require_cluster(experiment_id: str) -> None:
     """Raise :class:`ClusterUnavailableError` naming what ``gradzip reproduce ID`` needs."""
-    reason = missing_privilege(f"gradzip reproduce {experiment_id}")
+    reason = missing_privilege()
     if reason:
-        raise ClusterUnavailableError(reason)
+        raise ClusterUnavailableError(f"{experiment_id} {reason}")
 
 
 def method_notes(rate: str, world_sizes: str) -> list[str]:
