@@ -59,7 +59,9 @@ def bench_sparse_codings(x: torch.Tensor, repeat: int) -> list[SparseRow]:
     for name, ratio, coding in CONFIGS:
         comp = create(name, ratio=ratio, **coding)
         t_enc, enc = best_time(partial(comp.encode, x, KEY), repeat)
-        t_dec, _ = best_time(partial(comp.decode, enc.payload, expected_key=KEY), repeat)
+        t_dec, _ = best_time(
+            partial(comp.decode, enc.payload, expected_key=KEY, shape=x.shape), repeat
+        )
         kept = kept_count(0, ratio, x.numel())
         row = SparseRow(
             config=comp.describe(),
