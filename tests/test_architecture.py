@@ -17,11 +17,11 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # Bottom to top. A package not listed here fails the test, so a new one gets a layer on purpose.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("gradzip.errors", "gradzip.keys", "gradzip.checksum", "gradzip.buffers"),
+    ("gradzip.errors", "gradzip.keys", "gradzip.checksum", "gradzip.buffers", "gradzip.state_file"),
     ("gradzip.accounting", "gradzip.optimizer_state"),
     ("gradzip.kernels",),
     ("gradzip.codecs",),
-    ("gradzip.rng", "gradzip.payload", "gradzip.seed_schedule"),
+    ("gradzip.rng", "gradzip.payload", "gradzip.payload_batch", "gradzip.seed_schedule"),
     ("gradzip.comm",),
     ("gradzip.compressors",),
     ("gradzip.feedback",),

@@ -156,27 +156,22 @@ def test_hook_state_loads_all_or_nothing() -> None:
         scheme = make_variant("allgather", gradzip.create("topk", ratio=0.3),
                               error_feedback=True, run_seed=RUN_SEED)  # fmt: skip
         hook = GradzipHookState(scheme, net(), transport=transport)
-        # the hook's own format (residuals per parameter, flat), with the counters and
-        # buffers of a trained run
-        worker = trained["scheme"]["feedback"]["worker"]
-        residuals = {"param": worker["tensor_index"],
-                     "residual": [r.reshape(-1) for r in worker["residual"]]}  # fmt: skip
-        good = hook.state_dict()
-        good = {
-            **good,
-            "step": 2,
-            "residuals": {**good["residuals"], "roles": {"worker": residuals}},
-        }
+        # the hook keeps the scheme's buffers as GradientSync does (slots keyed by parameter
+        # and piece): a GradientSync run's buffers, with the counters of a trained run
+        good = {**hook.state_dict(), "step": 2, "scheme": trained["scheme"]}
         hook.load_state_dict(good)
         assert (hook.step, hook.skipped_steps) == (2, 0)
         for field, value in (("step", -1), ("skipped_steps", -1), ("world_size", 3)):
             bad = copy.deepcopy(good)
-            for role in bad["residuals"]["roles"].values():
+            for role in bad["scheme"]["feedback"].values():
                 role["residual"] = [r * 2 + 1 for r in role["residual"]]
             bad[field] = value
             assert_refused_unchanged(hook, bad)
-        # a GradientSync checkpoint's per-tensor buffers do not fit the hook
-        assert_refused_unchanged(hook, {**good, "scheme": trained["scheme"]}, "per parameter")
+        # a residual of another shape than its parameter's piece
+        flat = copy.deepcopy(good)
+        for role in flat["scheme"]["feedback"].values():
+            role["residual"] = [r.reshape(-1) for r in role["residual"]]
+        assert_refused_unchanged(hook, flat, "shape")
         hook.close()
 
     on_ranks(body)

@@ -52,7 +52,8 @@ def modes_of(mode: str) -> list[str]:
     """The measuring modes ``mode`` runs (``both``: interleaved and isolated)."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose {', '.join(MODES)}")
-    return [INTERLEAVED, ISOLATED] if mode == BOTH else [mode]
+    both = (INTERLEAVED, ISOLATED)  # interleaved first in each round, then each alone
+    return list(both) if mode == BOTH else [mode]
 
 
 def rotated(names: list[str], round_index: int) -> list[str]:
