@@ -61,23 +61,33 @@ def parameter_pieces(shape: torch.Size, chunk_elements: int) -> list[tuple[int, 
 @dataclass(frozen=True)
 class BucketLayout:
     """The parameters of one bucket (model-order indices, in the buffer's order), where each
-    one's gradient starts in the flat buffer, and the units it is encoded in."""
+    one's gradient starts in the flat buffer, and the units it is encoded in, grouped into the
+    pipelined all-gather's messages: consecutive units (so each message covers one contiguous
+    range of the buffer), each message holding at most ``chunk_elements`` values unless one
+    unit alone is larger (a parameter of fewer rows than pieces). A message is one all-gather
+    whatever it holds, so grouping small parameters saves round trips; it changes no payload.
+    Built once per layout (the hook keeps them), not per step."""
 
     params: tuple[int, ...]
     offsets: tuple[int, ...]  # len(params) + 1 entries; offsets[-1] is the buffer's length
-    units: tuple[Unit, ...]
+    messages: tuple[tuple[Unit, ...], ...]
 
     @classmethod
     def of(
         cls, params: tuple[int, ...], shapes: Sequence[torch.Size], chunk_elements: int
     ) -> BucketLayout:
-        offsets, units = [0], []
+        offsets, size = [0], 0
+        groups: list[list[Unit]] = []
         for index in params:
             start = offsets[-1]
             for piece, (a, b, shape) in enumerate(parameter_pieces(shapes[index], chunk_elements)):
-                units.append(Unit(index, piece, start + a, start + b, shape))
+                if not groups or size + (b - a) > chunk_elements:
+                    groups.append([])
+                    size = 0
+                groups[-1].append(Unit(index, piece, start + a, start + b, shape))
+                size += b - a
             offsets.append(start + shapes[index].numel())
-        return cls(params, tuple(offsets), tuple(units))
+        return cls(params, tuple(offsets), tuple(tuple(group) for group in groups))
 
     @property
     def numel(self) -> int:
@@ -89,19 +99,3 @@ class BucketLayout:
         """Each parameter's gradient as a view of ``flat`` in the parameter's shape."""
         for k, index in enumerate(self.params):
             yield flat[self.offsets[k] : self.offsets[k + 1]].view(shapes[index])
-
-    def messages(self, chunk_elements: int) -> list[tuple[Unit, ...]]:
-        """The units grouped into the pipelined all-gather's messages: consecutive units (so
-        each message covers one contiguous range of the buffer), each message holding at most
-        ``chunk_elements`` values unless one unit alone is larger (a parameter of fewer rows
-        than pieces). A message is one all-gather whatever it holds, so grouping small
-        parameters saves round trips; it changes no payload."""
-        groups: list[list[Unit]] = []
-        size = 0
-        for unit in self.units:
-            if not groups or size + unit.numel > chunk_elements:
-                groups.append([])
-                size = 0
-            groups[-1].append(unit)
-            size += unit.numel
-        return [tuple(group) for group in groups]

@@ -163,7 +163,6 @@ class GradzipHookState:
         # the list keeps the parameters alive, so their ids stay theirs
         self._parameters = [p for p in model.parameters() if p.requires_grad]
         self._index = {id(p): i for i, p in enumerate(self._parameters)}
-        self._numels = [p.numel() for p in self._parameters]
         self._shapes = [p.shape for p in self._parameters]
         self._dtypes = [p.dtype for p in self._parameters]
         self._layouts: dict[tuple[int, ...], BucketLayout] = {}
@@ -382,7 +381,7 @@ class GradzipHookState:
         parameter's key and error-feedback slot), handing each message on as soon as it is
         encoded."""
         assert job.layout is not None
-        messages = job.layout.messages(self.chunk_elements)
+        messages = job.layout.messages
         flat = job.buffer.detach()
         for number, units in enumerate(messages):
             with self._span("encode", job, number):
