@@ -1,7 +1,7 @@
 """Training methods as a registry (:mod:`gradzip.experiments.methods`): a method registered in
 one place is offered by ``gradzip train --method``, its options typed by ``--method-param``;
-configs and checkpoints of the former ``algorithm``/``qesgd_*`` keys still load and resume;
-the deprecated ``--algorithm``/``--qesgd-*`` options map onto the new ones."""
+configs with keys of no field (such as the ``algorithm``/``qesgd_*`` of unreleased versions)
+are refused."""
 
 from __future__ import annotations
 
@@ -13,9 +13,7 @@ from typing import Any
 
 import pytest
 
-from gradzip import state_file
-from gradzip.cli import build_parser, main
-from gradzip.cli.train import config_from_args
+from gradzip.cli import main
 from gradzip.comm.pool import RankPool
 from gradzip.comm.transport import Transport
 from gradzip.experiments.config import ConfigError, TrainConfig
@@ -122,84 +120,22 @@ def test_unknown_methods_and_options_are_refused_naming_the_choices(
     assert get_method("qesgd").name == "qesgd"
 
 
-def _old_style(config: TrainConfig, algorithm: str, **qesgd: Any) -> dict[str, Any]:
-    """``config`` as a checkpoint written before methods were a registry stored it."""
-    values = asdict(config)
-    del values["method"], values["method_options"]
-    old = {"bits": 8, "c": 1.0, "output": "average", "bucket_size": 0, "norm_samples": None}
-    values["algorithm"] = algorithm
-    values.update({f"qesgd_{k}": v for k, v in {**old, **qesgd}.items()})
-    return values
+def test_from_dict_refuses_keys_of_no_field() -> None:
+    config = TrainConfig(method="qesgd", optimizer="sgd", method_options={"bits": 4})
+    assert TrainConfig.from_dict(asdict(config)) == config
+    values = {**asdict(config), "algorithm": "qesgd", "qesgd_bits": 4}
+    with pytest.raises(ConfigError, match=r"unknown option\(s\) algorithm, qesgd_bits"):
+        TrainConfig.from_dict(values)
 
 
-def test_from_dict_reads_the_old_algorithm_and_qesgd_keys() -> None:
-    sgd = TrainConfig.from_dict(_old_style(TrainConfig(workers=4), "sgd"))
-    assert sgd == TrainConfig(workers=4)
-    qesgd = TrainConfig.from_dict(_old_style(TrainConfig(optimizer="sgd"), "qesgd", bits=4, c=2.0))
-    assert qesgd.method == "qesgd" and qesgd.optimizer == "sgd"
-    assert qesgd.method_options == {
-        "bits": 4,
-        "c": 2.0,
-        "output": "average",
-        "bucket_size": 0,
-        "norm_samples": None,
-    }
-    assert TrainConfig.from_dict(asdict(qesgd)) == qesgd  # the new keys read back as they are
-    with pytest.raises(ConfigError, match="unknown option"):
-        TrainConfig.from_dict({**asdict(qesgd), "qesgd_step": 1})
-
-
-def _rewrite_as_old(out: Path, algorithm: str, **qesgd: Any) -> None:
-    """Give the checkpoint in ``out`` the config keys of the former ``algorithm``/``qesgd_*``."""
-    state = state_file.read(out / "checkpoint.pt")
-    options = TrainConfig.from_dict(state["config"]).method_options
-    state["config"] = _old_style(
-        TrainConfig.from_dict(state["config"]), algorithm, **{**options, **qesgd}
-    )
-    state_file.write(out / "checkpoint.pt", state)
-
-
-def test_checkpoints_with_the_old_keys_resume(tmp_path: Path) -> None:
-    def rows(out: Path) -> list[dict[str, Any]]:
-        lines = (out / "metrics.jsonl").read_text().splitlines()
-        return [{k: v for k, v in json.loads(x).items() if k != "seconds"} for x in lines]
-
-    common = ["--workers", "2", "--no-progress", "--eval-every", "2", "--compressor", "qsgd"]
-    whole, part = tmp_path / "whole", tmp_path / "part"
-    assert main(["train", *common, "--max-steps", "3", "--out", str(whole)]) == 0
-    assert main(["train", *common, "--max-steps", "2", "--out", str(part)]) == 0
-    _rewrite_as_old(part, "sgd")
-    assert main(["train", "--resume", str(part), "--max-steps", "3"]) == 0
-    assert rows(part) == rows(whole)
-    # a finished qesgd run goes on from its closed epoch (see checkpoint.py): it resumes
-    qesgd = ["--method", "qesgd", "--optimizer", "sgd", "--method-param", "norm_samples=256"]
-    qesgd += ["bits=4"]
-    old = tmp_path / "qesgd"
-    assert main(["train", *common[:5], *qesgd, "--max-steps", "1", "--out", str(old)]) == 0
-    _rewrite_as_old(old, "qesgd")
-    assert main(["train", "--resume", str(old), "--max-steps", "2"]) == 0
-    config = json.loads((old / "config.json").read_text())
-    assert config["method"] == "qesgd" and config["method_options"]["bits"] == 4
-    assert len(rows(old)) == 2
-
-
-def test_the_deprecated_options_map_onto_method_and_method_param(
+def test_the_options_of_unreleased_versions_are_refused(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    old = ["train", "--algorithm", "qesgd", "--qesgd-bits", "4", "--qesgd-output", "last"]
-    config = config_from_args(build_parser().parse_args([*old, "--method-param", "c=2"]))
-    assert config.method == "qesgd"
-    assert config.method_options == {"bits": 4, "output": "last", "c": 2.0}
-    err = capsys.readouterr().err
-    assert "--algorithm qesgd is deprecated; use --method qesgd" in err
-    assert "--qesgd-bits 4 is deprecated; use --method-param bits=4" in err
-    sgd = config_from_args(build_parser().parse_args(["train", "--algorithm", "sgd"]))
-    assert sgd.method == "compressed-gradients"
-    with pytest.raises(SystemExit):
-        main(["train", "--help"])
-    train_help = capsys.readouterr().out
-    assert "--method-param" in train_help  # the train subcommand's own help
-    assert "--algorithm" not in train_help and "--qesgd" not in train_help  # hidden aliases
+    for old in (["--algorithm", "qesgd"], ["--qesgd-bits", "4"]):
+        with pytest.raises(SystemExit) as stop:
+            main(["train", *old])
+        assert stop.value.code == 2
+        assert f"unrecognized arguments: {' '.join(old)}" in capsys.readouterr().err
 
 
 def test_the_default_method_is_registered() -> None:

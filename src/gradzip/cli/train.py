@@ -14,11 +14,10 @@ from typing import Any
 
 from gradzip.cli.catalog import compressors, models, scheme_variants
 from gradzip.cli.help import describe_when_asked, fail
-from gradzip.cli.train_method import DEPRECATED_FIELDS, add_method_options, method_from_args
+from gradzip.cli.train_method import add_method_options, method_from_args
 from gradzip.errors import GradzipError
 from gradzip.experiments.config import (
     BACKENDS,
-    OLD_ALGORITHMS,
     OPTIMIZERS,
     ConfigError,
     TrainConfig,
@@ -227,7 +226,7 @@ def options_as_given(args: argparse.Namespace) -> TrainConfig:
         progress=not args.no_progress,
         vectorized_gradients=args.vectorized_gradients,
         timeout=args.timeout,
-        method=OLD_ALGORITHMS[args.algorithm] if args.algorithm is not None else args.method,
+        method=args.method,
     )
 
 
@@ -252,7 +251,6 @@ _FIELD = {
     "scheme_param": "scheme_params",
     "method_param": "method_options",
     "no_progress": "progress",
-    **DEPRECATED_FIELDS,
 }
 
 

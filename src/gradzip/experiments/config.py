@@ -136,9 +136,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
         """The config of a checkpoint's ``config`` entry (the fields, as ``asdict`` gives
-        them); the keys of checkpoints written before training methods were a registry
-        (``algorithm`` and ``qesgd_*``) are read as ``method`` and ``method_options``."""
-        values = upgrade_keys(values)
+        them); an unknown key is refused."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -209,29 +207,3 @@ class TrainConfig:
                 f"--batch-size {self.batch_size} must be divisible by --workers {self.workers} "
                 "(the total batch is split evenly)"
             )
-
-
-#: ``algorithm`` values of old checkpoints (and of the deprecated ``--algorithm``), as methods
-OLD_ALGORITHMS = {"sgd": DEFAULT_METHOD, "qesgd": "qesgd"}
-#: ``qesgd_*`` fields of old checkpoints (and the deprecated ``--qesgd-*``), as qesgd options
-OLD_QESGD_FIELDS = {
-    "qesgd_bits": "bits",
-    "qesgd_c": "c",
-    "qesgd_output": "output",
-    "qesgd_bucket_size": "bucket_size",
-    "qesgd_norm_samples": "norm_samples",
-}
-
-
-def upgrade_keys(values: dict[str, Any]) -> dict[str, Any]:
-    """``values`` with the keys of an old config (``algorithm``, ``qesgd_*``) replaced by
-    ``method`` and ``method_options``; a config without them is returned as it is."""
-    if "algorithm" not in values and not set(values) & set(OLD_QESGD_FIELDS):
-        return values
-    new = {k: v for k, v in values.items() if k != "algorithm" and k not in OLD_QESGD_FIELDS}
-    algorithm = values.get("algorithm", "sgd")
-    new["method"] = OLD_ALGORITHMS.get(algorithm, algorithm)
-    if new["method"] == "qesgd":
-        options = {OLD_QESGD_FIELDS[k]: v for k, v in values.items() if k in OLD_QESGD_FIELDS}
-        new["method_options"] = {**options, **values.get("method_options", {})}
-    return new
