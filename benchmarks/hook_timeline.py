@@ -88,8 +88,8 @@ def main() -> int:
     parser.add_argument("--error-feedback", action="store_true")
     parser.add_argument("--steps", type=int, default=5)
     args = parser.parse_args()
-    from gradzip.bench.cluster_netns import ClusterNetwork, missing_privilege
     from gradzip.cli.params import compressor_params
+    from gradzip_lab.bench.cluster_netns import ClusterNetwork, missing_privilege
 
     problem = missing_privilege()
     if problem:

@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/hostile_decode.py [--only NAME] [--timeout 120]``.
 
-For every variant of :func:`gradzip.bench.hostile_payloads.variants` (each registered
+For every variant of :func:`gradzip_lab.bench.hostile_payloads.variants` (each registered
 compressor and its coding options), genuine payloads of at most 64 KiB are decoded as they are
 and with their header rewritten (CRC recomputed) to declare 2**20 .. 2**31 elements, in 1-D and
 2-D shapes, and exactly the most elements the unvouched cap accepts for that payload. Each is
@@ -59,7 +59,7 @@ def _cases(comp: Any) -> list[tuple[str, bytes, Any]]:
     """``(description, payload, side)`` for one compressor: genuine payloads, then rewritten."""
     import torch
 
-    from gradzip.bench import hostile_payloads as hp
+    from gradzip_lab.bench import hostile_payloads as hp
 
     per_byte = comp.unvouched_elements_per_byte()
     cases = []
@@ -82,9 +82,9 @@ def _worker(index: int) -> None:
     """Measure every case of variant ``index``; one JSON line per case on stdout."""
     import torch
 
-    from gradzip.bench import hostile_payloads as hp
     from gradzip.compressors import get
     from gradzip.errors import GradzipError
+    from gradzip_lab.bench import hostile_payloads as hp
 
     torch.set_num_threads(1)
     name, params = hp.variants()[index]
@@ -140,7 +140,7 @@ def main() -> None:
     if args.worker is not None:
         _worker(args.worker)
         return
-    from gradzip.bench import hostile_payloads as hp
+    from gradzip_lab.bench import hostile_payloads as hp
 
     print(
         f"decode without shape= of hostile payloads <= {hp.MAX_PAYLOAD_BYTES} bytes, 1 thread; "

@@ -43,12 +43,12 @@ def rank_main(transport: Any, steps: int, rank: int, model_name: str) -> dict[st
     from torch.nn.parallel import DistributedDataParallel
 
     import gradzip
-    from gradzip.bench.cluster_variants import waited_powersgd_hook
     from gradzip.data.datasets import load_dataset
     from gradzip.models.paper import build_model
     from gradzip.optim import CompressedOptimizer
     from gradzip.schemes import PowerSGD
     from gradzip.sync import GradientSync
+    from gradzip_lab.bench.cluster_variants import waited_powersgd_hook
 
     torch.set_num_threads(1)
     data = load_dataset("mnist")

@@ -3,7 +3,7 @@
 Run: ``python benchmarks/powersgd_seed_spread.py [--world-size 4] [--seeds 5] [--codec fp16]``.
 
 The setting of ``gradzip bench cluster``'s mlp-4096 rows: the same initial weights, the same
-MNIST batches per rank (its :func:`~gradzip.bench.cluster_rank.batches`), SGD lr 0.03, batch 32
+MNIST batches per rank (its :func:`~gradzip_lab.bench.cluster_rank.batches`), SGD lr 0.03, batch 32
 per rank, 2 warm-up + 5 timed steps, PowerSGD rank 1 with error feedback and ``start_step=2``
 (the first two steps uncompressed, as torch's ``start_powerSGD_iter=2`` there). The ranks are
 simulated in one process (:func:`~gradzip.comm.local.run_local`, through
@@ -21,13 +21,13 @@ import torch
 import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 
 import gradzip
-from gradzip.bench.cluster_rank import MODEL_SEED, RankConfig, batches
 from gradzip.comm.local import run_local
 from gradzip.comm.transport import Transport
 from gradzip.models.paper import build_model
 from gradzip.optim import CompressedOptimizer
 from gradzip.schemes import PowerSGD
 from gradzip.sync import GradientSync
+from gradzip_lab.bench.cluster_rank import MODEL_SEED, RankConfig, batches
 
 WARMUP, TIMED = 2, 5
 

@@ -1,8 +1,11 @@
-"""The import graph of ``src/gradzip`` is layered and acyclic.
+"""The import graph of ``src/gradzip`` (the library) and ``src/gradzip_lab`` (the paper lab) is
+layered and acyclic, and the library never imports the lab.
 
 Every module belongs to a layer (by its longest matching prefix in :data:`LAYERS`); an import,
 at module level or inside a function, may only reach the same or a lower layer, and no two
-modules import each other through any chain. ``docs/architecture.md`` explains the layers.
+modules import each other through any chain. The lab is the top layer: it may import the
+library, and no library module may import it in any way (at module level, inside a function or
+under ``TYPE_CHECKING``). ``docs/architecture.md`` explains the layers.
 """
 
 from __future__ import annotations
@@ -32,9 +35,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gradzip.data", "gradzip.models"),
     ("gradzip.simulation",),
     ("gradzip.algorithms",),
-    ("gradzip.bench", "gradzip.experiments"),
+    ("gradzip.experiments",),
     ("gradzip.cli", "gradzip.__main__"),
+    # the paper lab, never imported by the library (test_the_library_never_imports_the_lab)
+    ("gradzip_lab", "gradzip_lab.bench"),
+    ("gradzip_lab.reproduce",),
+    ("gradzip_lab.cli",),
 )
+LIBRARY, LAB = "gradzip", "gradzip_lab"
 # The package's own ``__init__`` re-exports the public API of the layers below the application.
 TOP_LEVEL_INIT_LAYER = "gradzip.integrations"
 
@@ -46,7 +54,9 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-MODULES: dict[str, Path] = {_module_name(p): p for p in sorted((SRC / "gradzip").rglob("*.py"))}
+MODULES: dict[str, Path] = {
+    _module_name(p): p for package in (LIBRARY, LAB) for p in sorted((SRC / package).rglob("*.py"))
+}
 
 
 def _layer(module: str) -> int:
@@ -72,11 +82,22 @@ def _type_only_nodes(tree: ast.Module) -> set[int]:
 
 
 def _imports(module: str, runtime_only: bool = False) -> Iterator[tuple[str, int]]:
-    """(imported gradzip module, line) for every import statement of ``module``; with
-    ``runtime_only``, without the imports that only type checkers read."""
-    path = MODULES[module]
+    """(imported gradzip or gradzip_lab module, line) for every import statement of ``module``;
+    with ``runtime_only``, without the imports that only type checkers read."""
+    for target, line in _imported_names(module, runtime_only):
+        if target in MODULES and target != module:
+            yield target, line
+
+
+def _imported_names(
+    module: str, runtime_only: bool = False, source: str | None = None
+) -> Iterator[tuple[str, int]]:
+    """(name, line) for every name an import statement of ``module`` reaches (``source``: its
+    text, read from its file when not given), whether or not the name is a module: the module
+    of ``from a import b`` and ``a.b`` both."""
+    path = MODULES.get(module, SRC / "made_up.py")
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    tree = ast.parse(path.read_text(), str(path))
+    tree = ast.parse(path.read_text() if source is None else source, str(path))
     skipped = _type_only_nodes(tree) if runtime_only else set()
     for node in ast.walk(tree):
         if id(node) in skipped:
@@ -93,8 +114,7 @@ def _imports(module: str, runtime_only: bool = False) -> Iterator[tuple[str, int
         else:
             continue
         for target in targets:
-            if target in MODULES and target != module:
-                yield target, node.lineno
+            yield target, node.lineno
 
 
 def _edges() -> dict[str, set[str]]:
@@ -106,6 +126,61 @@ def _edges() -> dict[str, set[str]]:
         m: {t for t, _ in _imports(m, runtime_only=True) if not t.startswith(m + ".")}
         for m in MODULES
     }
+
+
+def _lab_imports(module: str, source: str | None = None) -> list[str]:
+    """``line N: name`` for every import of ``module`` that reaches the lab, however it is
+    written and wherever it stands (a function body, ``if TYPE_CHECKING:``)."""
+    return [
+        f"line {line}: {target}"
+        for target, line in _imported_names(module, source=source)
+        if target == LAB or target.startswith(LAB + ".")
+    ]
+
+
+def _is_library(module: str) -> bool:
+    return module == LIBRARY or module.startswith(LIBRARY + ".")
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _is_library(m)))
+def test_the_library_never_imports_the_lab(module: str) -> None:
+    assert not _lab_imports(module), f"{module} imports the lab: {_lab_imports(module)}"
+
+
+def test_the_lab_check_catches_every_way_to_import_the_lab() -> None:
+    """A made-up library module that imports the lab at module level, in a function and under
+    ``TYPE_CHECKING`` fails the check once per import; the same module without them passes."""
+    made_up = "gradzip.compressors.made_up"
+    source = """
+from __future__ import annotations
+from typing import TYPE_CHECKING
+import gradzip_lab
+from gradzip_lab.bench import timing
+if TYPE_CHECKING:
+    from gradzip_lab.reproduce.outcome import Row
+def run() -> None:
+    import gradzip_lab.reproduce as registry
+    from gradzip_lab import cli
+"""
+    assert _lab_imports(made_up, source) == [
+        "line 4: gradzip_lab",
+        "line 5: gradzip_lab.bench",
+        "line 5: gradzip_lab.bench.timing",
+        "line 7: gradzip_lab.reproduce.outcome",
+        "line 7: gradzip_lab.reproduce.outcome.Row",
+        "line 9: gradzip_lab.reproduce",
+        "line 10: gradzip_lab",
+        "line 10: gradzip_lab.cli",
+    ]
+    assert _lab_imports(made_up, "import gradzip\nfrom gradzip.cli import main\n") == []
+    # relative imports resolve: a lab module's `from . import x` is the lab's
+    assert _lab_imports("gradzip_lab.bench.timing", "from . import cluster\n") == [
+        "line 1: gradzip_lab.bench",
+        "line 1: gradzip_lab.bench.cluster",
+    ]
+    # and the layers put every lab module above every library module
+    library = [_layer(m) for m in MODULES if _is_library(m)]
+    assert min(_layer(m) for m in MODULES if not _is_library(m)) > max(library)
 
 
 def test_every_module_has_a_layer() -> None:
@@ -192,7 +267,7 @@ def test_the_checker_sees_an_upward_edge_and_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _layer("gradzip.cli") > _layer("gradzip.compressors.qsgd")
     # reproduce.runs imports the backends inside a function only: _imports must report it
-    runs = "gradzip.experiments.reproduce.runs"
+    runs = "gradzip_lab.reproduce.runs"  # the lab's imports are checked as the library's
     tree = ast.parse(MODULES[runs].read_text())
     top_level = {n.module for n in tree.body if isinstance(n, ast.ImportFrom)}
     assert "gradzip.experiments.backends" not in top_level

@@ -9,7 +9,6 @@ from gradzip.cli import catalog
 def test_the_catalog_names_what_the_registries_hold() -> None:
     import gradzip
     from gradzip.experiments.methods import METHODS
-    from gradzip.experiments.reproduce import EXPERIMENTS
     from gradzip.models.paper import MODELS
     from gradzip.schemes import SCHEMES, VARIANTS
 
@@ -18,4 +17,3 @@ def test_the_catalog_names_what_the_registries_hold() -> None:
     assert tuple(SCHEMES) == catalog.SCHEMES
     assert tuple(MODELS) == catalog.MODELS
     assert tuple(METHODS) == catalog.METHODS
-    assert tuple(EXPERIMENTS) == catalog.EXPERIMENTS

@@ -1,7 +1,7 @@
 """Decoding without ``shape=`` costs at most what the payload's size allows (issue 26, item 4).
 
 For every registered compressor and the coding options that change how a body is read
-(:func:`gradzip.bench.hostile_payloads.variants`), a genuine payload has its header rewritten
+(:func:`gradzip_lab.bench.hostile_payloads.variants`), a genuine payload has its header rewritten
 to declare up to 2**31 elements, with its CRC recomputed, and is decoded the README's way.
 Deterministic instead of timed: a declared size beyond the codec's unvouched cap must be refused
 before the body is decoded (the decoder is replaced by one that fails the test), and a size
@@ -18,13 +18,13 @@ import pytest
 import torch
 
 import gradzip
-from gradzip.bench import hostile_payloads as hp
 from gradzip.compressors import Compressor, names
 from gradzip.compressors._decode_guards import (
     UNVOUCHED_CODED_ELEMENTS_PER_BYTE,
     UNVOUCHED_ELEMENTS_PER_BYTE,
 )
 from gradzip.errors import GradzipError, PayloadError
+from gradzip_lab.bench import hostile_payloads as hp
 
 VARIANTS = hp.variants()
 IDS = [hp.label(name, params) for name, params in VARIANTS]

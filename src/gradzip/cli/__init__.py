@@ -1,6 +1,7 @@
-"""The ``gradzip`` command line: ``gradzip list``, ``gradzip bench codecs|collectives|cluster``,
-``gradzip bits``, ``gradzip train`` and ``gradzip reproduce``, one module per subcommand
-(:mod:`gradzip.cli.params`: the ``KEY=VALUE`` grammar they share).
+"""The ``gradzip`` command line: ``gradzip list``, ``gradzip bits`` and ``gradzip train``, one
+module per subcommand (:mod:`gradzip.cli.params`: the ``KEY=VALUE`` grammar they share), and the
+subcommands installed packages add (:mod:`gradzip.cli.commands`): the paper lab's ``gradzip
+bench codecs|collectives|cluster`` and ``gradzip reproduce``.
 
 Building the parser and parsing the arguments import nothing heavy (no torch): a mistyped
 option, a bad choice or ``--version`` is answered at once, and each subcommand checks its
@@ -12,11 +13,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from gradzip.cli.bench import add_bench_parser
 from gradzip.cli.bits import add_bits_parser
+from gradzip.cli.commands import add_command_parsers
 from gradzip.cli.help import Parser, parse, show_defaults
 from gradzip.cli.listing import add_list_parser
-from gradzip.cli.reproduce import add_reproduce_parser
 from gradzip.cli.train import add_train_parser
 from gradzip.cli.version import VersionAction
 
@@ -27,10 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
     add_list_parser(sub)
-    add_bench_parser(sub)
     add_bits_parser(sub)
     add_train_parser(sub)
-    add_reproduce_parser(sub)
+    add_command_parsers(sub)
     show_defaults(parser)
     return parser
 

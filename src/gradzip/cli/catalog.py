@@ -1,8 +1,8 @@
 """The names the command line validates before anything heavy is imported.
 
-The registries themselves (compressors, scheme variants, models, training methods, reproduced
-experiments) live in modules that import torch, which takes seconds; a mistyped name must be
-refused in a fraction of a second. So the command line checks names against these plain
+The registries themselves (compressors, scheme variants, models, training methods) live in
+modules that import torch, which takes seconds; a mistyped name must be refused in a fraction
+of a second. So the command line checks names against these plain
 copies of the built-in names first. ``tests/cli/test_catalog.py`` asserts that each copy
 equals its registry, so a name added to a registry and forgotten here fails the tests instead
 of being refused.
@@ -68,35 +68,8 @@ MODELS = ("fc-300-100", "lenet", "cifarnet", "dryden-mlp")
 #: gradzip.experiments.methods.METHODS
 METHODS = ("compressed-gradients", "qesgd")
 
-#: gradzip.experiments.reproduce.EXPERIMENTS
-EXPERIMENTS = (
-    "dqsg-table1",
-    "dqsg-table2",
-    "dqsg-table3",
-    "dqsg-fig4",
-    "dqsg-fig5",
-    "qesgd-table1",
-    "qesgd-fmnist",
-    "qesgd-lstm",
-    "qesgd-table2",
-    "lpc-fig3a",
-    "lpc-fig3b",
-    "lpc-fig3c",
-    "lpc-clipping",
-    "lpc-table2",
-    "dqgan-bilinear",
-    "dqgan-mixture",
-    "dqgan-mnist",
-    "dryden-accuracy",
-    "dryden-volume",
-    "dryden-allreduce",
-    "qesgd-speedup",
-    "dqgan-speedup",
-    "lpc-timesplit",
-)
 
-
-def _registered(
+def registered(
     module: str, read: Callable[[ModuleType], Iterable[str]], builtin: tuple[str, ...]
 ) -> tuple[str, ...]:
     """The names in the registry of ``module`` if it is imported, else the built-in ones."""
@@ -105,24 +78,20 @@ def _registered(
 
 
 def compressors() -> tuple[str, ...]:
-    return _registered("gradzip.compressors", lambda m: m.names(), COMPRESSORS)
+    return registered("gradzip.compressors", lambda m: m.names(), COMPRESSORS)
 
 
 def scheme_variants() -> tuple[str, ...]:
-    return _registered("gradzip.schemes", lambda m: m.VARIANTS, SCHEME_VARIANTS)
+    return registered("gradzip.schemes", lambda m: m.VARIANTS, SCHEME_VARIANTS)
 
 
 def schemes() -> tuple[str, ...]:
-    return _registered("gradzip.schemes", lambda m: m.SCHEMES, SCHEMES)
+    return registered("gradzip.schemes", lambda m: m.SCHEMES, SCHEMES)
 
 
 def models() -> tuple[str, ...]:
-    return _registered("gradzip.models.paper", lambda m: m.MODELS, MODELS)
+    return registered("gradzip.models.paper", lambda m: m.MODELS, MODELS)
 
 
 def methods() -> tuple[str, ...]:
-    return _registered("gradzip.experiments.methods", lambda m: m.METHODS, METHODS)
-
-
-def experiments() -> tuple[str, ...]:
-    return _registered("gradzip.experiments.reproduce", lambda m: m.EXPERIMENTS, EXPERIMENTS)
+    return registered("gradzip.experiments.methods", lambda m: m.METHODS, METHODS)

@@ -16,6 +16,8 @@ from typing import Any, NoReturn
 
 #: where a parsed namespace records the innermost parser that read it
 _PARSER = "_usage_parser"
+#: set in a namespace by a parser that takes any arguments (see :func:`accept_anything`)
+_ANYTHING = "_accepts_anything"
 
 
 def subparsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
@@ -96,13 +98,23 @@ def describe_when_asked(parser: argparse.ArgumentParser, fill: Callable[[], None
     parser.format_help = format_filled_help  # type: ignore[method-assign]
 
 
+def accept_anything(parser: argparse.ArgumentParser) -> None:
+    """Let ``parser`` (a subcommand's, made with ``add_help=False``) take any arguments: they are
+    left in ``args.rest`` for its ``func``, which answers whatever was given."""
+    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.set_defaults(**{_ANYTHING: True})
+
+
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
     """``parser.parse_args(argv)``, but an unknown option is reported with the usage of the
     subcommand that was given it."""
     args, rest = parser.parse_known_args(argv)
-    if rest:
+    if getattr(args, _ANYTHING, False):
+        args.rest = [*rest, *args.rest]
+    elif rest:
         owner: argparse.ArgumentParser = getattr(args, _PARSER, parser)
         owner.error(f"unrecognized arguments: {' '.join(rest)}")
-    if hasattr(args, _PARSER):
-        delattr(args, _PARSER)
+    for marker in (_PARSER, _ANYTHING):
+        if hasattr(args, marker):
+            delattr(args, marker)
     return args

@@ -24,10 +24,11 @@ def add_list_parser(sub: Any) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     if args.what == "experiments":
-        from gradzip.cli.reproduce import print_experiments
+        # the paper lab's experiments: its `gradzip reproduce --list` (or its one line when the
+        # lab is not installed), reached through the command line, never by importing the lab
+        from gradzip.cli import main
 
-        print_experiments()
-        return 0
+        return main(["reproduce", "--list"])
     if args.what == "models":
         from gradzip.models.paper import MODELS, model_info
 

@@ -12,8 +12,8 @@ import torch
 import gradzip
 from gradzip.algorithms.dqgan import DQGAN, BilinearGame, WGANGame, make_method
 from gradzip.algorithms.dqgan.game import Game
-from gradzip.algorithms.dqgan.mixture import GaussianRing, ring_gan
 from gradzip.comm.transport import Transport
+from gradzip_lab.reproduce.dqgan.gaussian_ring import GaussianRing, ring_gan
 
 if TYPE_CHECKING:
     from tests.conftest import RunSimulatedAndProcesses

@@ -1,16 +1,12 @@
 """The pieces under LPC/ALPC-SVRG: proximal operators, problems (least squares, logistic, any
-nn.Module), keyed sampling, the synthetic and YearPredictionMSD data, the inner message's
+nn.Module), keyed sampling, the synthetic data, the inner message's
 statistics (spec 3.7) and the SGD baselines."""
 
 from __future__ import annotations
 
-import gzip
 import math
 import threading
-import zipfile
-from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -33,12 +29,10 @@ from gradzip.algorithms.svrg import (
 from gradzip.algorithms.svrg.channel import Channel, make_inner_scheme
 from gradzip.algorithms.svrg.problems import LeastSquares
 from gradzip.algorithms.svrg.sampling import local_batch, shared_batch, shared_choice
-from gradzip.algorithms.svrg.yearmsd import YEARMSD_ENV, load_yearmsd, yearmsd_path
 from gradzip.comm.local import run_local
 from gradzip.comm.transport import LENGTH_PREFIX_BYTES, Transport
 from gradzip.compressors.identity import Identity
 from gradzip.compressors.qsgd import QSGD
-from gradzip.data.files import DatasetFormatError, DatasetUnavailableError
 from gradzip.keys import StreamKey
 
 # -- proximal operators --------------------------------------------------------------------------
@@ -269,47 +263,6 @@ def test_synthetic_data() -> None:
     assert (small.n, small.dim, small.dtype) == (50, 512, torch.float32)
     with pytest.raises(ValueError, match="syn-512"):
         make_synthetic("syn-7")
-
-
-def write_yearmsd(path: Path, rows: int) -> np.ndarray:
-    gen = np.random.default_rng(0)
-    table = np.column_stack([gen.integers(1922, 2011, rows), gen.normal(0, 30, (rows, 90))])
-    text = "\n".join(",".join(f"{v:.6f}" for v in row) for row in table) + "\n"
-    if path.suffix == ".gz":
-        path.write_bytes(gzip.compress(text.encode()))
-    elif path.suffix == ".zip":
-        with zipfile.ZipFile(path, "w") as z:
-            z.writestr("YearPredictionMSD.txt", text)
-    else:
-        path.write_text(text)
-    return table
-
-
-@pytest.mark.parametrize("name", ["YearPredictionMSD.txt", "y.txt.gz", "YearPredictionMSD.txt.zip"])
-def test_yearmsd_reader(tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / name
-    table = write_yearmsd(path, 40)
-    monkeypatch.setenv(YEARMSD_ENV, str(path))
-    problem = load_yearmsd(rows=30)
-    assert (problem.n, problem.dim) == (30, 90)
-    a = problem.A.numpy()
-    assert np.allclose(a.mean(0), 0, atol=1e-12) and np.allclose(a.std(0), 1)
-    years = table[:30, 0]
-    assert np.allclose(problem.y.numpy(), years - years.mean(), atol=1e-6)
-
-
-def test_yearmsd_missing_or_malformed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(YEARMSD_ENV, raising=False)
-    with pytest.raises(DatasetUnavailableError, match=YEARMSD_ENV) as info:
-        yearmsd_path()
-    assert "\n" not in str(info.value)
-    monkeypatch.setenv(YEARMSD_ENV, str(tmp_path / "nothing.txt"))
-    with pytest.raises(DatasetUnavailableError, match="no file"):
-        yearmsd_path()
-    bad = tmp_path / "bad.txt"
-    bad.write_text("2001,1.0,2.0\n")
-    with pytest.raises(DatasetFormatError, match="91"):
-        load_yearmsd(bad)
 
 
 # -- the inner message's statistics (spec 3.2 / 3.7) -------------------------------------------

@@ -8,9 +8,9 @@ operator values (seed 003; spec section 4).
 * Distributed: :class:`DQGAN` (Algorithm 2, one object per rank over a Transport), with
   :func:`cpoadam`, :func:`cpoadam_gq` and :func:`make_method` for the experiments' baselines;
   :class:`OptimisticAdam`.
-* :func:`delta_of` / :func:`lemma1_bound` (delta-approximate compressors, Lemma 1),
-  :func:`frechet_distance`, the Gaussian ring (:mod:`.mixture`) and the MNIST DCGAN
-  (:mod:`.dcgan`).
+* :func:`delta_of` / :func:`lemma1_bound` (delta-approximate compressors, Lemma 1) and
+  :func:`frechet_distance`. The paper's experiment set-ups (the Gaussian ring, the MNIST DCGAN,
+  its feature classifier and score) are the lab's, in ``gradzip_lab.reproduce.dqgan``.
 """
 
 from gradzip.algorithms.dqgan.baselines import METHODS, cpoadam, cpoadam_gq, make_method

@@ -38,7 +38,7 @@ def frechet_distance(a: torch.Tensor, b: torch.Tensor) -> float:
     (``n_a x k`` and ``n_b x k``; sample mean and unbiased covariance).
 
     With Inception-v3 pool features this is the FID; gradzip's experiments use the features of
-    a small MNIST classifier instead (:mod:`gradzip.algorithms.dqgan.mnist_features`), which is
+    a small MNIST classifier instead (``gradzip_lab.reproduce.dqgan.mnist_features``), which is
     *not* the FID and not comparable with published FID numbers. The estimate is biased upwards
     for finite ``n`` (by about ``Tr`` of the covariances' estimation noise), so compare values
     computed from the same ``n``.

@@ -10,7 +10,8 @@ inner-loop messages are clipped low-precision vectors sent as real payloads thro
 * :class:`QuantizedSGD` / :func:`quantized_sgd`: fp32 SGD, QSGD and ECQ-SGD (spec 3.8);
 * problems :class:`LeastSquares`, :class:`Logistic`, :class:`ModuleProblem` (any
   ``nn.Module``); proximal operators :func:`make_prox` (``none``, ``l1``, ``l2``, ``l2-ball``);
-* data: :func:`make_synthetic` (Syn-512/1024/20k), :func:`load_yearmsd` (user-supplied file).
+* data: :func:`make_synthetic` (Syn-512/1024/20k); the paper's YearPredictionMSD driver is the
+  lab's (``gradzip_lab.reproduce.lpc.yearmsd``).
 
 Example (4 simulated ranks; in P real processes call ``lpc_svrg`` with a
 ``DistributedTransport`` instead)::
@@ -43,7 +44,6 @@ from gradzip.algorithms.svrg.problems import FiniteSum, LeastSquares, Logistic
 from gradzip.algorithms.svrg.prox import L1, L2, L2Ball, NoProx, Prox, make_prox
 from gradzip.algorithms.svrg.synthetic import SYNTHETIC, make_synthetic, synthetic_regression
 from gradzip.algorithms.svrg.trace import Trace
-from gradzip.algorithms.svrg.yearmsd import YEARMSD_ENV, load_yearmsd
 
 __all__ = [
     "ALPCSVRG",
@@ -51,7 +51,6 @@ __all__ = [
     "L2",
     "LPCSVRG",
     "SYNTHETIC",
-    "YEARMSD_ENV",
     "ALPCSVRGConfig",
     "DistributedAlgorithm",
     "FiniteSum",
@@ -69,7 +68,6 @@ __all__ = [
     "alpc_svrg",
     "body_bits_per_round",
     "fp32_bits_per_round",
-    "load_yearmsd",
     "lpc_svrg",
     "make_inner_scheme",
     "make_prox",

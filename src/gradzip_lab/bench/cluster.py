@@ -1,0 +1,312 @@
+"""``gradzip bench cluster``: end-to-end DDP training steps on an emulated bandwidth-limited cluster.
+
+For each world size ``P`` the launcher builds a cluster of its own (:mod:`.cluster_netns`: a
+network namespace per rank, veth pairs through a bridge namespace, ``tc tbf`` on both ends of
+every link), then for each rate sets the limit and starts ``P`` rank processes inside their
+namespaces (``ip netns exec ... python -m gradzip_lab.bench.cluster_rank``, :mod:`.cluster_rank`),
+which train the model under the variants (:mod:`.cluster_variants`) with torch.distributed gloo
+and DDP. Which processes run which variants (``--mode``, ``--rounds``): :mod:`.cluster_plan`;
+by default each variant in rank processes of its own, one launch per variant, as a user runs
+it; ``--mode interleaved`` runs them all in the same processes, their steps interleaved so that
+the machine's load affects all alike. A variant's row over its launches: :mod:`.cluster_merge`;
+rows, table, JSON and plot: :mod:`.cluster_report`; the ratios to the baseline, the two modes
+side by side: :mod:`.cluster_compare`; the time to a target loss (``--target-loss``):
+:mod:`.cluster_target`.
+
+The namespaces are always deleted: in a ``finally`` (errors included), and SIGINT / SIGTERM are
+turned into an exception that reaches it (the ranks, in sessions of their own, are killed
+first). Namespaces left by a launcher that died are swept at start. Needs root and iproute2;
+otherwise :func:`main` prints one line and returns 2.
+
+[CHOICE] Memory: every variant holds a model copy, its gradients (DDP bucket views) and its
+hook's state (error feedback, PowerSGD's memories) on every rank, about 4 model sizes; the
+variants of an interleaved launch are split into chunks that fit half the available memory, and
+each chunk runs interleaved (chunks one after another, in the same processes).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gradzip
+from gradzip.errors import GradzipError
+from gradzip_lab.bench.cluster_compare import default_baseline, format_comparison
+from gradzip_lab.bench.cluster_launch import (
+    ClusterInterruptedError,
+    ClusterRunError,
+    built_cluster,
+    launch,
+    signals_raise,
+)
+from gradzip_lab.bench.cluster_merge import merged_row
+from gradzip_lab.bench.cluster_netns import missing_privilege, sweep_stale
+from gradzip_lab.bench.cluster_plan import BOTH, INTERLEAVED, ISOLATED, modes_of, plan_launches
+from gradzip_lab.bench.cluster_rank import MODEL_NAMES, RankConfig
+from gradzip_lab.bench.cluster_report import fill_references, format_table, write_json
+from gradzip_lab.bench.cluster_target import Target
+from gradzip_lab.bench.cluster_variants import Variant, select
+
+MASTER_PORT = 29500
+DEFAULT_LR = {"mlp-4096": 0.03, "fc-300-100": 0.2}  # the loss falls within a few steps
+MODEL_NUMEL = {"mlp-4096": 36_818_954, "fc-300-100": 266_610}
+VARIANT_MODEL_COPIES = 4  # see the module docstring
+
+
+def check_variants(variants: list[Variant]) -> None:
+    """Build each gradzip variant's scheme once here, so a bad configuration fails before any
+    namespace exists (``ValueError`` naming it)."""
+    from gradzip.schemes import make_variant
+
+    for v in variants:
+        if v.kind != "gradzip":
+            continue
+        try:
+            compressor = gradzip.create(v.compressor, **v.params)
+            make_variant(v.scheme, compressor, run_seed=0, error_feedback=v.error_feedback)
+        except (TypeError, ValueError, GradzipError) as err:
+            raise ValueError(f"variant {v.name}: {err}") from None
+
+
+def available_memory() -> int:
+    """MemAvailable from /proc/meminfo in bytes (8 GiB where it cannot be read)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 8 << 30
+
+
+def chunks(names: list[str], model: str, world_size: int, memory: int) -> list[list[str]]:
+    """``names`` cut into consecutive chunks whose model copies fit half of ``memory`` over
+    all ``world_size`` ranks (at least one variant per chunk)."""
+    per_variant = VARIANT_MODEL_COPIES * 4 * MODEL_NUMEL[model] * world_size
+    size = max(1, (memory // 2) // per_variant)
+    return [names[i : i + size] for i in range(0, len(names), size)]
+
+
+def run(
+    world_sizes: list[int],
+    rates: list[str],
+    model: str,
+    steps: int,
+    warmup: int,
+    variants: list[Variant],
+    timeout: float,
+    data: str = "mnist",
+    batch: int = 32,
+    lr: float | None = None,
+    threads: int | None = None,
+    json_path: str | None = None,
+    png_path: str | None = None,
+    target: Target | None = None,
+    mode: str = ISOLATED,
+    rounds: int = 1,
+    baseline: str | None = None,
+) -> list[dict[str, Any]]:
+    """Build, measure and tear down per world size; print the tables (per mode, then the ratios
+    to ``baseline``); write JSON and PNG (with a ``target``, also the time to the target loss
+    and its curves). The PNGs draw the isolated rows where there are any."""
+    from gradzip_lab.bench.cluster_report import write_png
+    from gradzip_lab.bench.cluster_target import format_targets, write_curves_png
+
+    names = [v.name for v in variants]
+    baseline = baseline or default_baseline(names)
+    lr = DEFAULT_LR[model] if lr is None else lr
+    stale = sweep_stale()
+    if stale:
+        print(f"removed stale namespaces of dead runs: {', '.join(stale)}")
+    how = {
+        ISOLATED: "each variant in rank processes of its own",
+        INTERLEAVED: "variants interleaved step by step in the same processes",
+        BOTH: "each variant in processes of its own, and all interleaved in the same processes",
+    }[mode]
+    print(
+        f"gradzip bench cluster: {model} ({MODEL_NUMEL[model]:,} parameters), batch {batch} per "
+        f"rank, {data} data, SGD lr {lr}; {warmup} warm-up + {steps} timed steps per variant, "
+        f"{how}; {rounds} round(s); {os.cpu_count()} cores"
+    )
+    print(
+        "ms/step: slowest rank per step, median over timed steps; MB/step: bytes the rank's veth "
+        "sent per step (tx_bytes, TCP/IP included), mean over steps and ranks; x fp32: fp32's "
+        "ms/step over the row's"
+    )
+    rows: list[dict[str, Any]] = []
+    with signals_raise():
+        for index, world in enumerate(world_sizes):
+            rows.extend(_one_world(index, world, rates, model, steps, warmup, names, timeout,
+                                   data, batch, lr, threads, target, mode, rounds))  # fmt: skip
+    fill_references(rows, baseline)
+    modes = modes_of(mode)
+    _per_mode(rows, modes, format_table)
+    _print(format_comparison(rows, baseline))
+    meta = {"steps": steps, "warmup": warmup, "batch": batch, "lr": lr, "data": data,
+            "cpu_count": os.cpu_count(), "mode": mode, "rounds": rounds, "baseline": baseline,
+            "interleaved": "step by step within a chunk"}  # fmt: skip
+    headline = [r for r in rows if r["mode"] == (ISOLATED if ISOLATED in modes else INTERLEAVED)]
+    if target is not None:
+        goal = target
+        meta["target_loss"], meta["window"] = goal.loss, goal.window
+        _per_mode(rows, modes, lambda block: format_targets(block, goal.loss, goal.window))
+        _print(format_comparison(rows, baseline, "time_to_target_s", "s to target"))
+        if target.curves_png:
+            write_curves_png(target.curves_png, headline, target.loss, target.window)
+            print(f"wrote {target.curves_png}")
+    if json_path:
+        write_json(json_path, rows, meta)
+        print(f"wrote {json_path}")
+    if png_path:
+        write_png(png_path, headline)
+        print(f"wrote {png_path}")
+    return rows
+
+
+def rank_threads_env(threads: int) -> dict[str, str]:
+    """The ranks' thread budget for gradzip's numba kernels: the same ``threads`` as torch's.
+
+    [CHOICE] numba's pool is sized once, at import, from ``NUMBA_NUM_THREADS`` (every core by
+    default), and ``numba.set_num_threads`` binds only the thread that calls it, not the DDP
+    hook's worker thread that runs the kernels: so the ranks get it in their environment. P
+    ranks with every core each oversubscribed the machine, and a parallel region's threads then
+    waited for each other a time slice at a time."""
+    return {"NUMBA_NUM_THREADS": str(threads)}
+
+
+def _print(lines: list[str]) -> None:
+    for line in lines:
+        print(line)
+
+
+def _per_mode(
+    rows: list[dict[str, Any]], modes: list[str], table: Callable[[list[dict[str, Any]]], list[str]]
+) -> None:
+    """Print ``table`` of each mode's rows (under the mode's name where there are two)."""
+    for m in modes:
+        print(f"\n{m}:" if len(modes) > 1 else "")
+        _print(table([r for r in rows if r["mode"] == m]))
+
+
+def _one_world(
+    index: int,
+    world: int,
+    rates: list[str],
+    model: str,
+    steps: int,
+    warmup: int,
+    names: list[str],
+    timeout: float,
+    data: str,
+    batch: int,
+    lr: float,
+    threads: int | None,
+    target: Target | None = None,
+    mode: str = ISOLATED,
+    rounds: int = 1,
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    per_rank_threads = threads or max(1, (os.cpu_count() or 1) // world)
+    env = rank_threads_env(per_rank_threads)
+    memory = available_memory()
+    plan = plan_launches(names, mode, rounds, lambda order: chunks(order, model, world, memory))
+    port = MASTER_PORT  # a port per launch: a finished launch's sockets cannot delay the next
+    with built_cluster(world, run=index) as net:
+        for rate in rates:
+            net.set_rate(rate)
+            start = time.perf_counter()
+            done = []
+            for number, planned in enumerate(plan, 1):
+                configs = [
+                    RankConfig(
+                        rank=r, world_size=world, master_addr=net.address(0),
+                        master_port=port, model=model,
+                        variants=[list(chunk) for chunk in planned.chunks], steps=steps,
+                        warmup=warmup, batch=batch, lr=lr, data=data, threads=per_rank_threads,
+                        timeout=timeout,
+                        target_loss=None if target is None else target.loss,
+                        window=10 if target is None else target.window,
+                    )
+                    for r in range(world)
+                ]  # fmt: skip
+                port += 1
+                with tempfile.TemporaryDirectory(prefix="gradzip-cluster-") as tmp:
+                    done.append((planned, launch(net, configs, timeout, Path(tmp), env=env)))
+                what = ", ".join(planned.names) if planned.mode == ISOLATED else "all interleaved"
+                print(
+                    f"  P = {world}, rate {rate}: launch {number}/{len(plan)} (round "
+                    f"{planned.round + 1}, {planned.mode}: {what}) done after "
+                    f"{time.perf_counter() - start:.0f} s",
+                    flush=True,
+                )
+            rows.extend(
+                merged_row(model, world, rate, name, m, done, target is not None)
+                for m in modes_of(mode)
+                for name in names
+            )
+            print(
+                f"  P = {world}, rate {rate}: {len(names)} variants, {len(plan)} launch(es), "
+                f"{per_rank_threads} thread(s) per rank, {time.perf_counter() - start:.0f} s",
+                flush=True,
+            )
+    return rows
+
+
+def main(
+    world_sizes: list[int],
+    rates: list[str],
+    model: str,
+    steps: int,
+    warmup: int,
+    variant_names: list[str] | None,
+    timeout: float,
+    json_path: str | None,
+    png_path: str | None,
+    data: str = "mnist",
+    threads: int | None = None,
+    target: Target | None = None,
+    lr: float | None = None,
+    mode: str = ISOLATED,
+    rounds: int = 1,
+    baseline: str | None = None,
+) -> int:
+    """The command: 2 on bad input or missing privileges, 130 on SIGINT/SIGTERM, 1 on a failed
+    run, else 0 (the namespaces are gone in every case)."""
+    if model not in MODEL_NAMES:
+        print(
+            f"gradzip bench cluster: unknown model {model!r}; choose one of "
+            f"{', '.join(MODEL_NAMES)}",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        variants = select(variant_names)
+        check_variants(variants)
+        modes_of(mode)
+        if rounds < 1:
+            raise ValueError(f"--rounds must be >= 1, got {rounds}")
+        if baseline is not None and baseline not in [v.name for v in variants]:
+            raise ValueError(f"baseline {baseline} is not among the variants run")
+    except ValueError as err:
+        print(f"gradzip bench cluster: {err}", file=sys.stderr)
+        return 2
+    reason = missing_privilege()
+    if reason:
+        print(f"gradzip bench cluster: {reason}", file=sys.stderr)
+        return 2
+    try:
+        run(world_sizes, rates, model, steps, warmup, variants, timeout, data=data, lr=lr,
+            threads=threads, json_path=json_path, png_path=png_path, target=target, mode=mode,
+            rounds=rounds, baseline=baseline)  # fmt: skip
+    except ClusterInterruptedError as err:
+        print(f"gradzip bench cluster: {err}; namespaces removed", file=sys.stderr)
+        return 130
+    except (ClusterRunError, GradzipError) as err:
+        print(f"gradzip bench cluster: {err}", file=sys.stderr)
+        return 1
+    return 0

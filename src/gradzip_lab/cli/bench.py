@@ -1,0 +1,263 @@
+"""``gradzip bench codecs|collectives|cluster``: benchmarks that print measured figures."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from gradzip.cli.catalog import compressors, schemes
+from gradzip.cli.help import fail
+
+CODECS = "gradzip bench codecs"
+COLLECTIVES = "gradzip bench collectives"
+CLUSTER = "gradzip bench cluster"
+
+
+def add_bench_parser(sub: Any) -> None:
+    """Register ``gradzip bench`` and its three benchmarks on the CLI's subparsers."""
+    p_bench = sub.add_parser("bench", help="benchmarks that print measured figures")
+    bench_sub = p_bench.add_subparsers(dest="bench", required=True)
+    p_codecs = bench_sub.add_parser("codecs", help="encode/decode throughput and bits/coordinate")
+    p_codecs.add_argument("--numel", type=int, default=1 << 24, help="coordinates (default 2^24)")
+    p_codecs.add_argument(
+        "--repeat", type=int, default=3, help="timed runs per figure (best is kept)"
+    )
+    p_codecs.add_argument(
+        "--only", nargs="+", metavar="NAME", help="benchmark only these compressors"
+    )
+    p_codecs.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    p_codecs.add_argument(
+        "--threads",
+        type=int,
+        nargs="+",
+        default=[1],
+        metavar="N",
+        help="torch and numba threads, one run per count, 0 = every core (default 1)",
+    )
+    p_codecs.set_defaults(func=cmd_bench_codecs)
+    p_coll = bench_sub.add_parser(
+        "collectives",
+        help="bytes and ms per rank and step of every scheme on real gloo processes",
+        description=(
+            "Every compatible scheme x compressor (onebit under error feedback), plus fp32 "
+            "all-reduce and DDP's fp16_compress_hook as baselines, on P real gloo processes on "
+            "127.0.0.1 (one spawn per P). Bytes per rank and step are counted by the transport "
+            "(payloads + 8-byte length prefixes); the baselines' bytes are the ring all-reduce "
+            "formula and are marked so. At the defaults (2^20 elements, 3 timed steps, "
+            "P = 2,4,8) it takes about 2.5 minutes on 2 cores."
+        ),
+    )
+    p_coll.add_argument(
+        "--world-sizes",
+        type=_world_sizes,
+        default=[2, 4, 8],
+        metavar="P,P,..",
+        help="numbers of processes, comma-separated (default 2,4,8)",
+    )
+    p_coll.add_argument(
+        "--numel", type=int, default=1 << 20, help="float32 elements per gradient (default 2^20)"
+    )
+    p_coll.add_argument(
+        "--steps", type=int, default=3, help="timed steps per case, after 1 warm-up (default 3)"
+    )
+    p_coll.add_argument("--schemes", nargs="+", metavar="NAME", help="only these schemes")
+    p_coll.add_argument(
+        "--compressors",
+        nargs="+",
+        metavar="NAME",
+        help="compressors to pair with the schemes (default dqsg ndqsg qsgd onebit)",
+    )
+    p_coll.add_argument(
+        "--no-baselines", action="store_true", help="skip fp32 all-reduce and the DDP fp16 hook"
+    )
+    p_coll.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    p_coll.set_defaults(func=cmd_bench_collectives)
+    add_cluster_parser(bench_sub)
+
+
+def cmd_bench_codecs(args: argparse.Namespace) -> int:
+    unknown = [n for n in args.only or [] if n not in compressors()]
+    if unknown:
+        return fail(CODECS, f"unknown compressor(s): {', '.join(unknown)}")
+    if args.numel < 1 or args.repeat < 1:
+        return fail(CODECS, "--numel and --repeat must be >= 1")
+    if any(n < 0 for n in args.threads):
+        return fail(CODECS, "--threads must be >= 0 (0: every core)")
+    from gradzip_lab.bench.codecs import run  # imports torch: after the options are checked
+
+    run(
+        numel=args.numel,
+        repeat=args.repeat,
+        only=args.only,
+        json_path=args.json,
+        threads=args.threads,
+    )
+    return 0
+
+
+def _world_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+    if not sizes or any(p < 2 for p in sizes):
+        raise argparse.ArgumentTypeError(f"world sizes must be integers >= 2, got {text!r}")
+    return sizes
+
+
+def cmd_bench_collectives(args: argparse.Namespace) -> int:
+    unknown = [n for n in args.schemes or [] if n not in schemes()]
+    unknown += [n for n in args.compressors or [] if n not in compressors()]
+    if unknown:
+        return fail(COLLECTIVES, f"unknown scheme(s) or compressor(s): {', '.join(unknown)}")
+    if args.numel < 1 or args.steps < 1:
+        return fail(COLLECTIVES, "--numel and --steps must be >= 1")
+    from gradzip_lab.bench.collectives import run  # imports torch: after the options are checked
+
+    run(
+        world_sizes=args.world_sizes,
+        numel=args.numel,
+        steps=args.steps,
+        schemes=args.schemes,
+        compressors=args.compressors,
+        baselines=not args.no_baselines,
+        json_path=args.json,
+    )
+    return 0
+
+
+def _rates(text: str) -> list[str]:
+    from gradzip_lab.bench.cluster_netns import parse_rate
+
+    rates = [part.strip().lower() for part in text.split(",") if part.strip()]
+    if not rates:
+        raise argparse.ArgumentTypeError("give at least one rate (e.g. 100mbit,1gbit,none)")
+    for rate in rates:
+        try:
+            parse_rate(rate)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+    return rates
+
+
+def cmd_bench_cluster(args: argparse.Namespace) -> int:
+    if args.steps < 1 or args.warmup < 2 or args.timeout <= 0 or args.rounds < 1:
+        return fail(CLUSTER, "--steps must be >= 1, --warmup >= 2, --timeout > 0, --rounds >= 1")
+    if args.lr is not None and not args.lr > 0:
+        return fail(CLUSTER, "--lr must be > 0")
+    target_ok = (
+        1 <= args.window <= args.steps and args.target_loss is not None and args.target_loss > 0
+    )
+    if args.target_loss is not None and not target_ok:
+        return fail(CLUSTER, "--window must be in [1, --steps], --target-loss > 0")
+    from gradzip_lab.bench.cluster import main  # imports torch: after the options are checked
+    from gradzip_lab.bench.cluster_target import Target
+
+    target = None
+    if args.target_loss is not None:
+        target = Target(args.target_loss, args.window, args.curves_png)
+    return main(
+        world_sizes=args.world_sizes,
+        rates=args.rates,
+        model=args.model,
+        steps=args.steps,
+        warmup=args.warmup,
+        variant_names=args.variants,
+        timeout=args.timeout,
+        json_path=args.json,
+        png_path=args.png,
+        data=args.data,
+        threads=args.threads,
+        target=target,
+        lr=args.lr,
+        mode=args.mode,
+        rounds=args.rounds,
+        baseline=args.baseline,
+    )
+
+
+def add_cluster_parser(bench_sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p_cluster = bench_sub.add_parser(
+        "cluster",
+        help="DDP training steps on an emulated bandwidth-limited cluster (needs root)",
+        description=(
+            "Builds a cluster of network namespaces (one per rank, veth pairs through a bridge "
+            "namespace, tc tbf at the rate on both ends of every link), runs P gloo ranks with "
+            "DDP and compares no communication, fp32 all-reduce, fp16_compress_hook, PowerSGD "
+            "rank 1 and 4 and gradzip configurations, each in rank processes of its own (--mode "
+            "isolated) or all in the same processes, their steps interleaved (--mode "
+            "interleaved; both: the two side by side). Prints step ms, MB sent per rank per "
+            "step (measured on the veth), the speedup over fp32 and the ratio to --baseline; "
+            "writes a PNG. Needs root and iproute2 (exit 2 otherwise); always removes its "
+            "namespaces."
+        ),
+    )
+    p_cluster.add_argument(
+        "--world-sizes", type=_world_sizes, default="2,4", metavar="P,P,..",
+        help="numbers of ranks, comma-separated",
+    )  # fmt: skip
+    p_cluster.add_argument(
+        "--rates", type=_rates, default="100mbit,1gbit,none", metavar="R,R,..",
+        help="link rates (tc units: kbit, mbit, gbit; none = no limit), comma-separated",
+    )  # fmt: skip
+    p_cluster.add_argument(
+        "--model",
+        choices=("mlp-4096", "fc-300-100"),
+        default="mlp-4096",
+        help="the model every variant trains",
+    )
+    p_cluster.add_argument("--steps", type=int, default=5, help="timed steps per variant")
+    p_cluster.add_argument(
+        "--warmup", type=int, default=2, help="untimed steps first (>= 2: PowerSGD's start)"
+    )
+    p_cluster.add_argument(
+        "--variants", nargs="+", metavar="NAME",
+        help="only these variants (none fp32 fp16_hook powersgd_r1 ... gradzip:C[+ef]:SCHEME)",
+    )  # fmt: skip
+    p_cluster.add_argument(
+        "--data",
+        choices=("mnist", "synthetic"),
+        default="mnist",
+        help="the training batches: MNIST, or Gaussian inputs labelled by a random linear teacher",
+    )
+    p_cluster.add_argument(
+        "--threads", type=int, help="torch threads per rank (default: cores / P, at least 1)"
+    )
+    p_cluster.add_argument(
+        "--timeout", type=float, default=1800.0,
+        help="seconds allowed to the ranks of one launch (and each collective)",
+    )  # fmt: skip
+    p_cluster.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    p_cluster.add_argument(
+        "--png", metavar="PATH", default="gradzip-cluster.png", help="the plot's path"
+    )
+    p_cluster.add_argument("--lr", type=float, help="SGD learning rate (default: the model's)")
+    p_cluster.add_argument(
+        "--mode", choices=("isolated", "interleaved", "both"), default="isolated",
+        help="isolated: each variant in fresh rank processes of its own, one after another "
+        "(default; how users run); interleaved: all in the same processes, steps alternating; "
+        "both: the two, their ratios side by side",
+    )  # fmt: skip
+    p_cluster.add_argument(
+        "--rounds", type=int, default=1,
+        help="repeat the launches N times, the variant order rotated each round (default 1)",
+    )  # fmt: skip
+    p_cluster.add_argument(
+        "--baseline", metavar="NAME",
+        help="the variant the ratios are taken to (default: the first run other than none)",
+    )  # fmt: skip
+    p_cluster.add_argument(
+        "--target-loss", type=float, metavar="L",
+        help="time to a target loss: each variant trains until the mean loss of its last "
+        "--window steps is at most L (or --steps run out); prints steps and seconds to it",
+    )  # fmt: skip
+    p_cluster.add_argument(
+        "--window", type=int, default=10, help="steps in the target loss's mean (default 10)"
+    )
+    p_cluster.add_argument(
+        "--curves-png", metavar="PATH", default="gradzip-cluster-curves.png",
+        help="with --target-loss: loss against training time, a line per variant",
+    )  # fmt: skip
+    p_cluster.set_defaults(func=cmd_bench_cluster)
