@@ -80,3 +80,11 @@ def test_another_packages_command_is_added_after_the_labs(
     assert capsys.readouterr().out == "hello world\n"
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert list(sub.choices) == ["list", "bits", "train", "bench", "reproduce", "hello"]
+
+
+def test_an_entry_point_cannot_replace_a_builtin_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    _installed(monkeypatch, EntryPoint("train", f"{__name__}:add_hello", commands.GROUP))
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(sub.choices) == ["list", "bits", "train", "bench", "reproduce"]
+    assert sub.choices["train"].prog == "gradzip train"
+    assert "--workers" in sub.choices["train"].format_help()

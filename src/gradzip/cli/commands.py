@@ -35,8 +35,10 @@ INSTALL = "install this repository with `make setup` (pip install -e '.[dev]')"
 
 def add_command_parsers(sub: Any) -> None:
     """Add every registered subcommand to ``sub`` (the lab's first, in their order, then the
-    others by name), and a placeholder for each lab subcommand that is not installed."""
-    found = {point.name: point for point in entry_points(group=GROUP)}
+    others by name), and a placeholder for each lab subcommand that is not installed. An entry
+    point named like a built-in subcommand is ignored: the built-in one stays."""
+    builtin = set(sub.choices)
+    found = {p.name: p for p in entry_points(group=GROUP) if p.name not in builtin}
     for name in [*LAB_COMMANDS, *sorted(set(found) - set(LAB_COMMANDS))]:
         point = found.get(name)
         if point is None:
