@@ -153,7 +153,7 @@ class PowerSGD(Scheme):
         self.factors: Scheme = FACTOR_SCHEMES[factor_scheme](compressor, run_seed=run_seed)
         # the all-gather's encoder refuses a non-finite value and lowers the flag itself
         # (AllGatherDecode.encode_flagged); the integer sum's needs the values scanned first
-        self._scan_factors = not isinstance(self.factors, AllGatherDecode)
+        self._scan_factors = not self.factors.flag_rides_on_payload
         self.produced = self.factors.produced  # the factor payloads, for bit accounting
         self._q: dict[int, torch.Tensor] = {}
         self._residuals: dict[int, torch.Tensor] = {}
