@@ -1,14 +1,14 @@
 """The import graph of ``src/gradzip`` is layered and acyclic.
 
 Every module belongs to a layer (by its longest matching prefix in :data:`LAYERS`); an import,
-at module level or inside a function, may only reach the same or a lower layer, and no two
-modules import each other through any chain. ``docs/architecture.md`` explains the layers.
+at module level, inside a function or for type checkers only, may only reach the same or a lower
+layer, and no two modules import each other through any chain of such imports. ``docs/architecture.md`` explains the layers.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import pytest
@@ -62,25 +62,13 @@ def _layer(module: str) -> int:
     return best
 
 
-def _type_only_nodes(tree: ast.Module) -> set[int]:
-    """The ids of the import nodes under ``if TYPE_CHECKING:`` (read by type checkers only)."""
-    nodes: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            nodes.update(id(child) for stmt in node.body for child in ast.walk(stmt))
-    return nodes
-
-
-def _imports(module: str, runtime_only: bool = False) -> Iterator[tuple[str, int]]:
-    """(imported gradzip module, line) for every import statement of ``module``; with
-    ``runtime_only``, without the imports that only type checkers read."""
-    path = MODULES[module]
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    tree = ast.parse(path.read_text(), str(path))
-    skipped = _type_only_nodes(tree) if runtime_only else set()
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
+def _parse_imports(
+    source: str, module: str, is_package: bool, known: Collection[str]
+) -> Iterator[tuple[str, int]]:
+    """(imported module among ``known``, line) for every import statement of ``module``'s
+    ``source``: at module level, inside a function, or under ``if TYPE_CHECKING:`` alike."""
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source, module)):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -89,23 +77,31 @@ def _imports(module: str, runtime_only: bool = False) -> Iterator[tuple[str, int
                 stem = ".".join(base + ([node.module] if node.module else []))
             else:
                 stem = node.module or ""
-            targets = [stem] + [f"{stem}.{alias.name}" for alias in node.names]
+            # ``from package import submodule`` imports the submodule (its package's
+            # ``__init__`` runs first whatever is imported, so that is no edge of its own)
+            submodules = [f"{stem}.{alias.name}" for alias in node.names]
+            names_only = any(name not in known for name in submodules)
+            targets = ([stem] if names_only else []) + submodules
         else:
             continue
         for target in targets:
-            if target in MODULES and target != module:
+            if target in known and target != module:
                 yield target, node.lineno
 
 
+def _imports(module: str) -> Iterator[tuple[str, int]]:
+    """(imported gradzip module, line) for every import statement of ``module``."""
+    path = MODULES[module]
+    return _parse_imports(path.read_text(), module, path.name == "__init__.py", MODULES)
+
+
 def _edges() -> dict[str, set[str]]:
-    """Who imports whom when the code runs. A package's ``__init__`` importing its own
-    submodules (re-exports) is not an edge; an import read only by type checkers (under
-    ``if TYPE_CHECKING:``) is not either, since it cannot form an import cycle. Both still
-    count for the layering above."""
-    return {
-        m: {t for t, _ in _imports(m, runtime_only=True) if not t.startswith(m + ".")}
-        for m in MODULES
-    }
+    """Who imports whom, for the cycle checks: every import counts, a lazy one inside a
+    function, one read only by type checkers (under ``if TYPE_CHECKING:``) and a package's
+    ``__init__`` importing its own submodules (re-exports) included. [CHOICE] A type-only
+    import cannot break the program at run time, but a circle through it is still two modules
+    that each need the other to be understood: the layering should put one below the other."""
+    return {m: {t for t, _ in _imports(m)} for m in MODULES}
 
 
 def test_every_module_has_a_layer() -> None:
@@ -187,9 +183,20 @@ def test_no_package_cycle() -> None:
 
 
 def test_the_checker_sees_an_upward_edge_and_a_cycle() -> None:
-    """The checks above can fail: a made-up graph with a cycle is found, and a lazy import
-    inside a function counts as an import."""
+    """The checks above can fail: a made-up graph with a cycle is found, a lazy import inside a
+    function counts as an import, and so does a type-only one (two made-up modules importing
+    each other, one under ``if TYPE_CHECKING:``, the other inside a function, are a cycle)."""
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    sources = {
+        "fake.a": "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from fake.b import B\n",
+        "fake.b": "def f() -> None:\n    from fake import a\n",
+        "fake.c": "import fake.a\n",
+    }
+    edges = {
+        m: {t for t, _ in _parse_imports(s, m, False, set(sources))} for m, s in sources.items()
+    }
+    assert edges == {"fake.a": {"fake.b"}, "fake.b": {"fake.a"}, "fake.c": {"fake.a"}}
+    assert _cycles(edges) == [["fake.a", "fake.b"]]
     assert _layer("gradzip.cli") > _layer("gradzip.compressors.qsgd")
     # reproduce.runs imports the backends inside a function only: _imports must report it
     runs = "gradzip.experiments.reproduce.runs"
