@@ -69,7 +69,7 @@ from gradzip.integrations._pipeline import DECODE, ENCODE, TRANSFER, StagePipeli
 from gradzip.integrations._timeline import Timeline
 from gradzip.integrations._transaction import StepTransaction
 from gradzip.payload_batch import join_payloads, split_payloads
-from gradzip.schemes.base import Outgoing, Scheme
+from gradzip.schemes.base import Outgoing, Piece, Scheme
 from gradzip.stepping import (
     check_on_nonfinite,
     install_step_state,
@@ -184,13 +184,21 @@ class GradzipHookState:
 
     @property
     def step(self) -> int:
-        """The step counter: the number of steps completed (not skipped ones' rollback)."""
+        """The step counter: it keys the payloads and advances after each completed step."""
         return self._step.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._step.step = value
 
     @property
     def skipped_steps(self) -> int:
         """How many steps every rank agreed to skip (``on_nonfinite="skip"``)."""
         return self._step.skipped_steps
+
+    @skipped_steps.setter
+    def skipped_steps(self, value: int) -> None:
+        self._step.skipped_steps = value
 
     @property
     def transport(self) -> Transport:
@@ -261,7 +269,7 @@ class GradzipHookState:
             )
         return layout
 
-    def _pieces_of(self, shape: torch.Size) -> list[tuple[int, int, torch.Size]]:
+    def _pieces_of(self, shape: torch.Size) -> list[Piece]:
         return self.scheme.parameter_pieces(shape, self.chunk_elements)
 
     def _index_of(self, parameter: torch.Tensor) -> int:
