@@ -24,7 +24,7 @@ from gradzip.errors import CheckpointError
 from gradzip.feedback import ErrorFeedback, Slot
 from gradzip.feedback import working_dtype as working_dtype
 from gradzip.keys import StreamKey
-from gradzip.schemes._ring_ints import slice_bounds
+from gradzip.schemes._slices import slice_bounds
 
 _STATE_VERSION = 1
 #: the collective under which a finite-gradient agreement of its own is counted
