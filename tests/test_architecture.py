@@ -2,8 +2,8 @@
 layered and acyclic, and the library never imports the lab.
 
 Every module belongs to a layer (by its longest matching prefix in :data:`LAYERS`); an import,
-at module level or inside a function, may only reach the same or a lower layer, and no two
-modules import each other through any chain. The lab is the top layer: it may import the
+at module level, inside a function or for type checkers only, may only reach the same or a
+lower layer, and no two modules import each other through any chain of such imports. The lab is the top layer: it may import the
 library, and no library module may import it in any way (at module level, inside a function or
 under ``TYPE_CHECKING``). ``docs/architecture.md`` explains the layers.
 """
@@ -11,7 +11,7 @@ under ``TYPE_CHECKING``). ``docs/architecture.md`` explains the layers.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import pytest
@@ -72,36 +72,15 @@ def _layer(module: str) -> int:
     return best
 
 
-def _type_only_nodes(tree: ast.Module) -> set[int]:
-    """The ids of the import nodes under ``if TYPE_CHECKING:`` (read by type checkers only)."""
-    nodes: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            nodes.update(id(child) for stmt in node.body for child in ast.walk(stmt))
-    return nodes
-
-
-def _imports(module: str, runtime_only: bool = False) -> Iterator[tuple[str, int]]:
-    """(imported gradzip or gradzip_lab module, line) for every import statement of ``module``;
-    with ``runtime_only``, without the imports that only type checkers read."""
-    for target, line in _imported_names(module, runtime_only):
-        if target in MODULES and target != module:
-            yield target, line
-
-
-def _imported_names(
-    module: str, runtime_only: bool = False, source: str | None = None
+def _parse_imports(
+    source: str, module: str, is_package: bool, known: Collection[str] | None
 ) -> Iterator[tuple[str, int]]:
-    """(name, line) for every name an import statement of ``module`` reaches (``source``: its
-    text, read from its file when not given), whether or not the name is a module: the module
-    of ``from a import b`` and ``a.b`` both."""
-    path = MODULES.get(module, SRC / "made_up.py")
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    tree = ast.parse(path.read_text() if source is None else source, str(path))
-    skipped = _type_only_nodes(tree) if runtime_only else set()
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
+    """(imported module among ``known``, line) for every import statement of ``module``'s
+    ``source``: at module level, inside a function, or under ``if TYPE_CHECKING:`` alike. With
+    ``known`` None, every name an import reaches, module or not (``from a import b``: ``a`` and
+    ``a.b`` both)."""
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source, module)):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -110,22 +89,31 @@ def _imported_names(
                 stem = ".".join(base + ([node.module] if node.module else []))
             else:
                 stem = node.module or ""
-            targets = [stem] + [f"{stem}.{alias.name}" for alias in node.names]
+            # ``from package import submodule`` imports the submodule (its package's
+            # ``__init__`` runs first whatever is imported, so that is no edge of its own)
+            submodules = [f"{stem}.{alias.name}" for alias in node.names]
+            names_only = known is None or any(name not in known for name in submodules)
+            targets = ([stem] if names_only else []) + submodules
         else:
             continue
         for target in targets:
-            yield target, node.lineno
+            if (known is None or target in known) and target != module:
+                yield target, node.lineno
+
+
+def _imports(module: str) -> Iterator[tuple[str, int]]:
+    """(imported gradzip or gradzip_lab module, line) for every import statement of ``module``."""
+    path = MODULES[module]
+    return _parse_imports(path.read_text(), module, path.name == "__init__.py", MODULES)
 
 
 def _edges() -> dict[str, set[str]]:
-    """Who imports whom when the code runs. A package's ``__init__`` importing its own
-    submodules (re-exports) is not an edge; an import read only by type checkers (under
-    ``if TYPE_CHECKING:``) is not either, since it cannot form an import cycle. Both still
-    count for the layering above."""
-    return {
-        m: {t for t, _ in _imports(m, runtime_only=True) if not t.startswith(m + ".")}
-        for m in MODULES
-    }
+    """Who imports whom, for the cycle checks: every import counts, a lazy one inside a
+    function, one read only by type checkers (under ``if TYPE_CHECKING:``) and a package's
+    ``__init__`` importing its own submodules (re-exports) included. [CHOICE] A type-only
+    import cannot break the program at run time, but a circle through it is still two modules
+    that each need the other to be understood: the layering should put one below the other."""
+    return {m: {t for t, _ in _imports(m)} for m in MODULES}
 
 
 def _lab_imports(module: str, source: str | None = None) -> list[str]:
@@ -133,7 +121,12 @@ def _lab_imports(module: str, source: str | None = None) -> list[str]:
     written and wherever it stands (a function body, ``if TYPE_CHECKING:``)."""
     return [
         f"line {line}: {target}"
-        for target, line in _imported_names(module, source=source)
+        for target, line in _parse_imports(
+            MODULES[module].read_text() if source is None else source,
+            module,
+            module in MODULES and MODULES[module].name == "__init__.py",
+            None,
+        )
         if target == LAB or target.startswith(LAB + ".")
     ]
 
@@ -262,9 +255,20 @@ def test_no_package_cycle() -> None:
 
 
 def test_the_checker_sees_an_upward_edge_and_a_cycle() -> None:
-    """The checks above can fail: a made-up graph with a cycle is found, and a lazy import
-    inside a function counts as an import."""
+    """The checks above can fail: a made-up graph with a cycle is found, a lazy import inside a
+    function counts as an import, and so does a type-only one (two made-up modules importing
+    each other, one under ``if TYPE_CHECKING:``, the other inside a function, are a cycle)."""
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    sources = {
+        "fake.a": "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from fake.b import B\n",
+        "fake.b": "def f() -> None:\n    from fake import a\n",
+        "fake.c": "import fake.a\n",
+    }
+    edges = {
+        m: {t for t, _ in _parse_imports(s, m, False, set(sources))} for m, s in sources.items()
+    }
+    assert edges == {"fake.a": {"fake.b"}, "fake.b": {"fake.a"}, "fake.c": {"fake.a"}}
+    assert _cycles(edges) == [["fake.a", "fake.b"]]
     assert _layer("gradzip.cli") > _layer("gradzip.compressors.qsgd")
     # reproduce.runs imports the backends inside a function only: _imports must report it
     runs = "gradzip_lab.reproduce.runs"  # the lab's imports are checked as the library's
@@ -272,3 +276,34 @@ def test_the_checker_sees_an_upward_edge_and_a_cycle() -> None:
     top_level = {n.module for n in tree.body if isinstance(n, ast.ImportFrom)}
     assert "gradzip.experiments.backends" not in top_level
     assert "gradzip.experiments.backends" in {target for target, _ in _imports(runs)}
+
+
+def _is_deprecated_alias(module: str) -> bool:
+    """A module kept only so that an old import path keeps working (see CHANGELOG.md): it
+    raises a ``DeprecationWarning`` when imported (a module-level ``warnings.warn``)."""
+    for statement in ast.parse(MODULES[module].read_text()).body:
+        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+            call = statement.value
+            if ast.unparse(call.func) == "warnings.warn" and "DeprecationWarning" in {
+                ast.unparse(arg) for arg in call.args
+            }:
+                return True
+    return False
+
+
+def deprecated_aliases() -> set[str]:
+    """Every deprecated alias module of src/gradzip."""
+    return {m for m in MODULES if _is_deprecated_alias(m)}
+
+
+def test_nothing_in_src_imports_a_deprecated_alias() -> None:
+    aliases = deprecated_aliases()
+    assert aliases, "the deprecated aliases listed in CHANGELOG.md are gone: drop this test"
+    users = [
+        f"{module} imports {target}"
+        for module in MODULES
+        if module not in aliases
+        for target, _ in _imports(module)
+        if target in aliases
+    ]
+    assert not users

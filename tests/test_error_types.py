@@ -10,8 +10,8 @@ import pkgutil
 import pytest
 
 import gradzip
-from gradzip.experiments.bits import UsageError
 from gradzip.experiments.config import ConfigError
+from gradzip.experiments.gradient_bits import UsageError
 
 
 def _exception_classes() -> list[type[BaseException]]:

@@ -15,7 +15,6 @@ import torch
 from gradzip.comm.transport import Transport
 from gradzip.errors import CheckpointError, NonFiniteInputError
 from gradzip.feedback import Slot, is_count
-from gradzip.schemes.allgather_decode import AllGatherDecode
 from gradzip.schemes.base import FINITE_CHECK, Scheme
 
 ON_NONFINITE = ("raise", "skip")
@@ -107,9 +106,9 @@ def _finite_flag(scheme: Scheme, tensors: Sequence[torch.Tensor]) -> bool:
     encoders do not check it themselves.
 
     [CHOICE] Where the flag rides on the first message and that message is the first tensor's
-    own payload (:class:`~gradzip.schemes.AllGatherDecode`, its own ``reduce_if_all_finite``),
-    the first tensor is not scanned beforehand: its encoder scans it anyway (the absmax of
-    :meth:`~gradzip.compressors.base.Compressor.encode`) and refuses NaN and Inf with
+    own payload (:attr:`~gradzip.schemes.base.Scheme.flag_rides_on_payload`: the allgather
+    scheme), the first tensor is not scanned beforehand: its encoder scans it anyway (the
+    absmax of :meth:`~gradzip.compressors.base.Compressor.encode`) and refuses NaN and Inf with
     :class:`~gradzip.errors.NonFiniteInputError` before anything is sent or any state changes,
     and the flag goes down (an empty payload is sent). That refusal also covers a
     float64 value beyond the float32 range and an error-feedback sum ``g + e`` that overflows,
@@ -120,13 +119,7 @@ def _finite_flag(scheme: Scheme, tensors: Sequence[torch.Tensor]) -> bool:
     if scheme.encodes_all_before_sending:
         return True
     head, rest = tensors[0], tensors[1:]
-    return all_finite(rest) and (flag_rides_on_payload(scheme) or all_finite([head]))
-
-
-def flag_rides_on_payload(scheme: Scheme) -> bool:
-    """Whether ``scheme.reduce_if_all_finite`` starts by encoding the whole tensor and raises
-    :class:`~gradzip.errors.NonFiniteInputError` only from that encode (nothing sent yet)."""
-    return type(scheme).reduce_if_all_finite is AllGatherDecode.reduce_if_all_finite
+    return all_finite(rest) and (scheme.flag_rides_on_payload or all_finite([head]))
 
 
 def nonfinite_verdict(

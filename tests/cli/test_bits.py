@@ -12,7 +12,7 @@ import pytest
 from gradzip.cli import main
 from gradzip.cli.params import ParamError, compressor_params
 from gradzip.compressors import create
-from gradzip.experiments.bits import measure_bits, model_gradient
+from gradzip.experiments.gradient_bits import measure_bits, model_gradient
 from gradzip.keys import StreamKey
 from gradzip.models.shapes import MODEL_SHAPES
 

@@ -11,6 +11,7 @@ import pytest
 
 from gradzip.cli import main
 from gradzip.experiments.config import TrainConfig
+from gradzip.experiments.resolved_config import resolved_out
 
 QESGD = [
     "--method", "qesgd", "--optimizer", "sgd", "--lr", "0.1", "--workers", "2",
@@ -51,7 +52,7 @@ def test_a_qesgd_run_learns_and_reports_the_codes_it_sent(
         assert row["sent_bits"] == pytest.approx((row["wire_bits"] + 32 * D) / 2, rel=1e-3)
     assert rows[-1]["loss"] < rows[0]["loss"]  # type: ignore[operator]
     assert rows[-1]["test_acc"] is not None and rows[-1]["test_acc"] > 0.5  # type: ignore[operator]
-    default = TrainConfig(method="qesgd").resolved_out()
+    default = resolved_out(TrainConfig(method="qesgd"))
     assert re.fullmatch(r"runs/fc-300-100-qesgd8-8w-s0-[0-9a-f]{6}", default), default
 
 

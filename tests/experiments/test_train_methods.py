@@ -19,6 +19,7 @@ from gradzip.comm.transport import Transport
 from gradzip.experiments.config import ConfigError, TrainConfig
 from gradzip.experiments.exchange import Exchanged
 from gradzip.experiments.methods import METHODS, RankSetup, TrainingMethod, get_method, register
+from gradzip.experiments.resolved_config import resolved_out, validate
 from gradzip.experiments.stopping import StopRequest
 from gradzip.experiments.traffic import step_traffic
 from gradzip.experiments.trainer import Trainer
@@ -103,7 +104,7 @@ def test_a_registered_method_is_offered_by_gradzip_train(
         "gradzip train: --method-param: method 'toy-local-mean' parameter scale expects float, "
         "got 'big'"
     )
-    label = TrainConfig(method="toy-local-mean").resolved_out()
+    label = resolved_out(TrainConfig(method="toy-local-mean"))
     assert label.startswith("runs/fc-300-100-toy-local-mean-8w-s0-")
 
 
@@ -111,9 +112,9 @@ def test_unknown_methods_and_options_are_refused_naming_the_choices(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with pytest.raises(ConfigError, match="unknown method 'adamw'; choose one of"):
-        TrainConfig(method="adamw").validate()
+        validate(TrainConfig(method="adamw"))
     with pytest.raises(ConfigError, match="has no parameter 'bits'; its parameters"):
-        TrainConfig(method_options={"bits": 4}).validate()
+        validate(TrainConfig(method_options={"bits": 4}))
     assert main(["train", "--method-param", "bits=4", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "method 'compressed-gradients' has no parameter 'bits'; choices: none" in err

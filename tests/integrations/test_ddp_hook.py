@@ -26,10 +26,9 @@ from gradzip.comm.local import LocalGroup, run_local
 from gradzip.comm.spawn import run_processes
 from gradzip.comm.transport import Send, Transport
 from gradzip.errors import CheckpointError, GradzipError, PayloadMismatchError
-from gradzip.integrations._layout import parameter_pieces
 from gradzip.integrations.ddp import GradzipHookState, gradzip_hook, register_gradzip_hook
 from gradzip.schemes import SCHEMES, AllGatherDecode, make_scheme
-from gradzip.schemes.base import Scheme
+from gradzip.schemes.base import Scheme, row_pieces
 from gradzip.sync import GradientSync
 
 RUN_SEED = 11
@@ -420,7 +419,7 @@ def reduce_parameters(
     means = []
     for index, grad in enumerate(grads):
         parts = []
-        for number, (lo, hi, shape) in enumerate(parameter_pieces(grad.shape, chunk)):
+        for number, (lo, hi, shape) in enumerate(sch.parameter_pieces(grad.shape, chunk)):
             part = grad.reshape(-1)[lo:hi].view(shape)
             outgoing = sch.encode_flagged(transport.rank, part, sync.step, index, chunk=number)
             payloads, down = sch.gather_flagged(transport, outgoing, sync.step)
@@ -515,6 +514,7 @@ def test_chunked_hook_equals_the_scheme_piece_by_piece(
 
 
 def test_parameter_pieces_cut_whole_rows_independently_of_buckets() -> None:
+    parameter_pieces = scheme("allgather", "dqsg", False).parameter_pieces
     assert parameter_pieces(torch.Size((10, 6)), 4) == [
         (6 * r, 6 * (r + 1), torch.Size((1, 6))) for r in range(10)
     ]
@@ -531,6 +531,11 @@ def test_parameter_pieces_cut_whole_rows_independently_of_buckets() -> None:
     for shape in [(4, 3), (), (1, 50), (0,)]:
         size = torch.Size(shape)
         assert parameter_pieces(size, 12) == [(0, size.numel(), size)]
+    assert parameter_pieces(torch.Size((10, 6)), 4) == row_pieces(torch.Size((10, 6)), 4)
+    # a scheme that does not pipeline keeps every parameter whole
+    ring = scheme("ring", "dqsg", False)
+    assert not ring.pipelines
+    assert ring.parameter_pieces(torch.Size((10, 6)), 4) == [(0, 60, torch.Size((10, 6)))]
 
 
 def _non_finite_steps(run: dict[str, Any]) -> None:

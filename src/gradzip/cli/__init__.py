@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="gradzip", description="Gradient compressors that emit real bytes.")
     parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
-    add_list_parser(sub)
+    add_list_parser(sub, main)
     add_bits_parser(sub)
     add_train_parser(sub)
     add_command_parsers(sub)

@@ -1,5 +1,5 @@
 """``gradzip bits --model M --compressor C``: the bits per worker per iteration of one real
-gradient of a model (:mod:`gradzip.experiments.bits`)."""
+gradient of a model (:mod:`gradzip.experiments.gradient_bits`)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def cmd_bits(args: argparse.Namespace) -> int:
         return fail(BITS, f"unexpected argument {args.removed_subcommand!r}")
     if args.model is None or args.compressor is None:
         return fail(BITS, "give --model and --compressor")
-    # the messages of gradzip.experiments.bits, before it is imported
+    # the messages of gradzip.experiments.gradient_bits, before it is imported
     if args.model not in models():
         return fail(BITS, f"unknown model {args.model!r}; choices: {', '.join(models())}")
     if args.compressor not in compressors():
@@ -66,7 +66,12 @@ def cmd_bits(args: argparse.Namespace) -> int:
         return fail(BITS, f"batch must be >= 1, got {args.batch}")
     # imported once the options are checked: these import torch
     from gradzip.cli.params import ParamError, compressor_params
-    from gradzip.experiments.bits import UsageError, format_report, measure_bits, write_json
+    from gradzip.experiments.gradient_bits import (
+        UsageError,
+        format_report,
+        measure_bits,
+        write_json,
+    )
 
     try:
         params = compressor_params(args.compressor, args.param or [])

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
-def add_list_parser(sub: Any) -> None:
-    """Register ``gradzip list`` on the CLI's subparsers."""
+def add_list_parser(sub: Any, run_command: Callable[[Sequence[str]], int]) -> None:
+    """Register ``gradzip list`` on the CLI's subparsers; ``run_command`` runs another gradzip
+    command line (``gradzip list experiments`` is ``gradzip reproduce --list``)."""
     p_list = sub.add_parser(
         "list", help="list the compressors (default), experiments, models or schemes"
     )
@@ -19,16 +21,15 @@ def add_list_parser(sub: Any) -> None:
         help="what to list (default: compressors)",
     )
     p_list.add_argument("-v", "--verbose", action="store_true", help="show ids and example configs")
-    p_list.set_defaults(func=cmd_list)
+    p_list.set_defaults(func=cmd_list, run_command=run_command)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     if args.what == "experiments":
         # the paper lab's experiments: its `gradzip reproduce --list` (or its one line when the
         # lab is not installed), reached through the command line, never by importing the lab
-        from gradzip.cli import main
-
-        return main(["reproduce", "--list"])
+        run: Callable[[Sequence[str]], int] = args.run_command
+        return run(["reproduce", "--list"])
     if args.what == "models":
         from gradzip.models.paper import MODELS, model_info
 

@@ -276,13 +276,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         return fail(TRAIN, str(err))
     # imported once the options passed the quick checks: these import torch
     from gradzip.experiments.backends import train
+    from gradzip.experiments.resolved_config import validate
     from gradzip.experiments.run_dir import claim_run_dir
 
     try:
         if args.resume is not None:
             config = resume_config(args)
         else:
-            config = config_from_args(args).validate()
+            config = validate(config_from_args(args))
             if config.backend != "env":  # under torchrun, rank 0 claims it for all ranks
                 config = claim_run_dir(config, force=args.force)
         summary = train(config, force=args.force, resume=args.resume is not None)

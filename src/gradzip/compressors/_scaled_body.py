@@ -1,6 +1,6 @@
 """The body of the scale-and-quantize codecs: float32 scales, one per bucket, then the packed
 symbols; how it is built, sized, read back and checked (dqsg, ndqsg, half_dither, the
-stochastic quantizers of :mod:`._stochastic`, lpc, onebit, qesgd)."""
+stochastic quantizers of :mod:`._scaled_stochastic`, lpc, onebit, qesgd)."""
 
 from __future__ import annotations
 

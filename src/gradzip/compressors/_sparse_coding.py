@@ -39,9 +39,9 @@ import numpy.typing as npt
 import torch
 
 from gradzip.codecs.golomb_rice import auto_k, rice_decode, rice_encode
-from gradzip.compressors._sparse_kernels import gather_values
 from gradzip.compressors.base import Compressor, body_view
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
+from gradzip.kernels.sparse import gather_values
 from gradzip.keys import StreamKey
 from gradzip.payload import Deferred
 

@@ -43,8 +43,8 @@ from gradzip.compressors._decode_guards import (
     check_finite_output,
     fitted,
 )
+from gradzip.compressors.codec_names import codec_name
 from gradzip.compressors.grid import CommonGrid
-from gradzip.compressors.registry import codec_name
 from gradzip.errors import (
     KeyMismatchError,
     NonFiniteInputError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-from gradzip.compressors._stochastic import ScaledStochastic
+from gradzip.compressors._scaled_stochastic import ScaledStochastic
 from gradzip.compressors.registry import register
 
 

@@ -9,7 +9,7 @@ import torch
 
 from gradzip.codecs.symbols import check_packing, packed_symbol_bits, symbol_bits
 from gradzip.compressors._scaled_body import check_scales, read_scales, symbols_floor_bits
-from gradzip.compressors._stochastic import (
+from gradzip.compressors._scaled_stochastic import (
     finite_by_bound,
     finite_values_bound,
     fit_dtype_,
@@ -66,7 +66,7 @@ class LPC(Compressor):
 
     name = "lpc"
     codec_id = 16
-    checks_finite_output = True  # see gradzip.compressors._stochastic.finite_by_bound
+    checks_finite_output = True  # see gradzip.compressors._scaled_stochastic.finite_by_bound
     example_params: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, b: int = 4, theta: float = 1.0, packing: str = "fixed") -> None:

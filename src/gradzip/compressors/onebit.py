@@ -12,13 +12,6 @@ import torch
 from gradzip.accounting import Encoded, Streams
 from gradzip.codecs.symbols import check_packing, pack_symbols, packed_symbol_bits, unpack_symbols
 from gradzip.compressors._groups import Grouping, check_group, sample_rows
-from gradzip.compressors._onebit_kernels import (
-    column_means,
-    expand_add_signs,
-    expand_signs,
-    pack_signs,
-    subtract_reconstruction,
-)
 from gradzip.compressors._scaled_body import read_scales, symbols_floor_bits
 from gradzip.compressors.base import (
     Body,
@@ -31,6 +24,13 @@ from gradzip.compressors.base import (
 )
 from gradzip.compressors.registry import register
 from gradzip.errors import CorruptPayloadError, NonFiniteInputError, TruncatedPayloadError
+from gradzip.kernels.onebit_signs import (
+    column_means,
+    expand_add_signs,
+    expand_signs,
+    pack_signs,
+    subtract_reconstruction,
+)
 from gradzip.keys import StreamKey
 from gradzip.payload import MAX_ELEMENTS, Header, frame_payload
 from gradzip.rng import local_generator

@@ -9,7 +9,7 @@ import torch
 
 from gradzip.codecs.symbols import check_packing, pack_symbols, packed_symbol_bits
 from gradzip.compressors._scaled_body import symbols_floor_bits
-from gradzip.compressors._stochastic import fit_dtype_, twos_body, twos_values
+from gradzip.compressors._scaled_stochastic import fit_dtype_, twos_body, twos_values
 from gradzip.compressors.base import Body, Compressor, body_tensor
 from gradzip.compressors.registry import register
 from gradzip.keys import StreamKey

@@ -9,7 +9,7 @@ import torch
 
 from gradzip.codecs import elias
 from gradzip.compressors._scaled_body import check_scales, read_scales
-from gradzip.compressors._stochastic import (
+from gradzip.compressors._scaled_stochastic import (
     FLOAT32_MAX,
     ScaledStochastic,
     finite_by_bound,

@@ -14,7 +14,7 @@ from gradzip.compressors._scaled_body import (
     scaled_symbols_bits,
     scaled_symbols_floor_bits,
 )
-from gradzip.compressors._stochastic import fit_dtype_, twos_body, twos_values
+from gradzip.compressors._scaled_stochastic import fit_dtype_, twos_body, twos_values
 from gradzip.compressors.base import Body, Compressor, body_tensor
 from gradzip.compressors.buckets import (
     DEFAULT_BUCKET_SIZE,

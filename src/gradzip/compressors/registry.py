@@ -5,18 +5,19 @@ Codec ids are part of the wire format and never reused. Adding a compressor = on
 imports every public module in it, and the contract tests then cover the new class
 automatically.
 
-The registry holds classes and knows nothing of their behaviour, so it sits below
-:mod:`gradzip.compressors.base` (which names a payload's codec from here); it refers to
-:class:`~gradzip.compressors.base.Compressor` for type checking only.
+The registry holds classes and knows nothing of their behaviour; it sits above
+:mod:`gradzip.compressors.base`, whose error messages name a payload's codec through
+:mod:`gradzip.compressors.codec_names` (filled in here as each class is enrolled).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-if TYPE_CHECKING:
-    from gradzip.compressors.base import Compressor
+from gradzip.compressors.base import Compressor
+from gradzip.compressors.codec_names import codec_name as codec_name
+from gradzip.compressors.codec_names import name_codec
 
 _BY_NAME: dict[str, type[Compressor]] = {}
 _BY_ID: dict[int, type[Compressor]] = {}
@@ -35,6 +36,7 @@ def register(cls: C) -> C:
         raise ValueError(f"codec id {codec_id} is already used by {_BY_ID[codec_id].name!r}")
     _BY_NAME[name] = cls
     _BY_ID[codec_id] = cls
+    name_codec(codec_id, name)
     return cls
 
 
@@ -55,12 +57,6 @@ def create(name: str, **params: Any) -> Compressor:
     """Instantiate the compressor ``name`` with keyword parameters."""
     factory: Callable[..., Compressor] = get(name)
     return factory(**params)
-
-
-def codec_name(codec_id: int) -> str:
-    """Name of the compressor owning ``codec_id`` ("unknown" if none)."""
-    cls = _BY_ID.get(codec_id)
-    return cls.name if cls is not None else "unknown"
 
 
 def summary(cls: type[Compressor]) -> str:

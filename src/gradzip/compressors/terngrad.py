@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from gradzip.compressors._stochastic import ScaledStochastic
+from gradzip.compressors._scaled_stochastic import ScaledStochastic
 from gradzip.compressors.base import Body
 from gradzip.compressors.buckets import DEFAULT_BUCKET_SIZE, clip_to_std
 from gradzip.compressors.registry import register

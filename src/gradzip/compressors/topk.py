@@ -20,16 +20,16 @@ from gradzip.compressors._sparse_coding import (
     rice_indices,
     value_compressor,
 )
-from gradzip.compressors._sparse_kernels import (
+from gradzip.compressors.base import Body, Compressor, ParamValue
+from gradzip.compressors.registry import register
+from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
+from gradzip.kernels.sparse import (
     pack_indices,
     scatter_add,
     topk_select,
     topk_select_torch,
     unpack_indices,
 )
-from gradzip.compressors.base import Body, Compressor, ParamValue
-from gradzip.compressors.registry import register
-from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.keys import StreamKey
 from gradzip.payload import Deferred, Header
 

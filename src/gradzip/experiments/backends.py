@@ -14,6 +14,7 @@ from gradzip.comm.transport import Transport
 from gradzip.errors import CheckpointError
 from gradzip.experiments import checkpoint
 from gradzip.experiments.config import ConfigError, TrainConfig
+from gradzip.experiments.resolved_config import run_record, training_method, validate
 from gradzip.experiments.run_dir import RESULT_FILES, claim_run_dir, drop_if_empty, remove
 from gradzip.experiments.run_output import RunWriter
 from gradzip.experiments.stopping import StopRequest
@@ -29,8 +30,8 @@ def train(config: TrainConfig, *, force: bool = False, resume: bool = False) -> 
     summary of the steps it took (``complete`` false, ``interrupted_by`` the signal), having
     written its checkpoint, summary, plots and report. The summary also names the run
     directory (``run_dir``)."""
-    config.validate()
-    config.training_method().preflight(config)  # option errors here, not inside the ranks
+    validate(config)
+    training_method(config).preflight(config)  # option errors here, not inside the ranks
     if config.backend == "env":
         return train_env(config, force, resume)
     config = prepare_resume(config) if resume else claim_run_dir(config, force)
@@ -102,7 +103,7 @@ def finish_stopped(config: TrainConfig, signum: int) -> dict[str, Any]:
     trainer.test_acc = evaluated[-1] if evaluated else None
     summary = trainer.summary(float(trainer.rows[-1]["seconds"]) if trainer.rows else 0.0)
     summary["interrupted_by"] = signal_name(signum)
-    RunWriter(config.out, config.to_dict(), trainer.rows).finish(summary, config.to_dict())
+    RunWriter(config.out, run_record(config), trainer.rows).finish(summary, run_record(config))
     summary["run_dir"] = config.out
     return summary
 
@@ -128,7 +129,7 @@ def _finish(
         None if summary["complete"] or stop.signum is None else signal_name(stop.signum)
     )
     if writer is not None:
-        writer.finish(summary, config.to_dict())
+        writer.finish(summary, run_record(config))
     summary["run_dir"] = config.out  # for the caller; not part of summary.json
     return summary
 
@@ -141,8 +142,8 @@ def train_simulated(config: TrainConfig, resume: bool = False) -> dict[str, Any]
         trainer = Trainer(config)
         states = checkpoint.restore(trainer, checkpoint.load(config.out), None) if resume else None
         with RankPool(config.workers, timeout=config.timeout) as pool:
-            ranks = config.training_method().simulated(trainer, pool, states, stop)
-            writer = RunWriter(config.out, config.to_dict(), trainer.rows)
+            ranks = training_method(config).simulated(trainer, pool, states, stop)
+            writer = RunWriter(config.out, run_record(config), trainer.rows)
 
             def save() -> None:
                 assert config.out is not None
@@ -184,8 +185,8 @@ def train_rank(transport: Transport, config: TrainConfig, resume: bool = False) 
         mine = None
         if resume:
             mine = checkpoint.restore(trainer, checkpoint.load(config.out), rank)[0]
-        ranks = config.training_method().process(trainer, transport, mine, stop)
-        writer = RunWriter(config.out, config.to_dict(), trainer.rows) if rank == 0 else None
+        ranks = training_method(config).process(trainer, transport, mine, stop)
+        writer = RunWriter(config.out, run_record(config), trainer.rows) if rank == 0 else None
 
         def save() -> None:
             checkpoint.save_rank(

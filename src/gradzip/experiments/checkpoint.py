@@ -44,6 +44,7 @@ from gradzip import state_file
 from gradzip.comm.transport import Transport
 from gradzip.errors import CheckpointError
 from gradzip.experiments.config import RUN_NEUTRAL, ConfigError, TrainConfig
+from gradzip.experiments.resolved_config import run_record, validate
 
 if TYPE_CHECKING:  # the trainer imports torch-heavy modules; only its type is needed here
     from gradzip.experiments.trainer import Trainer
@@ -148,7 +149,7 @@ def load(directory: str | Path) -> dict[str, Any]:
 def differences(saved: TrainConfig, config: TrainConfig) -> list[str]:
     """The options in which ``config`` differs from ``saved`` and that a resumed run may not
     change, each as ``--option (checkpoint: A, now: B)``."""
-    before, after = saved.to_dict(), config.to_dict()
+    before, after = run_record(saved), run_record(config)
     return [
         f"{option(key)} (checkpoint: {before.get(key)!r}, now: {after.get(key)!r})"
         for key in sorted(set(before) | set(after))
@@ -174,7 +175,7 @@ def resumed_config(directory: str | Path, overrides: dict[str, Any]) -> TrainCon
     its ``out`` set to ``directory``; refused if an override changes the computation."""
     state = load(directory)
     saved = TrainConfig.from_dict(state["config"])
-    config = replace(saved, **{**overrides, "out": str(directory)}).validate()
+    config = validate(replace(saved, **{**overrides, "out": str(directory)}))
     check_resumable(directory, state, config)
     return config
 

@@ -1,5 +1,9 @@
 """The configuration of a training run: typed, validated, serialisable.
 
+[CHOICE] The options alone: what depends on the run's training method (its default directory,
+its hash, its record, the method's own checks) is :mod:`gradzip.experiments.resolved_config`,
+above the methods, so the configuration never looks up its own consumers.
+
 Defaults reproduce the NDQSG experiment of the DQSG paper (spec 1.10, Figure 5) at a size that
 finishes in minutes on two cores: FC-300-100 on MNIST, 8 simulated workers, half of them sending
 DQSG with Delta = 1/2 (M = 2) and half nested NDQSG with Delta1 = 1/3, Delta2 = 1 (L1 = 3,
@@ -11,17 +15,12 @@ with lr 1e-3, total batch 256, one epoch, learning rate x0.98 per epoch.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from gradzip.errors import ConfigError as ConfigError  # its home before gradzip.errors
-
-if TYPE_CHECKING:  # the methods import the trainer; only their type is needed here
-    from gradzip.experiments.methods.base import TrainingMethod
 
 OPTIMIZERS = ("sgd", "adam", "adagrad")
 BACKENDS = ("local", "gloo", "env")
@@ -84,46 +83,6 @@ class TrainConfig:
     def resolved_lr(self) -> float:
         return self.lr if self.lr is not None else DEFAULT_LR[self.optimizer]
 
-    def resolved_out(self) -> str:
-        """``out``, or the default name: ``runs/<model>-<method>-<P>w-s<seed>-<hash>``, where
-        ``<hash>`` (6 hex digits) identifies every option that changes the run, so two
-        different runs never share a default directory (see
-        :mod:`gradzip.experiments.run_dir` for repeats of the same run)."""
-        if self.out is not None:
-            return self.out
-        label = self.training_method().run_label(self)
-        return f"runs/{self.model}-{label}-{self.workers}w-s{self.seed}-{self.run_hash()}"
-
-    def run_hash(self) -> str:
-        """6 hex digits of a hash of the resolved options that change the run (all but
-        ``out``, ``progress`` and ``timeout``)."""
-        values = asdict(self)
-        for neutral in RUN_NEUTRAL:
-            values.pop(neutral)
-        values.update(lr=self.resolved_lr(), scheme=self.resolved_scheme())
-        values.update(method_options=self.resolved_method_options())
-        text = json.dumps(values, sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:6]
-
-    def training_method(self) -> TrainingMethod:
-        """The registered method :attr:`method` names."""
-        from gradzip.experiments.methods import get_method
-
-        return get_method(self.method)
-
-    def resolved_method_options(self) -> dict[str, Any]:
-        """Every option of the training method, its defaults filled in."""
-        return self.training_method().resolved_options(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Every field, with the defaults that depend on others filled in (the run record)."""
-        out = asdict(self)
-        out.update(lr=self.resolved_lr(), out=self.resolved_out())
-        out.update(scheme=self.resolved_scheme(), dataset=self.resolved_dataset())
-        out["method_options"] = self.resolved_method_options()
-        out.update(self.training_method().record(self))  # qesgd: no scheme
-        return out
-
     def resolved_dataset(self) -> str:
         """The dataset's name: the one given, or the model's own (as ``load_dataset`` reads)."""
         if self.dataset is not None:
@@ -144,19 +103,6 @@ class TrainConfig:
                 f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
             )
         return cls(**values)
-
-    def validate(self) -> TrainConfig:
-        """Check every option (names against the registries, numbers in range); returns self."""
-        # imported here: the registries import torch-heavy modules
-        import gradzip
-        from gradzip.models.paper import MODELS
-        from gradzip.schemes import VARIANTS
-
-        self.check_names(MODELS, gradzip.names(), VARIANTS)
-        self.check_values()
-        method = self.training_method()
-        method.validate(self, method.options_of(self))
-        return self
 
     def check_names(
         self, models: Iterable[str], compressors: Iterable[str], variants: Iterable[str]

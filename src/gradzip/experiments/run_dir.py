@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from gradzip.experiments.config import ConfigError, TrainConfig
+from gradzip.experiments.resolved_config import resolved_out
 
 #: every file a run writes into its directory (the checkpoint's temporary file included)
 RUN_FILES = (
@@ -63,7 +64,7 @@ def claim_run_dir(config: TrainConfig, force: bool = False) -> TrainConfig:
             )
         remove(config.out)
         return config  # created by the run's writer, once the run has started
-    base = config.resolved_out()
+    base = resolved_out(config)
     for count in itertools.count(1):
         candidate = base if count == 1 else f"{base}-{count}"
         try:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from gradzip.integrations._layout import BucketLayout, Unit
-from gradzip.schemes.allgather_decode import Outgoing
+from gradzip.schemes.base import Outgoing
 
 
 @dataclass

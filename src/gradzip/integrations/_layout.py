@@ -2,8 +2,8 @@
 hook encodes it in.
 
 [CHOICE] What a payload encodes never depends on the bucket a parameter travels in: the unit of
-encoding is a parameter (or, for a parameter larger than the hook's ``chunk_elements``, a fixed
-piece of it), keyed by the parameter's model-order index and the piece's number, with its own
+encoding is a parameter (or a fixed piece of it, cut by the scheme:
+:meth:`~gradzip.schemes.base.Scheme.parameter_pieces`), keyed by the parameter's model-order index and the piece's number, with its own
 scale, dither and error-feedback slot. DDP's buckets only decide which units share a message.
 So a run resumed into other buckets (DDP's first iteration of a fresh wrapper always uses its
 initial buckets; a resumed run may use another ``bucket_cap_mb``) encodes exactly what the
@@ -13,12 +13,12 @@ uninterrupted run encodes, and the hook trains bit for bit like
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from gradzip.schemes._ring_ints import slice_bounds
+from gradzip.schemes.base import Piece
 
 
 @dataclass(frozen=True)
@@ -37,32 +37,11 @@ class Unit:
         return self.hi - self.lo
 
 
-def parameter_pieces(shape: torch.Size, chunk_elements: int) -> list[tuple[int, int, torch.Size]]:
-    """The pieces a parameter of ``shape`` is encoded in: ``(start, end, piece shape)`` within
-    the parameter's flat gradient; one piece unless it holds more than ``chunk_elements``
-    values.
-
-    [CHOICE] A larger parameter is cut along its first dimension into ``ceil(numel /
-    chunk_elements)`` nearly equal runs of rows (at most one piece a row), so each piece keeps
-    the parameter's trailing shape (a compressor that works per column or per row sees whole
-    rows). The cut depends only on the shape and ``chunk_elements``, never on the bucket.
-    """
-    numel = shape.numel()
-    pieces = -(-numel // chunk_elements)
-    if pieces <= 1 or len(shape) == 0 or shape[0] <= 1:
-        return [(0, numel, shape)]
-    rows, row = shape[0], numel // shape[0]
-    return [
-        (a * row, b * row, torch.Size((b - a, *shape[1:])))
-        for a, b in slice_bounds(rows, min(pieces, rows))
-    ]
-
-
 @dataclass(frozen=True)
 class BucketLayout:
     """The parameters of one bucket (model-order indices, in the buffer's order), where each
     one's gradient starts in the flat buffer, and the units it is encoded in, grouped into the
-    pipelined all-gather's messages: consecutive units (so each message covers one contiguous
+    messages of a pipelined reduction (:attr:`~gradzip.schemes.base.Scheme.pipelines`): consecutive units (so each message covers one contiguous
     range of the buffer), each message holding at most ``chunk_elements`` values unless one
     unit alone is larger (a parameter of fewer rows than pieces). A message is one all-gather
     whatever it holds, so grouping small parameters saves round trips; it changes no payload.
@@ -74,13 +53,19 @@ class BucketLayout:
 
     @classmethod
     def of(
-        cls, params: tuple[int, ...], shapes: Sequence[torch.Size], chunk_elements: int
+        cls,
+        params: tuple[int, ...],
+        shapes: Sequence[torch.Size],
+        chunk_elements: int,
+        pieces: Callable[[torch.Size], list[Piece]],
     ) -> BucketLayout:
+        """The layout of a bucket of ``params``; ``pieces(shape)`` cuts a parameter into its
+        units (the scheme's :meth:`~gradzip.schemes.base.Scheme.parameter_pieces`)."""
         offsets, size = [0], 0
         groups: list[list[Unit]] = []
         for index in params:
             start = offsets[-1]
-            for piece, (a, b, shape) in enumerate(parameter_pieces(shapes[index], chunk_elements)):
+            for piece, (a, b, shape) in enumerate(pieces(shapes[index])):
                 if not groups or size + (b - a) > chunk_elements:
                     groups.append([])
                     size = 0

@@ -4,10 +4,10 @@ Any gradzip scheme (and so any compressor it accepts) replaces DDP's all-reduce:
 
     import gradzip
     from gradzip.integrations.ddp import register_gradzip_hook
-    from gradzip.schemes import AllGatherDecode
+    from gradzip.schemes import make_scheme
 
     ddp_model = DistributedDataParallel(model)
-    scheme = AllGatherDecode(gradzip.create("dqsg", M=2), run_seed=7, error_feedback=True)
+    scheme = make_scheme("allgather", gradzip.create("dqsg", M=2), run_seed=7, error_feedback=True)
     state = register_gradzip_hook(ddp_model, scheme)
     for x, y in data:
         opt.zero_grad()
@@ -22,11 +22,13 @@ model-order index (:mod:`gradzip.integrations._layout`): DDP's buckets only deci
 payloads share a message, so what travels never depends on the bucket layout. The
 finite-gradient agreement rides on each bucket's first message.
 
-[CHOICE] Overlap: the hook only queues the bucket; three threads (encode, transfer, decode)
-reduce it while backward goes on. With the allgather scheme they pipeline messages of at most
-``chunk_elements`` values (a larger parameter is encoded in fixed pieces of its rows), so the
-codec's time hides behind the wire; other schemes requantize between messages and run whole in
-the transfer stage, one parameter after another. The last bucket's call waits for the step and
+[CHOICE] Overlap: the hook only queues the bucket; three threads (encode, transfer, decode,
+:mod:`gradzip.integrations._pipeline`) reduce it while backward goes on. A scheme that
+:attr:`~gradzip.schemes.base.Scheme.pipelines` (the allgather) has them pipeline messages of at
+most ``chunk_elements`` values (a larger parameter is encoded in the fixed pieces the scheme
+cuts, :meth:`~gradzip.schemes.base.Scheme.parameter_pieces`), so the codec's time hides behind
+the wire; other schemes requantize between messages and run whole in the transfer stage, one
+parameter after another. The last bucket's call waits for the step and
 raises its error, so it reaches the caller of ``loss.backward()``.
 
 [CHOICE] Because every payload, scale, dither and error-feedback slot belongs to a parameter
@@ -34,8 +36,10 @@ raises its error, so it reaches the caller of ``loss.backward()``.
 rebuild, and a checkpoint (:meth:`GradzipHookState.state_dict`) resumes bit-exactly into any
 buckets (a fresh wrapper's initial ones, another ``bucket_cap_mb``), matching the uninterrupted
 run. The hook trains bit for bit like :class:`~gradzip.sync.GradientSync` on the same
-parameters (same pieces: no parameter above ``chunk_elements`` values, or a scheme other than
-the allgather).
+parameters (same pieces: no parameter above ``chunk_elements`` values, or a scheme that does not
+pipeline). The step's all-or-nothing bookkeeping lives in
+:mod:`gradzip.integrations._transaction`, the checkpoint's format and checks in
+:mod:`gradzip.integrations._checkpoint`.
 
 The user guide's page "The DDP hook and GradientSync" (docs/guide/ddp-hook-and-gradientsync.md)
 explains the pipeline, the state, checkpoints, buffers (BatchNorm) and every failure mode.
@@ -43,7 +47,7 @@ Not supported: DDP's ``join()`` for uneven inputs, and sparse gradients.
 """
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextlib import AbstractContextManager as ContextManager
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
@@ -57,40 +61,33 @@ from torch.distributed import GradBucket  # type: ignore[attr-defined]  # re-exp
 
 from gradzip.comm.distributed import DistributedTransport
 from gradzip.comm.transport import Transport
-from gradzip.errors import CheckpointError, GradzipError, NonFiniteInputError
-from gradzip.feedback import Slot, working_dtype
+from gradzip.errors import GradzipError
+from gradzip.integrations._checkpoint import HookCheckpoint
 from gradzip.integrations._job import BucketJob, BucketPart
-from gradzip.integrations._layout import BucketLayout, Unit, parameter_pieces
+from gradzip.integrations._layout import BucketLayout, Unit
+from gradzip.integrations._pipeline import DECODE, ENCODE, TRANSFER, StagePipeline
 from gradzip.integrations._timeline import Timeline
-from gradzip.integrations._worker import BucketWorker
+from gradzip.integrations._transaction import StepTransaction
 from gradzip.payload_batch import join_payloads, split_payloads
-from gradzip.schemes.allgather_decode import AllGatherDecode, Outgoing
-from gradzip.schemes.base import Scheme
+from gradzip.schemes.base import Outgoing, Piece, Scheme
 from gradzip.stepping import (
     check_on_nonfinite,
-    flag_rides_on_payload,
     install_step_state,
     nonfinite_verdict,
-    parse_step_state,
     reduce_all_finite,
-    step_state,
 )
 
 if TYPE_CHECKING:
     from torch.nn.parallel import DistributedDataParallel
 
-#: [CHOICE] values per message of a bucket in the pipelined all-gather (8 MB of float32), and
-#: the largest piece a parameter is encoded in: small enough that the wire starts after one
-#: message's encoding and only the last message's decoding follows the last byte (a few ms each
-#: on one core of the development machine), large enough that each message's fixed costs (the
-#: transport's round trips, a kernel launch) are paid a few times per 16M-value bucket rather
-#: than per thousand values. Not tuned beyond that: measure other sizes with
-#: ``benchmarks/hook_timeline.py``
+#: [CHOICE] values per message of a bucket in a pipelined reduction (8 MB of float32), and the
+#: largest piece a pipelining scheme cuts a parameter into: small enough that the wire starts
+#: after one message's encoding and only the last message's decoding follows the last byte,
+#: large enough that each message's fixed costs (the transport's round trips, a kernel launch)
+#: are paid a few times per large bucket rather than per thousand values. Not tuned beyond
+#: that: measure other sizes with ``benchmarks/hook_timeline.py``
 CHUNK_ELEMENTS = 1 << 21
 
-#: 3: the scheme's own buffers, slots keyed by (parameter, piece); 2 kept per-bucket-element
-#: residuals beside the scheme and is refused
-_STATE_VERSION = 3
 _ADVICE = (
     ". DDP will refuse the next forward pass of this wrapper: wrap the module again and "
     "register this hook state on it, or resume from a checkpoint"
@@ -108,8 +105,8 @@ def _match_threads(job: BucketJob) -> None:
 
 
 class GradzipHookState:
-    """The state of :func:`gradzip_hook`: the scheme, the transport, the step counter, the
-    per-parameter residuals and the worker threads.
+    """The state of :func:`gradzip_hook`: the scheme, the transport, the step transaction
+    (counter, skip count, restore point), the bucket layouts and the stages' threads.
 
     ``model`` is the DDP wrapper or the module it wraps (both list the same parameters in the
     same order); ``transport`` defaults to a
@@ -117,14 +114,15 @@ class GradzipHookState:
     on first use (see :attr:`transport`), so the state can be built before
     ``init_process_group``.
 
-    [CHOICE] One backward pass is one step, and a step is all-or-nothing on every rank: the
-    counter keys the payloads and advances after the last bucket; if any bucket fails, the
-    scheme's state and the residuals return to where the step began, the counter stays and the
-    last bucket's hook call raises the error (a gradzip ``NonFiniteInputError`` as it is, any
-    other exception as a :class:`~gradzip.errors.GradzipError` naming the step and bucket).
-    Whether a later bucket is still communicated depends only on what every rank knows at the
-    transfer stage, so the ranks' collectives always pair up. DDP then needs a fresh wrapper;
-    this state stays consistent.
+    [CHOICE] One backward pass is one step, and a step is all-or-nothing on every rank
+    (:class:`~gradzip.integrations._transaction.StepTransaction`): the counter keys the
+    payloads and advances after the last bucket; if any bucket fails, the scheme's state and
+    the residuals return to where the step began, the counter stays and the last bucket's hook
+    call raises the error (a gradzip ``NonFiniteInputError`` as it is, any other exception as a
+    :class:`~gradzip.errors.GradzipError` naming the step and bucket). Whether a later bucket
+    is still communicated depends only on what every rank knows at the transfer stage, so the
+    ranks' collectives always pair up. DDP then needs a fresh wrapper; this state stays
+    consistent.
 
     [CHOICE] Non-finite gradients: the ranks agree on each bucket's first message. A NaN or Inf
     on any rank raises :class:`~gradzip.errors.NonFiniteInputError` on every rank
@@ -158,28 +156,49 @@ class GradzipHookState:
         self.chunk_elements = chunk_elements
         #: with ``record_timeline``, when each stage worked on each piece (for profiling)
         self.timeline: Timeline | None = Timeline() if record_timeline else None
-        self.step = 0
-        self.skipped_steps = 0
         # the list keeps the parameters alive, so their ids stay theirs
         self._parameters = [p for p in model.parameters() if p.requires_grad]
         self._index = {id(p): i for i, p in enumerate(self._parameters)}
         self._shapes = [p.shape for p in self._parameters]
-        self._dtypes = [p.dtype for p in self._parameters]
         self._layouts: dict[tuple[int, ...], BucketLayout] = {}
-        # the step in progress (worker thread only): its restore point (None between steps),
-        # whether it is skipped, its error, and its jobs (their futures complete at its end)
-        self._saved: dict[str, dict[Slot, torch.Tensor]] | None = None
-        self._skipping = False
-        self._failure: BaseException | None = None
-        self._jobs: list[BucketJob] = []
-        # [CHOICE] the allgather scheme runs as a pipeline of three threads (encode, transfer,
-        # decode), so that encoding the next bucket and decoding the previous one overlap the
-        # bytes on the wire; other schemes requantize between their messages and run whole in
-        # the transfer stage
-        self._pipelined = flag_rides_on_payload(scheme)
-        self._halted = False  # transfer stage: this step's later buckets are not communicated
-        self._stages: tuple[BucketWorker, ...] | None = None
+        self._checkpoint = HookCheckpoint(
+            self._shapes, [p.dtype for p in self._parameters], chunk_elements
+        )
+        # the step in progress (stage threads only; the main thread once they are drained)
+        self._step = StepTransaction(scheme)
+        # [CHOICE] a scheme that pipelines (the allgather) runs through three threads (encode,
+        # transfer, decode), so that encoding the next bucket and decoding the previous one
+        # overlap the bytes on the wire; other schemes requantize between their messages and
+        # run whole in the transfer stage
+        self._pipelined = scheme.pipelines
+        self._stages = StagePipeline(
+            self,
+            (
+                GradzipHookState._encode_stage,
+                GradzipHookState._transfer_stage,
+                GradzipHookState._decode_stage,
+            ),
+            "gradzip-ddp-hook",
+        )
         self._closed = False
+
+    @property
+    def step(self) -> int:
+        """The step counter: it keys the payloads and advances after each completed step."""
+        return self._step.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._step.step = value
+
+    @property
+    def skipped_steps(self) -> int:
+        """How many steps every rank agreed to skip (``on_nonfinite="skip"``)."""
+        return self._step.skipped_steps
+
+    @skipped_steps.setter
+    def skipped_steps(self, value: int) -> None:
+        self._step.skipped_steps = value
 
     @property
     def transport(self) -> Transport:
@@ -230,16 +249,7 @@ class GradzipHookState:
             job.layout = self._layout_of(bucket, buffer)
         except GradzipError as err:
             job.error = err
-        if self._stages is None:
-            self._stages = tuple(
-                BucketWorker(self, handle, f"gradzip-ddp-hook-{name}")
-                for name, handle in (
-                    ("encode", GradzipHookState._encode_stage),
-                    ("transfer", GradzipHookState._transfer_stage),
-                    ("decode", GradzipHookState._decode_stage),
-                )
-            )
-        self._stages[0].submit(job)
+        self._stages.submit(ENCODE, job)
         if job.last:
             job.done.wait()
             if job.failure is not None:
@@ -250,7 +260,7 @@ class GradzipHookState:
         params = tuple(self._index_of(p) for p in bucket.parameters())
         layout = self._layouts.get(params)
         if layout is None:
-            layout = BucketLayout.of(params, self._shapes, self.chunk_elements)
+            layout = BucketLayout.of(params, self._shapes, self.chunk_elements, self._pieces_of)
             self._layouts[params] = layout
         if layout.numel != buffer.numel() or buffer.dim() != 1:
             raise GradzipError(
@@ -258,6 +268,9 @@ class GradzipHookState:
                 f"parameters hold {layout.numel} values"
             )
         return layout
+
+    def _pieces_of(self, shape: torch.Size) -> list[Piece]:
+        return self.scheme.parameter_pieces(shape, self.chunk_elements)
 
     def _index_of(self, parameter: torch.Tensor) -> int:
         try:
@@ -274,15 +287,16 @@ class GradzipHookState:
         """Stage 1: step bookkeeping; pipelined, this rank's payloads, one chunk of the bucket
         at a time, each handed to the transfer stage once encoded; else the bucket as one
         piece."""
+        step = self._step
         try:
             _match_threads(job)
-            if job.position == 0 or self._saved is None:
+            if job.position == 0 or not step.open:
                 self._begin_step()
-            self._jobs.append(job)
+            step.add(job)
             if job.error is not None:
-                job.outcome = self._wrapped(job.error, job)
-            elif self._pipelined and not self._halted:
-                self._attempt(job, self._encode, job)
+                job.outcome = step.wrapped(job.error, job)
+            elif self._pipelined and not step.halted:
+                step.attempt(job, self._encode, job)
         except BaseException as err:  # bookkeeping itself failed: fail the bucket, stay alive
             job.outcome = job.outcome or err
         finally:
@@ -292,9 +306,8 @@ class GradzipHookState:
 
     def _hand_on(self, piece: BucketPart) -> None:
         """Give ``piece`` to the transfer stage (the bucket's last piece seals the job)."""
-        assert self._stages is not None
         piece.job.sealed = piece.job.sealed or piece.last
-        self._stages[1].submit(piece)
+        self._stages.submit(TRANSFER, piece)
 
     def _transfer_stage(self, piece: BucketPart) -> None:
         """Stage 2: the piece's communication; pipelined, the all-gather of its payloads and
@@ -304,42 +317,41 @@ class GradzipHookState:
         or before (the encode stage's verdict on the piece, the agreed flags, this stage's own
         failures), never on a later stage's progress, so the ranks' collectives always pair
         up."""
-        job = piece.job
+        job, step = piece.job, self._step
         try:
             _match_threads(job)
             failed = piece.error is not None
-            if not failed and not self._halted and not self._skipping:
+            if not failed and not step.halted and not step.skipping:
                 with self._span("transfer", job, piece.chunk):
                     if piece.chunk is not None:
-                        failed = not self._attempt(job, self._exchange, piece)
+                        failed = not step.attempt(job, self._exchange, piece)
                     elif not self._pipelined:
-                        failed = not self._attempt(job, self._reduce, job)
+                        failed = not step.attempt(job, self._reduce, job)
             if failed:
-                self._halted = True  # no later piece of the step is communicated
+                step.halted = True  # no later piece of the step is communicated
         except BaseException as err:
-            job.outcome, self._halted = job.outcome or err, True
+            job.outcome, step.halted = job.outcome or err, True
         finally:
-            assert self._stages is not None
-            self._stages[2].submit(piece)
+            self._stages.submit(DECODE, piece)
 
     def _decode_stage(self, piece: BucketPart) -> None:
         """Stage 3: pipelined, the decoding and averaging of the piece's payloads into its
         place in the bucket (no communication); after the step's last piece, the step's end."""
-        job = piece.job
+        job, step = piece.job, self._step
         ends_step = piece.last and job.last
         try:
             _match_threads(job)
             if piece.last:  # the encode stage may still be storing the bucket's residuals
                 job.encoded.wait()
-            if piece.payloads is not None and not self._skipping and self._step_error() is None:
+            if piece.payloads is not None and not step.skipping and step.error() is None:
                 with self._span("decode", job, piece.chunk):
-                    self._attempt(job, self._average, piece)
+                    step.attempt(job, self._average, piece)
             if ends_step:
-                self._finish_step()
+                step.finish()
         except BaseException as err:
             job.outcome = job.outcome or err
             if ends_step:
-                self._finish_step()
+                step.finish()
         finally:
             if piece.last:
                 job.done.set()
@@ -350,32 +362,8 @@ class GradzipHookState:
             return nullcontext()
         return self.timeline.span(self.step, stage, job.position, chunk)
 
-    def _attempt(self, job: BucketJob, work: Callable[[Any], Any], item: Any) -> bool:
-        """``work(item)``; whether it succeeded. A failure becomes the bucket's outcome unless
-        it has one already (a gradzip ``NonFiniteInputError`` as it is, any other exception
-        wrapped with the step and the bucket)."""
-        try:
-            work(item)
-            return True
-        except NonFiniteInputError as err:
-            failure: BaseException = err
-        except Exception as err:
-            failure = self._wrapped(err, job)
-        except BaseException as err:
-            failure = err
-        job.outcome = job.outcome or failure
-        return False
-
-    def _wrapped(self, err: BaseException, job: BucketJob) -> GradzipError:
-        failure = GradzipError(
-            f"gradzip DDP hook: step {self.step}, bucket {job.position} failed "
-            f"({type(err).__name__}: {err}); this rank's scheme state was restored and its "
-            f"step counter stays at {self.step}"
-        )
-        failure.__cause__ = err
-        return failure
-
-    # pipelined: the three phases of AllGatherDecode, message by message
+    # pipelined: the scheme's three stages (Scheme.encode_flagged, gather_flagged, average),
+    # message by message
     def _encode(self, job: BucketJob) -> None:
         """Encode the bucket message by message (each unit its own payload, with its
         parameter's key and error-feedback slot), handing each message on as soon as it is
@@ -396,7 +384,6 @@ class GradzipHookState:
     ) -> tuple[Outgoing, tuple[Outgoing, ...]]:
         """This rank's message: its units' payloads joined, with the flag down (and nothing
         sent) if any unit is refused as not finite."""
-        assert isinstance(self.scheme, AllGatherDecode)
         rank, per_unit = self.transport.rank, []
         for unit in units:
             outgoing = self.scheme.encode_flagged(
@@ -413,18 +400,18 @@ class GradzipHookState:
         return Outgoing(joined, True, per_unit[0].dtype), tuple(per_unit)
 
     def _exchange(self, piece: BucketPart) -> None:
-        assert piece.outgoing is not None and isinstance(self.scheme, AllGatherDecode)
+        assert piece.outgoing is not None
         payloads, down = self.scheme.gather_flagged(self.transport, piece.outgoing, self.step)
         if nonfinite_verdict(down, self.step, self.on_nonfinite, _where(piece.job), _ADVICE):
             piece.payloads = payloads
         else:
-            self._skip()
+            self._step.skip()
 
     def _average(self, piece: BucketPart) -> None:
         """Each unit's mean, built in its place in the bucket where it fits (CPU, the working
         dtype), else copied there."""
         job = piece.job
-        assert piece.payloads is not None and isinstance(self.scheme, AllGatherDecode)
+        assert piece.payloads is not None
         numels = [unit.numel for unit in piece.units]
         messages = [split_payloads(message, numels) for message in piece.payloads]
         rank = self.transport.rank
@@ -483,14 +470,14 @@ class GradzipHookState:
                 _ADVICE,
             )
             if got is None:  # some rank's bucket is not finite and on_nonfinite="skip"
-                self._skip()
+                self._step.skip()
                 return
             means += got
         if len(means) == 1:
             self._deliver(job, means[0])
             return
         # every input was read before the means exist: they go back into the bucket's buffer
-        # (resident memory, not a fresh concatenation of up to 100 MB), in its dtype and device
+        # (resident memory, not a fresh concatenation of the bucket), in its dtype and device
         for tensor, mean in zip(tensors, means, strict=True):
             tensor.copy_(mean.reshape(tensor.shape))  # a scheme may return the mean flat
 
@@ -502,68 +489,26 @@ class GradzipHookState:
         else:
             job.buffer.copy_(mean.reshape(job.buffer.shape))  # into the bucket: its device, dtype
 
-    def _skip(self) -> None:
-        """Every rank agreed to skip the step (a rank's bucket is not finite, ``"skip"``)."""
-        self._skipping = True
-        self.skipped_steps += 1
-
-    # -- step bookkeeping (encode stage at a step's start, decode stage at its end) -------------
+    # -- step bookkeeping (encode stage at a step's start) ------------------------------------
     def _begin_step(self) -> None:
-        if self._saved is not None:  # a backward pass abandoned half way applies nothing
-            assert self._stages is not None
-            for stage in self._stages[1:]:  # its buckets leave the later stages first
-                stage.drain()
-            self._failure = GradzipError(f"step {self.step} was abandoned before its last bucket")
-            self._finish_step()
-        self._saved = self.scheme.snapshot()
-
-    def _restore(self) -> None:
-        if self._saved is not None:
-            self.scheme.restore(self._saved)
-
-    def _step_error(self) -> BaseException | None:
-        """The step's error: its own (an abandoned step), else its first failed bucket's."""
-        if self._failure is not None:
-            return self._failure
-        return next((job.outcome for job in self._jobs if job.outcome is not None), None)
-
-    def _finish_step(self) -> None:
-        """Complete every future of the step: with the step's error (state restored), with
-        zeros (skipped, state restored), or with the averaged buffers (the counter advances)."""
-        failure, jobs = self._step_error(), self._jobs
-        if failure is not None or self._skipping:
-            self._restore()
-        if failure is None and self._skipping:
-            for job in jobs:
-                job.buffer.zero_()
-        elif failure is None:
-            self.step += 1
-        for job in jobs:
-            job.failure = failure
-            if failure is None:
-                job.future.set_result(job.buffer if self._skipping else job.result)
-            else:
-                error = failure if isinstance(failure, Exception) else GradzipError(repr(failure))
-                job.future.set_exception(error)  # type: ignore[arg-type]  # torch annotates T
-        self._saved, self._skipping, self._failure, self._jobs = None, False, None, []
-        self._halted = False
+        if self._step.open:  # a backward pass abandoned half way applies nothing
+            self._stages.drain(after=ENCODE)  # its buckets leave the later stages first
+            self._step.abandon()
+        self._step.begin()
 
     # -- main thread: idle-time operations ------------------------------------------------------
     def _settle(self) -> None:
         """Wait for the stages, then roll back a step left without its last bucket."""
-        for stage in self._stages or ():
-            stage.drain()
-        if self._saved is not None:
-            self._failure = GradzipError(f"step {self.step} was abandoned before its last bucket")
-            self._finish_step()
+        self._stages.drain()
+        if self._step.open:
+            self._step.abandon()
 
     def close(self) -> None:
         """Finish the queued buckets, then stop and join the stages' threads (idempotent). A
         closed state refuses further buckets; its checkpoint stays readable."""
         self._settle()
         self._closed = True
-        for stage in self._stages or ():
-            stage.close()
+        self._stages.close()
 
     def state_dict(self) -> dict[str, Any]:
         """The step counter, the skip count, the run seed, rank and group size, the scheme's
@@ -572,64 +517,23 @@ class GradzipHookState:
         and the optimizer's state it resumes a run bit-exactly, whatever the resumed run's
         buckets."""
         self._settle()
-        state = step_state(
-            _STATE_VERSION, self.step, self.skipped_steps, self.transport, self.scheme
+        return self._checkpoint.save(
+            self._step.step, self._step.skipped_steps, self.transport, self.scheme
         )
-        state["shapes"] = [list(shape) for shape in self._shapes]
-        state["chunk_elements"] = self.chunk_elements
-        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from :meth:`state_dict` (on every rank, with that rank's own state, before the
         first backward pass of the resumed run); the run seed, rank, group size, the parameters'
-        shapes and (for the allgather scheme's pieces) ``chunk_elements`` must match.
+        shapes and (for a scheme that pipelines, whose pieces depend on it) ``chunk_elements``
+        must match.
 
         Everything is validated before anything changes: a refused state raises
         :class:`~gradzip.errors.CheckpointError` and leaves the counters and residuals as they
         were.
         """
         self._settle()
-        parsed = parse_step_state(
-            state, _STATE_VERSION, "DDP hook state", self.transport, self.scheme
-        )
-        shapes = [list(shape) for shape in self._shapes]
-        if state.get("shapes") != shapes:
-            raise CheckpointError(
-                f"DDP hook state was saved for parameters of shapes {state.get('shapes')}, this "
-                f"model's parameters that require grad have shapes {shapes}"
-            )
-        if self._pipelined and state.get("chunk_elements") != self.chunk_elements:
-            raise CheckpointError(
-                f"DDP hook state was saved with chunk_elements={state.get('chunk_elements')!r}, "
-                f"this hook state has {self.chunk_elements}: its parameters' pieces (and their "
-                "residuals) would differ"
-            )
-        for role, slots in parsed.buffers.items():
-            for slot, tensor in slots.items():
-                self._check_slot(role, slot, tensor)
-        self.step, self.skipped_steps = install_step_state(parsed, self.scheme)
-
-    def _check_slot(self, role: str, slot: Slot, tensor: torch.Tensor) -> None:
-        """Refuse a checkpointed buffer that names no parameter of this model, or (pipelined)
-        whose shape is not that of its parameter's piece."""
-        param, piece = slot
-        if param >= len(self._shapes):
-            raise CheckpointError(
-                f"DDP hook state holds a {role!r} buffer for parameter {param}; this model has "
-                f"{len(self._shapes)} parameters that require grad"
-            )
-        if not self._pipelined:
-            return
-        pieces = parameter_pieces(self._shapes[param], self.chunk_elements)
-        expected = pieces[piece][2] if piece < len(pieces) else None
-        dtype = working_dtype(self._dtypes[param])
-        if expected is None or (tensor.shape, tensor.dtype) != (expected, dtype):
-            found = (tuple(tensor.shape), tensor.dtype)
-            want = "no such piece" if expected is None else (tuple(expected), dtype)
-            raise CheckpointError(
-                f"DDP hook state holds a {role!r} residual of {found} for parameter {param}, "
-                f"piece {piece}; this model's piece is {want}"
-            )
+        parsed = self._checkpoint.parse(state, self.transport, self.scheme)
+        self._step.step, self._step.skipped_steps = install_step_state(parsed, self.scheme)
 
 
 def gradzip_hook(state: GradzipHookState, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:

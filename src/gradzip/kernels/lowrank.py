@@ -17,12 +17,22 @@ reorders nor contracts into fused multiply-adds). Rows (or columns) run in paral
 changes no element's order, so the bits do not depend on the thread count or the CPU.
 
 Factors are stored transposed, ``(r, n)`` and ``(r, m)``, so each column is contiguous.
+
+PowerSGD (:mod:`gradzip.schemes.powersgd`) calls the tensor entry points at the end of this
+module (:func:`project_into`, :func:`back_project_into`, :func:`orthonormalize_`,
+:func:`reconstruct_into`): contiguous float32 CPU tensors, run at torch's thread count.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 from numba import njit, prange
+
+from gradzip.kernels._threads import call_parallel
+
+#: columns per parallel task of ``Q = M^T P`` (a block of each row stays in L1)
+COLUMN_BLOCK = 256
 
 
 @njit(inline="always", nogil=True, cache=True)
@@ -115,3 +125,25 @@ def reconstruct(pt, qt, out):  # type: ignore[no-untyped-def]
             q = qt[c]
             for j in range(cols):
                 row[j] += w * q[j]
+
+
+# -- tensor entry points (contiguous float32 CPU tensors, transposed factors) -----------------
+def project_into(matrix: torch.Tensor, qt: torch.Tensor, pt: torch.Tensor) -> None:
+    """``P = M Q`` written into ``pt`` (:func:`project`)."""
+    call_parallel(project, matrix.numpy(), qt.numpy(), pt.numpy())
+
+
+def back_project_into(matrix: torch.Tensor, pt: torch.Tensor, qt: torch.Tensor) -> None:
+    """``Q = M^T P`` written into ``qt`` (:func:`back_project`, :data:`COLUMN_BLOCK` columns a
+    task)."""
+    call_parallel(back_project, matrix.numpy(), pt.numpy(), qt.numpy(), COLUMN_BLOCK)
+
+
+def orthonormalize_(pt: torch.Tensor) -> None:
+    """Orthonormalize ``P``'s columns in place (:func:`orthonormalize`)."""
+    orthonormalize(pt.numpy())
+
+
+def reconstruct_into(pt: torch.Tensor, qt: torch.Tensor, out: torch.Tensor) -> None:
+    """``P Q^T`` written into ``out`` (:func:`reconstruct`)."""
+    call_parallel(reconstruct, pt.numpy(), qt.numpy(), out.numpy())

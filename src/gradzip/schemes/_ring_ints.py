@@ -17,17 +17,7 @@ import torch
 from gradzip.comm.transport import Transport
 from gradzip.keys import StreamKey
 from gradzip.schemes._messages import bits_for, pack_ints, unpack_ints
-
-
-def slice_bounds(n: int, parts: int) -> list[tuple[int, int]]:
-    """``parts`` contiguous ranges covering ``[0, n)``, sizes differing by at most one."""
-    base, extra = divmod(n, parts)
-    bounds, start = [], 0
-    for part in range(parts):
-        end = start + base + (1 if part < extra else 0)
-        bounds.append((start, end))
-        start = end
-    return bounds
+from gradzip.schemes._slices import slice_bounds
 
 
 def ring_allreduce_ints(

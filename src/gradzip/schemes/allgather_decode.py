@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
@@ -11,25 +10,9 @@ from gradzip.comm.transport import Transport, in_step_scope
 from gradzip.compressors.base import empty_output
 from gradzip.errors import NonFiniteInputError
 from gradzip.feedback import working_dtype
-from gradzip.schemes.base import Scheme
+from gradzip.schemes.base import Outgoing, Piece, Scheme, row_pieces
 
-
-@dataclass(frozen=True)
-class Outgoing:
-    """What one rank puts into a flagged all-gather: its payload (empty when its flag is down),
-    its flag, the dtype receivers decode the payload as, and, where the encoding produced it
-    anyway (error feedback), this rank's own reconstruction: bitwise what decoding the payload
-    gives, so :meth:`AllGatherDecode.average` adds it instead of decoding the payload again."""
-
-    payload: bytes
-    finite: bool
-    dtype: torch.dtype
-    own: torch.Tensor | None = None
-
-    def own_term(self, rank: int) -> tuple[int, torch.Tensor] | None:
-        """``(rank, reconstruction)`` for :meth:`AllGatherDecode.average`, where the encoding
-        kept the reconstruction of this rank's payload."""
-        return None if self.own is None else (rank, self.own)
+__all__ = ["AllGatherDecode", "Outgoing"]
 
 
 class AllGatherDecode(Scheme):
@@ -54,6 +37,25 @@ class AllGatherDecode(Scheme):
     """
 
     name = "allgather"
+
+    # -- capabilities (see :class:`~gradzip.schemes.base.Scheme`) -----------------------------
+    @property
+    def flag_rides_on_payload(self) -> bool:
+        """True: :meth:`reduce_if_all_finite` encodes the tensor first, and the encoder's
+        refusal of NaN and Inf lowers the flag before anything is sent."""
+        return True
+
+    @property
+    def pipelines(self) -> bool:
+        """True: :meth:`encode_flagged`, :meth:`gather_flagged` and :meth:`average` are a
+        reduction's three stages (no requantization between messages)."""
+        return True
+
+    def parameter_pieces(self, shape: torch.Size, chunk_elements: int) -> list[Piece]:
+        """Runs of whole rows of at most about ``chunk_elements`` values
+        (:func:`~gradzip.schemes.base.row_pieces`): a pipelined message then holds at most
+        ``chunk_elements`` values, so the wire starts after one piece's encoding."""
+        return row_pieces(shape, chunk_elements)
 
     def reduce(
         self, transport: Transport, tensor: torch.Tensor, step: int, tensor_index: int = 0
@@ -122,14 +124,6 @@ class AllGatherDecode(Scheme):
             except NonFiniteInputError:
                 pass
         return Outgoing(b"", False, tensor.dtype)
-
-    @in_step_scope
-    def gather_flagged(
-        self, transport: Transport, outgoing: Outgoing, step: int
-    ) -> tuple[list[bytes], list[int]]:
-        """Phase 2 (communication only): every rank's payload, and the ranks whose flag is down
-        (ascending; when there are any, the payloads are not to be decoded)."""
-        return transport.all_gather_flagged(outgoing.payload, outgoing.finite)
 
     @in_step_scope
     def exchange(

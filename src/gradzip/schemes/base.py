@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -23,10 +24,58 @@ from gradzip.errors import CheckpointError
 from gradzip.feedback import ErrorFeedback, Slot
 from gradzip.feedback import working_dtype as working_dtype
 from gradzip.keys import StreamKey
+from gradzip.schemes._slices import slice_bounds
 
 _STATE_VERSION = 1
 #: the collective under which a finite-gradient agreement of its own is counted
 FINITE_CHECK = "finite_check"
+
+#: a piece of a tensor: ``(start, end, piece shape)`` within the tensor's flat values
+Piece = tuple[int, int, torch.Size]
+
+
+def whole_tensor(shape: torch.Size) -> list[Piece]:
+    """One piece: the tensor itself (:meth:`Scheme.parameter_pieces`' default)."""
+    return [(0, shape.numel(), shape)]
+
+
+def row_pieces(shape: torch.Size, chunk_elements: int) -> list[Piece]:
+    """The pieces of a tensor of ``shape`` cut into runs of whole rows of at most about
+    ``chunk_elements`` values: one piece unless it holds more than ``chunk_elements`` values.
+
+    [CHOICE] A larger tensor is cut along its first dimension into ``ceil(numel /
+    chunk_elements)`` nearly equal runs of rows (at most one piece a row), so each piece keeps
+    the tensor's trailing shape (a compressor that works per column or per row sees whole
+    rows). The cut depends only on the shape and ``chunk_elements``, never on a DDP bucket.
+    """
+    numel = shape.numel()
+    pieces = -(-numel // chunk_elements)
+    if pieces <= 1 or len(shape) == 0 or shape[0] <= 1:
+        return whole_tensor(shape)
+    rows, row = shape[0], numel // shape[0]
+    return [
+        (a * row, b * row, torch.Size((b - a, *shape[1:])))
+        for a, b in slice_bounds(rows, min(pieces, rows))
+    ]
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """What one rank puts into a flagged all-gather (:meth:`Scheme.encode_flagged`): its
+    payload (empty when its flag is down), its flag, the dtype receivers decode the payload as,
+    and, where the encoding produced it anyway (error feedback), this rank's own
+    reconstruction: bitwise what decoding the payload gives, so :meth:`Scheme.average` adds it
+    instead of decoding the payload again."""
+
+    payload: bytes
+    finite: bool
+    dtype: torch.dtype
+    own: torch.Tensor | None = None
+
+    def own_term(self, rank: int) -> tuple[int, torch.Tensor] | None:
+        """``(rank, reconstruction)`` for :meth:`Scheme.average`, where the encoding kept the
+        reconstruction of this rank's payload."""
+        return None if self.own is None else (rank, self.own)
 
 
 class Scheme(ABC):
@@ -58,6 +107,82 @@ class Scheme(ABC):
     #: encoder that refuses NaN and Inf before its first message is sent, so that a caller
     #: need not scan the tensors for the finite agreement (the refusal lowers the flag)
     encodes_all_before_sending: ClassVar[bool] = False
+
+    # -- capabilities a caller (the DDP hook, the finite agreement) asks for -------------------
+    # [CHOICE] Declared by each scheme (overridden where it differs from the default), so that
+    # a caller asks what a scheme can do instead of which class it is.
+
+    @property
+    def flag_rides_on_payload(self) -> bool:
+        """Whether :meth:`reduce_if_all_finite` starts by encoding the whole tensor and lowers
+        the flag only from that encode's refusal
+        (:class:`~gradzip.errors.NonFiniteInputError`, nothing sent yet): a caller then need not
+        scan the tensor for the finite agreement. Default False: the flag must be computed."""
+        return False
+
+    @property
+    def pipelines(self) -> bool:
+        """Whether a reduction splits into three stages a caller may run on separate threads,
+        one message after another: :meth:`encode_flagged` (no communication),
+        :meth:`gather_flagged` (communication only) and :meth:`average` (no communication),
+        each tensor cut by :meth:`parameter_pieces`, with one error-feedback slot per piece.
+        Default False: the scheme requantizes between messages and is reduced whole
+        (:meth:`reduce_many_if_all_finite`)."""
+        return False
+
+    def parameter_pieces(self, shape: torch.Size, chunk_elements: int) -> list[Piece]:
+        """The pieces a caller that pipelines (:attr:`pipelines`) encodes a tensor of ``shape``
+        in, each with its own key's ``chunk`` and error-feedback slot ``(tensor_index,
+        piece)``: ``(start, end, piece shape)`` within the tensor's flat values. Default: the
+        whole tensor."""
+        return whole_tensor(shape)
+
+    def residual_shapes(self, shape: torch.Size, chunk_elements: int) -> list[torch.Size] | None:
+        """The shapes of the error-feedback residuals (slot chunks ``0, 1, ...``) this scheme
+        keeps for a tensor of ``shape`` reduced through a pipelining caller, so a checkpoint's
+        slots can be checked against the model; None (the default) where the slots are the
+        scheme's own business (a ring's slices depend on the group size)."""
+        if not self.pipelines:
+            return None
+        return [piece[2] for piece in self.parameter_pieces(shape, chunk_elements)]
+
+    def encode_flagged(
+        self,
+        rank: int,
+        tensor: torch.Tensor,
+        step: int,
+        tensor_index: int,
+        finite: bool = True,
+        chunk: int = 0,
+    ) -> Outgoing:
+        """Stage 1 of a pipelined reduction (:attr:`pipelines`): this rank's payload. Only a
+        scheme that pipelines implements it; this default refuses."""
+        raise NotImplementedError(f"the {self.name} scheme does not pipeline its reduction")
+
+    @in_step_scope
+    def gather_flagged(
+        self, transport: Transport, outgoing: Outgoing, step: int
+    ) -> tuple[list[bytes], list[int]]:
+        """Stage 2 of a pipelined reduction (communication only): every rank's payload, and
+        the ranks whose flag is down (ascending; when there are any, the payloads are not to
+        be decoded)."""
+        return transport.all_gather_flagged(outgoing.payload, outgoing.finite)
+
+    def average(
+        self,
+        payloads: Sequence[bytes | bytearray | memoryview],
+        step: int,
+        tensor_index: int,
+        shape: torch.Size,
+        dtype: torch.dtype,
+        own: tuple[int, torch.Tensor] | None = None,
+        out: torch.Tensor | None = None,
+        chunk: int = 0,
+    ) -> torch.Tensor:
+        """Stage 3 of a pipelined reduction (:attr:`pipelines`; no communication): the mean of
+        every rank's payload. Only a scheme that pipelines implements it; this default
+        refuses."""
+        raise NotImplementedError(f"the {self.name} scheme does not pipeline its reduction")
 
     def __init__(
         self, compressor: Compressor, *, run_seed: int = 0, error_feedback: bool = False

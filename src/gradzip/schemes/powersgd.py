@@ -17,7 +17,6 @@ from gradzip.compressors.base import Compressor, empty_output
 from gradzip.errors import CheckpointError, GradzipError
 from gradzip.feedback import Slot, working_dtype
 from gradzip.kernels import lowrank
-from gradzip.kernels._threads import call_parallel
 from gradzip.keys import StreamKey
 from gradzip.rng import shared_uniform
 from gradzip.schemes.allgather_decode import AllGatherDecode
@@ -34,8 +33,6 @@ FACTOR_SCHEMES = {"allgather": AllGatherDecode, "allreduce": IntegerAllreduce}
 #: key of this chunk (payloads draw from chunk 0; a ring's integer messages only name
 #: themselves with theirs)
 _INIT_CHUNK = 3
-#: columns per parallel task of ``Q = M^T P`` (a block of each row stays in L1)
-_COLUMN_BLOCK = 256
 
 
 @dataclass
@@ -153,7 +150,7 @@ class PowerSGD(Scheme):
         self.factors: Scheme = FACTOR_SCHEMES[factor_scheme](compressor, run_seed=run_seed)
         # the all-gather's encoder refuses a non-finite value and lowers the flag itself
         # (AllGatherDecode.encode_flagged); the integer sum's needs the values scanned first
-        self._scan_factors = not isinstance(self.factors, AllGatherDecode)
+        self._scan_factors = not self.factors.flag_rides_on_payload
         self.produced = self.factors.produced  # the factor payloads, for bit accounting
         self._q: dict[int, torch.Tensor] = {}
         self._residuals: dict[int, torch.Tensor] = {}
@@ -226,7 +223,7 @@ class PowerSGD(Scheme):
         approximated = [f for f in sets if f is not None]
         if finite:
             for f in approximated:
-                call_parallel(lowrank.project, f.matrix.numpy(), f.qt.numpy(), f.pt.numpy())
+                lowrank.project_into(f.matrix, f.qt, f.pt)
         # [CHOICE] the first message is float64 where a tensor sent whole is (its exact mean)
         dtype = torch.float64 if any(t.dtype == torch.float64 for t in whole) else torch.float32
         first = _joined(
@@ -241,11 +238,9 @@ class PowerSGD(Scheme):
         whole_means = [next(parts).view(t.shape).to(working_dtype(t.dtype)) for t in whole]
         for f in approximated:
             f.pt = next(parts).to(torch.float32).view(f.pt.shape).contiguous()
-            lowrank.orthonormalize(f.pt.numpy())
+            lowrank.orthonormalize_(f.pt)
             f.qt = torch.empty_like(f.qt)
-            call_parallel(
-                lowrank.back_project, f.matrix.numpy(), f.pt.numpy(), f.qt.numpy(), _COLUMN_BLOCK
-            )
+            lowrank.back_project_into(f.matrix, f.pt, f.qt)
         if approximated:
             second = _joined([f.qt for f in approximated], torch.float32)
             mean, down = self._average(transport, second, step, key_index, SECOND, True)
@@ -262,7 +257,7 @@ class PowerSGD(Scheme):
         approximations = []
         for f in approximated:
             approx = empty_output(f.matrix.numel()).view(f.matrix.shape)
-            call_parallel(lowrank.reconstruct, f.pt.numpy(), f.qt.numpy(), approx.numpy())
+            lowrank.reconstruct_into(f.pt, f.qt, approx)
             approximations.append(approx)
         # the state changes only now, after every exchange has succeeded
         for f, approx in zip(approximated, approximations, strict=True):

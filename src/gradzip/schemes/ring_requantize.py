@@ -7,7 +7,7 @@ import torch
 
 from gradzip.comm.transport import Transport, in_step_scope
 from gradzip.feedback import working_dtype
-from gradzip.schemes._ring_ints import slice_bounds
+from gradzip.schemes._slices import slice_bounds
 from gradzip.schemes.base import Scheme
 
 

@@ -31,17 +31,17 @@ from __future__ import annotations
 from gradzip.algorithms.svrg.alpc_svrg import ALPCSVRG, alpc_svrg
 from gradzip.algorithms.svrg.base import DistributedAlgorithm, RunResult
 from gradzip.algorithms.svrg.baselines import QuantizedSGD, quantized_sgd
-from gradzip.algorithms.svrg.bits import (
-    body_bits_per_round,
-    fp32_bits_per_round,
-    paper_bits_per_round,
-)
 from gradzip.algorithms.svrg.channel import make_inner_scheme
 from gradzip.algorithms.svrg.config import ALPCSVRGConfig, LPCSVRGConfig, SGDConfig
 from gradzip.algorithms.svrg.lpc_svrg import LPCSVRG, lpc_svrg
 from gradzip.algorithms.svrg.module_problem import ModuleProblem
 from gradzip.algorithms.svrg.problems import FiniteSum, LeastSquares, Logistic
 from gradzip.algorithms.svrg.prox import L1, L2, L2Ball, NoProx, Prox, make_prox
+from gradzip.algorithms.svrg.round_bits import (
+    body_bits_per_round,
+    fp32_bits_per_round,
+    paper_bits_per_round,
+)
 from gradzip.algorithms.svrg.synthetic import SYNTHETIC, make_synthetic, synthetic_regression
 from gradzip.algorithms.svrg.trace import Trace
 

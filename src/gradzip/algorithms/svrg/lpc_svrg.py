@@ -22,7 +22,7 @@ Bits per round, in all (spec 3.3, [RECON] formulas): (a) ``M(M-1)(b d + 32)``; (
 broadcast; the per-epoch full gradient (fp32) is excluded from these [SEED] and reported
 separately. Measured bytes add each payload's header and CRC and an 8-byte length prefix per
 message; the server's own codes never cross the wire in (b)/(c), so those measure ``(M-1)/M`` of
-the formula (:mod:`gradzip.algorithms.svrg.bits`).
+the formula (:mod:`gradzip.algorithms.svrg.round_bits`).
 
 Guarantee (Theorem 2 [SEED prose]): the rate of full-precision Prox-SVRG (Theorem 1, Reddi et
 al.) as long as the quantization factor ``zeta = (d - kc) theta^2/(4 s^2) + kc (1 - theta)^2``

@@ -5,7 +5,7 @@ worker group and add what the runs cannot show:
 
 * :func:`group_bits`: raw (log2-alphabet), wire and entropy bits of one DQSG ``M = 2`` worker,
   one nested worker, and one DQSG ``M = 3`` worker (the P1 setting of the authors' code), from
-  :func:`~gradzip.experiments.bits.measure_bits` on one gradient (the raw and wire counts depend
+  :func:`~gradzip.experiments.gradient_bits.measure_bits` on one gradient (the raw and wire counts depend
   only on the shapes; the entropy is indicative, see that module);
 * :func:`nested_failure_rate`: the share of the nested workers' coordinates decoded wrongly
   (spec 1.6), which the receiver cannot detect. It replays Algorithm 2 on ``workers`` gradients
@@ -22,7 +22,7 @@ import torch
 from gradzip.compressors.buckets import papers_scales
 from gradzip.compressors.dqsg import DQSG
 from gradzip.compressors.ndqsg import NDQSG, failure_rate
-from gradzip.experiments.bits import measure_bits, model_gradient
+from gradzip.experiments.gradient_bits import measure_bits, model_gradient
 from gradzip.kernels.running_mean import update_running_mean_
 from gradzip.keys import StreamKey
 from gradzip.rng import text_generator

@@ -12,10 +12,10 @@ import torch
 
 import gradzip
 from gradzip.codecs.bitpack import pack_bits
-from gradzip.compressors._sparse_kernels import topk_select, topk_select_torch
 from gradzip.compressors.randk import randk_indices
 from gradzip.compressors.topk import index_bits, kept_count, topk_indices
 from gradzip.errors import PayloadError
+from gradzip.kernels.sparse import topk_select, topk_select_torch
 from gradzip.keys import StreamKey
 from gradzip.payload import build_payload, parse_payload
 from gradzip.rng import shared_words
@@ -236,7 +236,7 @@ def test_topk_sampled_selection_equals_the_reference_where_the_sample_misleads()
     """Large tensors at small k start from a sampled floor (checked, with the full selection as
     the fallback): normal data, all ties, a periodic pattern and one aliased with the sample's
     stride must all give the reference indices."""
-    from gradzip.compressors._sparse_kernels import _SAMPLE, _SAMPLED_FROM
+    from gradzip.kernels.sparse import _SAMPLE, _SAMPLED_FROM
 
     d = 2 * _SAMPLED_FROM
     stride = d // _SAMPLE
