@@ -16,15 +16,20 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
+from gradzip.choices import choices_of
 from gradzip.errors import ConfigError as ConfigError  # its home before gradzip.errors
 
 if TYPE_CHECKING:  # the methods import the trainer; only their type is needed here
     from gradzip.experiments.methods.base import TrainingMethod
 
-OPTIMIZERS = ("sgd", "adam", "adagrad")
-BACKENDS = ("local", "gloo", "env")
+#: the optimizer a run steps with (``torch.optim``'s SGD, Adam, Adagrad)
+Optimizer = Literal["sgd", "adam", "adagrad"]
+OPTIMIZERS: tuple[Optimizer, ...] = choices_of(Optimizer)
+#: where the ranks run: simulated in this process, spawned gloo processes, or under torchrun
+Backend = Literal["local", "gloo", "env"]
+BACKENDS: tuple[Backend, ...] = choices_of(Backend)
 #: the training method of a run that names none (:mod:`gradzip.experiments.methods`)
 DEFAULT_METHOD = "compressed-gradients"
 #: learning rates of spec 1.10 (SGD, Adam) and a common Adagrad default
@@ -49,8 +54,8 @@ class TrainConfig:
     scheme_params: dict[str, Any] = field(default_factory=dict)
     error_feedback: bool = False
     workers: int = 8
-    backend: str = "local"  # local: simulated ranks; gloo: spawned processes; env: torchrun
-    optimizer: str = "adam"
+    backend: Backend = "local"  # local: simulated ranks; gloo: spawned processes; env: torchrun
+    optimizer: Optimizer = "adam"
     lr: float | None = None  # default per optimizer (DEFAULT_LR)
     lr_decay: float = 0.98  # multiplied in after every epoch
     momentum: float = 0.0

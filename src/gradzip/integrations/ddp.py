@@ -67,6 +67,7 @@ from gradzip.payload_batch import join_payloads, split_payloads
 from gradzip.schemes.allgather_decode import AllGatherDecode, Outgoing
 from gradzip.schemes.base import Scheme
 from gradzip.stepping import (
+    OnNonfinite,
     check_on_nonfinite,
     flag_rides_on_payload,
     install_step_state,
@@ -141,7 +142,7 @@ class GradzipHookState:
         scheme: Scheme,
         model: torch.nn.Module,
         transport: Transport | None = None,
-        on_nonfinite: str = "raise",
+        on_nonfinite: OnNonfinite = "raise",
         chunk_elements: int = CHUNK_ELEMENTS,
         record_timeline: bool = False,
     ) -> None:
@@ -646,7 +647,7 @@ def register_gradzip_hook(
     ddp_model: "DistributedDataParallel",
     scheme: Scheme,
     transport: Transport | None = None,
-    on_nonfinite: str = "raise",
+    on_nonfinite: OnNonfinite = "raise",
     chunk_elements: int = CHUNK_ELEMENTS,
     record_timeline: bool = False,
 ) -> GradzipHookState:
