@@ -36,7 +36,7 @@ from gradzip.bench.collective_report import (
 )
 from gradzip.comm.spawn import run_processes
 from gradzip.compressors.registry import create
-from gradzip.schemes import VARIANTS, variant_accepts
+from gradzip.schemes import VARIANTS, SchemeSpec, scheme_accepts
 
 DEFAULT_COMPRESSORS = ("dqsg", "ndqsg", "qsgd", "onebit")
 BIASED = frozenset({"onebit", "threshold", "adaptive", "topk"})  # run under error feedback
@@ -49,11 +49,13 @@ def plan(
     """The cases to run, and a note per pair left out (incompatible or refused)."""
     cases: list[Case] = []
     skipped: list[str] = []
-    for label, (scheme, options) in VARIANTS.items():
+    for label in VARIANTS:
+        spec = SchemeSpec.parse(label)
+        scheme, options = spec.name, spec.kwargs()
         if schemes and label not in schemes and scheme not in schemes:
             continue
         for name in compressors or DEFAULT_COMPRESSORS:
-            if not variant_accepts(label, create(name)):
+            if not scheme_accepts(label, create(name)):
                 skipped.append(f"{label} x {name} (incompatible)")
                 continue
             case = Case(label, scheme, name, name in BIASED, tuple(sorted(options.items())))

@@ -49,7 +49,7 @@ class TrainConfig:
     compressor: str = "ndqsg"  # any registered compressor (`gradzip list`)
     compressor_params: dict[str, Any] = field(default_factory=dict)  # ndqsg: L1=3, k=3
     scheme: str | None = (
-        None  # a gradzip.schemes.VARIANTS name; default: nested[server,dqsg-downlink] for ndqsg, else ps[fp32]
+        None  # a scheme spec (gradzip.schemes.spec); default: nested[server,dqsg-downlink] for ndqsg, else ps[fp32]
     )
     scheme_params: dict[str, Any] = field(default_factory=dict)
     error_feedback: bool = False
@@ -157,29 +157,35 @@ class TrainConfig:
         # imported here: the registries import torch-heavy modules
         import gradzip
         from gradzip.models.paper import MODELS
-        from gradzip.schemes import VARIANTS
+        from gradzip.schemes import SCHEMES, SchemeSpec
 
-        self.check_names(MODELS, gradzip.names(), VARIANTS)
+        self.check_names(MODELS, gradzip.names(), SCHEMES)
+        try:
+            SchemeSpec.parse(self.resolved_scheme())
+        except ValueError as err:
+            raise ConfigError(f"--scheme: {err}") from None
         self.check_values()
         method = self.training_method()
         method.validate(self, method.options_of(self))
         return self
 
     def check_names(
-        self, models: Iterable[str], compressors: Iterable[str], variants: Iterable[str]
+        self, models: Iterable[str], compressors: Iterable[str], schemes: Iterable[str]
     ) -> None:
         """``ConfigError`` unless the model, compressor and scheme are among those named (the
-        registries; the command line passes its light copies, :mod:`gradzip.cli.catalog`)."""
-        models, compressors, variants = list(models), list(compressors), list(variants)
+        registries; the command line passes its light copies, :mod:`gradzip.cli.catalog`).
+        The scheme is checked by its name here; :meth:`validate` reads its options."""
+        models, compressors, schemes = list(models), list(compressors), list(schemes)
         if self.model not in models:
             raise ConfigError(f"unknown model {self.model!r}; choose one of {', '.join(models)}")
         if self.compressor not in compressors:
             raise ConfigError(
                 f"unknown compressor {self.compressor!r}; `gradzip list` shows them all"
             )
-        if self.resolved_scheme() not in variants:
+        if self.resolved_scheme().partition("[")[0].strip() not in schemes:
             raise ConfigError(
-                f"unknown scheme {self.resolved_scheme()!r}; choose one of {', '.join(variants)}"
+                f"unknown scheme {self.resolved_scheme()!r}; choose one of {', '.join(schemes)}, "
+                "with options in brackets (`gradzip list schemes`)"
             )
 
     def check_values(self) -> None:
