@@ -34,7 +34,7 @@ def rank_main(config: dict) -> None:  # type: ignore[type-arg]
     from gradzip.comm.distributed import DistributedTransport
     from gradzip.integrations.ddp import register_gradzip_hook
     from gradzip.models.paper import build_model
-    from gradzip.schemes import make_variant
+    from gradzip.schemes import make_scheme
 
     rank, size = config["rank"], config["world_size"]
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
@@ -48,7 +48,7 @@ def rank_main(config: dict) -> None:  # type: ignore[type-arg]
     )
     ddp = DistributedDataParallel(build_model("dryden-mlp", 13), gradient_as_bucket_view=True)
     compressor = gradzip.create(config["compressor"], **config["params"])
-    scheme = make_variant(config["scheme"], compressor, run_seed=1, error_feedback=config["ef"])
+    scheme = make_scheme(config["scheme"], compressor, run_seed=1, error_feedback=config["ef"])
     state = register_gradzip_hook(
         ddp, scheme, transport=DistributedTransport(timeout=600), record_timeline=True
     )

@@ -102,7 +102,13 @@ def rank_main(transport: Any, steps: int, rank: int, model_name: str) -> dict[st
     for label, codec, params, factor_scheme in VARIANTS:
         model = build_model(model_name, 13)
         compressor = gradzip.create(codec, **params)
-        scheme = PowerSGD(compressor, run_seed=1, rank=rank, factor_scheme=factor_scheme)
+        scheme = PowerSGD(
+            compressor,
+            run_seed=1,
+            rank=rank,
+            factor_scheme=factor_scheme,
+            error_feedback=True,
+        )
         sync = GradientSync(transport, scheme=scheme)
         copt = CompressedOptimizer(torch.optim.SGD(model.parameters(), lr=0.03), sync)
         before = transport.meter.total().sent

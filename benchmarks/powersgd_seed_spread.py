@@ -37,7 +37,9 @@ def losses(
 ) -> list[float]:
     """One rank's training losses, step by step."""
     model = build_model("dryden-mlp", MODEL_SEED)
-    scheme = PowerSGD(gradzip.create(codec), run_seed=seed, rank=1, start_step=WARMUP)
+    scheme = PowerSGD(
+        gradzip.create(codec), run_seed=seed, rank=1, start_step=WARMUP, error_feedback=True
+    )
     sync = GradientSync(transport, scheme=scheme)
     opt = CompressedOptimizer(torch.optim.SGD(model.parameters(), lr=0.03), sync)
     out = []

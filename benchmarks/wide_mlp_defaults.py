@@ -24,7 +24,7 @@ from gradzip.comm.transport import Transport
 from gradzip.data.datasets import load_dataset
 from gradzip.integrations.ddp import register_gradzip_hook
 from gradzip.models.paper import build_model
-from gradzip.schemes import make_variant
+from gradzip.schemes import make_scheme
 
 #: (label, compressor, params, scheme)
 CONFIGS: list[tuple[str, str, dict[str, Any], str]] = [
@@ -47,7 +47,7 @@ def train(transport: Transport, steps: int) -> list[dict[str, Any]]:
         net = build_model("dryden-mlp", seed=0)  # the same weights on both ranks
         ddp = DistributedDataParallel(net)
         compressor = gradzip.create(name, **params)
-        register_gradzip_hook(ddp, make_variant(scheme, compressor, run_seed=0), transport)
+        register_gradzip_hook(ddp, make_scheme(scheme, compressor, run_seed=0), transport)
         opt = torch.optim.SGD(net.parameters(), lr=0.1)
         sent_before = transport.meter.total().sent
         losses = []

@@ -36,7 +36,7 @@ import gradzip
 from gradzip.comm.local import LocalTransport, run_local
 from gradzip.comm.pool import RankPool
 from gradzip.models.paper import build_model
-from gradzip.schemes import make_variant
+from gradzip.schemes import make_scheme
 from gradzip.simulation.workers import WorkerGradients, WorkerStep, per_worker_gradients
 from gradzip.sync import GradientSync
 
@@ -102,7 +102,7 @@ def bench_workers(
 
     with RankPool(P) as pool:
         syncs = [
-            GradientSync(t, scheme=make_variant("ps[fp32]", gradzip.create("dqsg", M=2)))
+            GradientSync(t, scheme=make_scheme("ps[fp32]", gradzip.create("dqsg", M=2)))
             for t in pool.transports
         ]
         fixed = vectorized(xs, ys)

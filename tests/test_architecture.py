@@ -20,7 +20,14 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # Bottom to top. A package not listed here fails the test, so a new one gets a layer on purpose.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("gradzip.errors", "gradzip.keys", "gradzip.checksum", "gradzip.buffers", "gradzip.state_file"),
+    (
+        "gradzip.errors",
+        "gradzip.keys",
+        "gradzip.checksum",
+        "gradzip.buffers",
+        "gradzip.state_file",
+        "gradzip.choices",
+    ),
     ("gradzip.accounting", "gradzip.optimizer_state"),
     ("gradzip.kernels",),
     ("gradzip.codecs",),

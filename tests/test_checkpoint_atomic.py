@@ -19,7 +19,7 @@ from gradzip.feedback import ErrorFeedback
 from gradzip.integrations.ddp import GradzipHookState
 from gradzip.keys import StreamKey
 from gradzip.optim import CompressedOptimizer
-from gradzip.schemes import make_variant
+from gradzip.schemes import make_scheme
 from gradzip.sync import GradientSync
 
 RUN_SEED = 9
@@ -50,7 +50,7 @@ def net() -> torch.nn.Module:
 def trained_optimizer(transport: Transport, variant: str = "allgather") -> CompressedOptimizer:
     """Two steps of top-k with error feedback and momentum: every part of the state is set."""
     model = net()
-    scheme = make_variant(variant, gradzip.create("topk", ratio=0.3), error_feedback=True,
+    scheme = make_scheme(variant, gradzip.create("topk", ratio=0.3), error_feedback=True,
                           run_seed=RUN_SEED)  # fmt: skip
     opt = CompressedOptimizer(
         torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
@@ -153,7 +153,7 @@ def test_two_feedback_roles_load_all_or_nothing() -> None:
 def test_hook_state_loads_all_or_nothing() -> None:
     def body(transport: Transport) -> None:
         trained = trained_optimizer(transport).sync.state_dict()
-        scheme = make_variant("allgather", gradzip.create("topk", ratio=0.3),
+        scheme = make_scheme("allgather", gradzip.create("topk", ratio=0.3),
                               error_feedback=True, run_seed=RUN_SEED)  # fmt: skip
         hook = GradzipHookState(scheme, net(), transport=transport)
         # the hook keeps the scheme's buffers as GradientSync does (slots keyed by parameter

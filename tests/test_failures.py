@@ -22,6 +22,7 @@ from gradzip.comm.local import run_local
 from gradzip.comm.spawn import DistributedRunError, run_processes
 from gradzip.comm.transport import Transport
 from gradzip.errors import GradzipError
+from gradzip.schemes import AllGatherDecode
 from gradzip.sync import GradientSync
 
 # Each synchronize() of two tensors is two all-gathers, one per tensor (the finite-gradient
@@ -77,7 +78,9 @@ def failing_step(transport: Transport, culprit: int, action: str, pause: float) 
             time.sleep(pause)
 
     calls = count_all_gathers(transport, before)
-    sync = GradientSync(transport, gradzip.create("topk", k=3), error_feedback=True)
+    sync = GradientSync(
+        transport, scheme=AllGatherDecode(gradzip.create("topk", k=3), error_feedback=True)
+    )
     gen = torch.Generator().manual_seed(transport.rank)
     sync.synchronize([torch.randn(10, generator=gen), torch.randn(7, generator=gen)])
     before_state = sync.state_dict()

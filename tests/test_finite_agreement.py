@@ -11,7 +11,7 @@ import gradzip
 from gradzip.comm.local import run_local
 from gradzip.comm.transport import Transport
 from gradzip.errors import NonFiniteInputError
-from gradzip.schemes import make_variant
+from gradzip.schemes import make_scheme
 from gradzip.stepping import all_finite, reduce_all_finite
 
 BIG = 3.0e38  # finite float32 whose sums overflow
@@ -42,7 +42,7 @@ def test_all_finite_refuses_exactly_nan_and_inf(
 
 def _one_step(transport: Transport, bad: float, mode: str, variant: str) -> object:
     """A finite step, then one where rank 1's first tensor holds ``bad``."""
-    scheme = make_variant(variant, gradzip.create("dqsg"), run_seed=3, error_feedback=True)
+    scheme = make_scheme(variant, gradzip.create("dqsg"), run_seed=3, error_feedback=True)
     gen = torch.Generator().manual_seed(transport.rank)
     grads = [torch.randn(6, generator=gen, dtype=torch.float64) for _ in range(2)]
     assert reduce_all_finite(transport, scheme, grads, [0, 1], 0, mode, "") is not None

@@ -12,7 +12,7 @@ import gradzip
 from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor
 from gradzip.optim import CompressedOptimizer
-from gradzip.schemes import VARIANTS, make_variant, variant_accepts
+from gradzip.schemes import VARIANTS, SchemeSpec, make_scheme, scheme_accepts
 from gradzip.sync import GradientSync
 
 if TYPE_CHECKING:
@@ -30,9 +30,10 @@ def combinations() -> list[tuple[str, str, bool]]:
     """(variant, compressor, error feedback) for every compatible pair of the registries;
     biased compressors run with error feedback where the scheme keeps any."""
     out = []
-    for variant, (scheme, _) in VARIANTS.items():
+    for variant in VARIANTS:
+        scheme = SchemeSpec.parse(variant).name
         for name in gradzip.names():
-            if not variant_accepts(variant, compressor(name)):
+            if not scheme_accepts(variant, compressor(name)):
                 continue
             ef = name in BIASED and scheme != "nested"
             out.append((variant, name, ef))
@@ -54,7 +55,7 @@ def train_all(transport: Transport, steps: int) -> dict[str, bytes]:
     results = {}
     for variant, name, ef in combinations():
         model = net()
-        scheme = make_variant(variant, compressor(name), run_seed=21, error_feedback=ef)
+        scheme = make_scheme(variant, compressor(name), run_seed=21, error_feedback=ef)
         opt = CompressedOptimizer(
             torch.optim.SGD(model.parameters(), lr=0.1), GradientSync(transport, scheme=scheme)
         )

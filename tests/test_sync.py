@@ -15,7 +15,7 @@ from gradzip.comm.local import run_local
 from gradzip.comm.transport import Transport
 from gradzip.errors import GradzipError, NonFiniteInputError, PayloadMismatchError
 from gradzip.optim import CompressedOptimizer
-from gradzip.schemes import SCHEMES, VARIANTS, make_variant
+from gradzip.schemes import VARIANTS, AllGatherDecode, SchemeSpec, make_scheme
 from gradzip.sync import GradientSync
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ def make(
     transport: Transport, net: torch.nn.Module, name: str, ef: bool, variant: str = "allgather"
 ) -> CompressedOptimizer:
     cls = gradzip.get(name)
-    scheme = make_variant(variant, cls(**cls.example_params), error_feedback=ef, run_seed=RUN_SEED)
+    scheme = make_scheme(variant, cls(**cls.example_params), error_feedback=ef, run_seed=RUN_SEED)
     sync = GradientSync(transport, scheme=scheme)
     return CompressedOptimizer(torch.optim.SGD(net.parameters(), lr=0.05), sync)
 
@@ -110,8 +110,8 @@ def variant_setups() -> list[tuple[str, str, bool]]:
     return [
         (v, "ndqsg", False)
         if v.startswith("nested")
-        else (v, "dqsg", SCHEMES[n].feedback_roles != ())
-        for v, (n, _) in VARIANTS.items()
+        else (v, "dqsg", SchemeSpec.parse(v).scheme_class.feedback_roles != ())
+        for v in VARIANTS
     ]
 
 
@@ -186,7 +186,7 @@ def test_a_failed_step_leaves_every_scheme_buffer_unchanged(
     run seed: every rank raises, and the whole scheme state is as before the step."""
 
     def body(transport: Transport) -> tuple[bool, int]:
-        scheme = make_variant(variant, gradzip.create(name), error_feedback=ef, run_seed=4)
+        scheme = make_scheme(variant, gradzip.create(name), error_feedback=ef, run_seed=4)
         sync = GradientSync(transport, scheme=scheme)
         gen = torch.Generator().manual_seed(transport.rank)
         sync.synchronize([torch.randn(6, 3, generator=gen)])
@@ -223,7 +223,9 @@ def _same_tensors(a: object, b: object) -> bool:
 
 def test_a_step_failing_half_way_restores_error_feedback() -> None:
     def body(transport: Transport) -> tuple[bool, str]:
-        sync = GradientSync(transport, gradzip.create("topk", k=2), error_feedback=True)
+        sync = GradientSync(
+            transport, scheme=AllGatherDecode(gradzip.create("topk", k=2), error_feedback=True)
+        )
         gen = torch.Generator().manual_seed(transport.rank)
         sync.synchronize([torch.randn(6, generator=gen)])
         before = sync.state_dict()["scheme"]["feedback"]["worker"]["residual"]
@@ -261,7 +263,7 @@ def test_skipped_steps_counts_each_skipped_step_and_resumes() -> None:
 
 def flag_rounds(transport: Transport, variant: str) -> dict[str, object]:
     """Two steps of three tensors: all finite, then a NaN in rank 1's last tensor (skip)."""
-    scheme = make_variant(variant, gradzip.create("topk", k=2), run_seed=1, error_feedback=True)
+    scheme = make_scheme(variant, gradzip.create("topk", k=2), run_seed=1, error_feedback=True)
     sync = GradientSync(transport, scheme=scheme, on_nonfinite="skip")
     gen = torch.Generator().manual_seed(transport.rank)
     grads = [torch.randn(n, generator=gen) for n in (5, 4, 3)]

@@ -3,6 +3,10 @@
 The compressors are stateless; this wrapper holds one residual per ``(tensor_index, chunk)`` of
 one sender and implements ``v = g + e``, ``c = encode(v)``, ``v_hat = decode(c)``,
 ``e = v - v_hat``.
+
+It is the mechanism the schemes use (one per error-feedback role); error feedback is asked for
+one way, the scheme's ``error_feedback=True`` (off by default for every scheme), so it is not
+exported from :mod:`gradzip`.
 """
 
 from __future__ import annotations

@@ -44,10 +44,12 @@ which returns ``1 + shared_uniform(key, n)`` exactly and skips the subtraction p
 from __future__ import annotations
 
 import hashlib
+from typing import Literal
 
 import numpy as np
 import torch
 
+from gradzip.choices import check_choice, choices_of
 from gradzip.kernels.philox import (
     LOCAL_UNIFORM,
     SHARED_UNIFORM,
@@ -59,17 +61,18 @@ from gradzip.kernels.philox_torch import philox_one_plus_uniform_torch
 from gradzip.keys import StreamKey
 
 _MASK63 = 2**63 - 1
+#: which stream a seed is for: the one every rank draws alike (shared dithers), or a rank's own
+Domain = Literal["shared", "local"]
+_DOMAINS: tuple[Domain, ...] = choices_of(Domain)
 
 
-def derive_seed(key: StreamKey, *, domain: str = "shared") -> int:
+def derive_seed(key: StreamKey, *, domain: Domain = "shared") -> int:
     """The 63-bit seed of ``key``'s stream in ``domain`` (``"shared"`` or ``"local"``)."""
     text = f"{key.run_seed}:{key.rank}:{key.step}:{key.tensor_index}"
     if key.chunk:
         text += f":{key.chunk}"
-    if domain == "local":
+    if check_choice("domain", domain, _DOMAINS) == "local":
         text = "local:" + text
-    elif domain != "shared":
-        raise ValueError(f"unknown randomness domain {domain!r}; use 'shared' or 'local'")
     return seed_from_text(text)
 
 

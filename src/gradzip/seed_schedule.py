@@ -20,14 +20,19 @@ shares the walk). The global random generators are never touched.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal
 
 import numpy as np
 
+from gradzip.choices import check_choice, choices_of
 from gradzip.keys import StreamKey
 from gradzip.rng import derive_seed, seed_from_text
 
 #: the schedules a dithered compressor accepts
-SEED_SCHEDULES = ("keyed", "chain")
+#: how a dithered compressor draws its dither seeds: keyed by the stream key, or the
+#: authors' chain of seeds [CODE]
+SeedScheduleName = Literal["keyed", "chain"]
+SEED_SCHEDULES: tuple[SeedScheduleName, ...] = choices_of(SeedScheduleName)
 #: the authors' seed range, ``[CHAIN_MIN_SEED, CHAIN_MAX_SEED)`` [CODE]
 CHAIN_MIN_SEED = 1000
 CHAIN_MAX_SEED = 1000000
@@ -36,10 +41,9 @@ CHAIN_MAX_SEED = 1000000
 CHAIN_MEMO_SIZE = 1 << 16
 
 
-def check_seed_schedule(seed_schedule: str, chain_draws: int | None) -> int | None:
+def check_seed_schedule(seed_schedule: SeedScheduleName, chain_draws: int | None) -> int | None:
     """Validate a compressor's ``seed_schedule`` and ``chain_draws``; the draws to keep."""
-    if seed_schedule not in SEED_SCHEDULES:
-        raise ValueError(f"seed_schedule must be one of {SEED_SCHEDULES}, got {seed_schedule!r}")
+    check_choice("seed_schedule", seed_schedule, SEED_SCHEDULES)
     if seed_schedule == "keyed":
         if chain_draws is not None:
             raise ValueError("chain_draws applies only to seed_schedule='chain'")
@@ -90,7 +94,9 @@ class ChainSeeds:
 class SeedSchedule:
     """The shared-dither seed of a message under ``"keyed"`` or ``"chain"`` (spec 0.4)."""
 
-    def __init__(self, seed_schedule: str = "keyed", chain_draws: int | None = None) -> None:
+    def __init__(
+        self, seed_schedule: SeedScheduleName = "keyed", chain_draws: int | None = None
+    ) -> None:
         draws = check_seed_schedule(seed_schedule, chain_draws)
         self.name = seed_schedule
         self._chain = None if draws is None else ChainSeeds(draws)

@@ -8,22 +8,24 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
+from gradzip.choices import check_choice, choices_of
 from gradzip.comm.transport import Transport
 from gradzip.errors import CheckpointError, NonFiniteInputError
 from gradzip.feedback import Slot, is_count
 from gradzip.schemes.base import FINITE_CHECK, Scheme
 
-ON_NONFINITE = ("raise", "skip")
+#: what a step does when some rank's gradient holds NaN or Inf: raise
+#: :class:`~gradzip.errors.NonFiniteInputError` on every rank, or skip the step on every rank
+OnNonfinite = Literal["raise", "skip"]
+ON_NONFINITE: tuple[OnNonfinite, ...] = choices_of(OnNonfinite)
 
 
-def check_on_nonfinite(value: str) -> str:
-    if value not in ON_NONFINITE:
-        raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {value!r}")
-    return value
+def check_on_nonfinite(value: OnNonfinite) -> OnNonfinite:
+    return check_choice("on_nonfinite", value, ON_NONFINITE)
 
 
 def all_finite(tensors: Sequence[torch.Tensor]) -> bool:
@@ -46,7 +48,7 @@ def agree_all_finite(
     transport: Transport,
     tensors: Sequence[torch.Tensor],
     step: int,
-    on_nonfinite: str,
+    on_nonfinite: OnNonfinite,
     where: str,
     advice: str = "",
 ) -> bool:
@@ -71,7 +73,7 @@ def reduce_all_finite(
     tensors: Sequence[torch.Tensor],
     indices: Sequence[int],
     step: int,
-    on_nonfinite: str,
+    on_nonfinite: OnNonfinite,
     where: str,
     advice: str = "",
 ) -> list[torch.Tensor] | None:
@@ -123,7 +125,7 @@ def _finite_flag(scheme: Scheme, tensors: Sequence[torch.Tensor]) -> bool:
 
 
 def nonfinite_verdict(
-    down: list[int], step: int, on_nonfinite: str, where: str, advice: str = ""
+    down: list[int], step: int, on_nonfinite: OnNonfinite, where: str, advice: str = ""
 ) -> bool:
     """What the ranks whose flag is down (``down``, ascending, the same on every rank) mean for
     the step: True when there are none; else a :class:`~gradzip.errors.NonFiniteInputError`

@@ -12,6 +12,7 @@ from gradzip.compressors.base import Compressor
 from gradzip.schemes import AllGatherDecode
 from gradzip.schemes.base import Scheme
 from gradzip.stepping import (
+    OnNonfinite,
     StepState,
     check_on_nonfinite,
     install_step_state,
@@ -43,8 +44,9 @@ class GradientSync:
     other failure (a payload of another step, a peer that is gone) restores the scheme's state
     and leaves the step counter unchanged.
 
-    Pass either ``compressor`` (with ``error_feedback`` and ``run_seed``) for the default
-    scheme, or a ready ``scheme``.
+    Pass either ``compressor`` (with ``run_seed``) for the default scheme, an all-gather
+    without error feedback, or a ready ``scheme``: error feedback is the scheme's setting
+    (``AllGatherDecode(compressor, run_seed=..., error_feedback=True)``).
     """
 
     def __init__(
@@ -53,19 +55,16 @@ class GradientSync:
         compressor: Compressor | None = None,
         *,
         scheme: Scheme | None = None,
-        error_feedback: bool = False,
         run_seed: int = 0,
-        on_nonfinite: str = "raise",
+        on_nonfinite: OnNonfinite = "raise",
     ) -> None:
         if (compressor is None) == (scheme is None):
             raise ValueError("give GradientSync either a compressor or a scheme (not both)")
-        if scheme is not None and (error_feedback or run_seed):
-            raise ValueError(
-                "error_feedback and run_seed are the scheme's settings: pass them to the scheme"
-            )
+        if scheme is not None and run_seed:
+            raise ValueError("run_seed is the scheme's setting: pass it to the scheme")
         if scheme is None:
             assert compressor is not None
-            scheme = AllGatherDecode(compressor, run_seed=run_seed, error_feedback=error_feedback)
+            scheme = AllGatherDecode(compressor, run_seed=run_seed)
         self.transport = transport
         self.scheme = scheme
         self.on_nonfinite = check_on_nonfinite(on_nonfinite)

@@ -13,7 +13,7 @@ from gradzip import create
 from gradzip.comm.local import LocalTransport, run_local
 from gradzip.comm.pool import RankPool
 from gradzip.errors import GradzipError
-from gradzip.schemes import make_variant
+from gradzip.schemes import make_scheme
 from gradzip.sync import GradientSync
 
 
@@ -74,7 +74,7 @@ def test_collectives_across_calls_match_run_local() -> None:
 def test_per_rank_state_persists_with_gradient_sync() -> None:
     with RankPool(3) as pool:
         syncs = [
-            GradientSync(t, scheme=make_variant("ps[fp32]", create("dqsg", M=2)))
+            GradientSync(t, scheme=make_scheme("ps[fp32]", create("dqsg", M=2)))
             for t in pool.transports
         ]
         grads = [[torch.full((10,), float(r + 1)), torch.ones(2, 3) * r] for r in range(3)]

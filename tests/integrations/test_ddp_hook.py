@@ -27,7 +27,7 @@ from gradzip.comm.spawn import run_processes
 from gradzip.comm.transport import Send, Transport
 from gradzip.errors import CheckpointError, GradzipError, PayloadMismatchError
 from gradzip.integrations.ddp import GradzipHookState, gradzip_hook, register_gradzip_hook
-from gradzip.schemes import SCHEMES, AllGatherDecode, make_scheme
+from gradzip.schemes import SCHEMES, AllGatherDecode, PowerSGD, make_scheme
 from gradzip.schemes.base import Scheme, row_pieces
 from gradzip.sync import GradientSync
 
@@ -875,7 +875,7 @@ def test_powersgd_in_the_hook_skips_a_non_finite_step_on_every_rank_and_keeps_it
     layout = [(3, 2), (1, 0)]
 
     def body(transport: Transport, poisoned: bool) -> tuple[list[torch.Tensor], bool, int]:
-        psgd = make_scheme("powersgd", gradzip.create("identity"), run_seed=RUN_SEED)
+        psgd = PowerSGD(gradzip.create("identity"), run_seed=RUN_SEED, error_feedback=True)
         state = GradzipHookState(psgd, net, transport, on_nonfinite="skip")
         _run_step(state, params, _grads(transport.rank, 0, shapes), layout)
         before = psgd.state_dict()

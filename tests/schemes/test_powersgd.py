@@ -17,7 +17,7 @@ from gradzip.comm.transport import LENGTH_PREFIX_BYTES, Transport
 from gradzip.errors import CheckpointError
 from gradzip.optim import CompressedOptimizer
 from gradzip.payload import parse_payload
-from gradzip.schemes import AllGatherDecode, PowerSGD, make_scheme
+from gradzip.schemes import AllGatherDecode, PowerSGD
 from gradzip.sync import GradientSync
 
 if TYPE_CHECKING:
@@ -30,6 +30,8 @@ def matrices(world: int, n: int, m: int, seed: int = 0) -> list[torch.Tensor]:
 
 
 def scheme(codec: str = "identity", **options: object) -> PowerSGD:
+    """PowerSGD as the paper runs it: error feedback on unless ``options`` say otherwise."""
+    options = {"error_feedback": True, **options}
     return PowerSGD(gradzip.create(codec), run_seed=3, **options)  # type: ignore[arg-type]
 
 
@@ -131,7 +133,9 @@ def test_factors_summed_as_integers_agree_on_every_rank_and_cost_less_at_four_ra
 
     def run(t: Transport, factor_scheme: str, codec: str) -> tuple[torch.Tensor, int]:
         compressor = gradzip.create(codec, **({"s": 127} if codec == "qsgd" else {}))
-        s = PowerSGD(compressor, run_seed=3, rank=2, factor_scheme=factor_scheme)
+        s = PowerSGD(
+            compressor, run_seed=3, rank=2, factor_scheme=factor_scheme, error_feedback=True
+        )
         return s.reduce(t, grads[t.rank], 0, 0), t.meter.total().sent
 
     summed = run_local(world, lambda t: run(t, "allreduce", "qsgd"))
@@ -277,7 +281,8 @@ def train(transport: Transport, steps: int, codec: str = "identity") -> tuple[li
     """Train through CompressedOptimizer and PowerSGD; the losses and the parameters' bytes.
     Module level, so spawned processes can import it."""
     model = net()
-    sync = GradientSync(transport, scheme=make_scheme("powersgd", gradzip.create(codec), rank=2))
+    psgd = PowerSGD(gradzip.create(codec), rank=2, error_feedback=True)
+    sync = GradientSync(transport, scheme=psgd)
     opt = CompressedOptimizer(torch.optim.SGD(model.parameters(), lr=0.2), sync)
     x, y = batch(transport.rank)
     losses = []
@@ -399,7 +404,7 @@ def _ddp_train(
     model = net()
     opt = torch.optim.SGD(model.parameters(), lr=0.2)
     state = GradzipHookState(
-        make_scheme("powersgd", gradzip.create("identity"), rank=2), model, transport
+        PowerSGD(gradzip.create("identity"), rank=2, error_feedback=True), model, transport
     )
     if saved is not None:
         loaded = torch.load(io.BytesIO(saved), weights_only=True)

@@ -14,7 +14,7 @@ from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor
 from gradzip.compressors.buckets import papers_scales
 from gradzip.errors import GradzipError, KeyMismatchError
-from gradzip.schemes import VARIANTS, make_variant
+from gradzip.schemes import VARIANTS, SchemeSpec, make_scheme
 
 COMPRESSORS = ["identity", "dqsg", "qsgd", "terngrad", "lpc", "onebit", "topk", "ndqsg"]
 
@@ -29,7 +29,7 @@ def pairs() -> list[tuple[str, str]]:
         (variant, name)
         for variant in VARIANTS
         for name in COMPRESSORS
-        if gradzip.schemes.variant_accepts(variant, compressor(name))
+        if gradzip.schemes.scheme_accepts(variant, compressor(name))
     ]
 
 
@@ -41,7 +41,7 @@ def gradient(rank: int, step: int, shape: tuple[int, ...] = (13, 7)) -> torch.Te
 def reduce_steps(
     transport: Transport, variant: str, name: str, steps: int = 2, ef: bool = False
 ) -> list[torch.Tensor]:
-    scheme = make_variant(variant, compressor(name), run_seed=3, error_feedback=ef)
+    scheme = make_scheme(variant, compressor(name), run_seed=3, error_feedback=ef)
     return [scheme.reduce(transport, gradient(transport.rank, s), s, 0) for s in range(steps)]
 
 
@@ -64,7 +64,7 @@ def test_every_rank_holds_the_same_average(variant: str, name: str, world_size: 
 
 def exact(variant: str) -> bool:
     """Whether the variant's scheme gives the exact mean with a lossless codec."""
-    return gradzip.schemes.SCHEMES[VARIANTS[variant][0]].exact_with_lossless_codec
+    return SchemeSpec.parse(variant).scheme_class.exact_with_lossless_codec
 
 
 @pytest.mark.parametrize("variant", [v for v, n in pairs() if n == "identity" and exact(v)])
@@ -109,7 +109,7 @@ def test_shared_scale_dqsg_error_is_uniform_over_the_common_cell(
         return torch.rand(n, generator=gen).sub_(0.5) * (2.0 + rank)  # ranks differ in range
 
     def run(t: Transport) -> torch.Tensor:
-        scheme = make_variant(variant, gradzip.create("dqsg", M=M), run_seed=9)
+        scheme = make_scheme(variant, gradzip.create("dqsg", M=M), run_seed=9)
         return scheme.reduce(t, grad(t.rank), 4, 1)
 
     mean = run_local(world_size, run)[0].double()
@@ -136,7 +136,7 @@ def test_requantized_lpc_downlink_is_unbiased_and_on_the_common_grid() -> None:
         return torch.rand(n, generator=torch.Generator().manual_seed(5 + rank)).sub_(0.5)
 
     def run(t: Transport) -> torch.Tensor:
-        scheme = make_variant("ps_intsum[requantize]", gradzip.create("lpc", b=3), run_seed=1)
+        scheme = make_scheme("ps_intsum[requantize]", gradzip.create("lpc", b=3), run_seed=1)
         return scheme.reduce(t, grad(t.rank), 0, 0)
 
     out = run_local(P, run)[0].double()
@@ -156,7 +156,7 @@ def test_ring_with_error_feedback_delivers_what_compression_dropped() -> None:
     steps, P = 40, 3
 
     def run(t: Transport, ef: bool) -> torch.Tensor:
-        scheme = make_variant("ring", gradzip.create("onebit"), run_seed=2, error_feedback=ef)
+        scheme = make_scheme("ring", gradzip.create("onebit"), run_seed=2, error_feedback=ef)
         g = gradient(t.rank, 0, (12, 5))
         return sum(scheme.reduce(t, g, s, 0) for s in range(steps)) / steps
 
@@ -171,7 +171,7 @@ def bytes_sent(variant: str, name: str, world_size: int, n: int) -> float:
     def run(t: Transport) -> int:
         # one scale per tensor: the byte models below count symbols, not bucket scales
         codec = gradzip.get(name)(**papers_scales(name, gradzip.get(name).example_params))
-        scheme = make_variant(variant, codec, run_seed=0)
+        scheme = make_scheme(variant, codec, run_seed=0)
         scheme.reduce(t, torch.randn(n, generator=torch.Generator().manual_seed(t.rank)), 0, 0)
         return t.meter.total(step=0).sent
 
@@ -204,7 +204,7 @@ def test_ring_bytes_are_about_twice_one_payload() -> None:
 
 def test_parameter_server_traffic_concentrates_on_the_server() -> None:
     def run(t: Transport) -> tuple[int, int]:
-        scheme = make_variant("ps[fp32]", compressor("dqsg"))
+        scheme = make_scheme("ps[fp32]", compressor("dqsg"))
         scheme.reduce(t, torch.randn(1000), 0, 0)
         total = t.meter.total(step=0)
         return total.sent, total.received
@@ -227,7 +227,7 @@ def test_nested_scheme_decodes_close_gradients_without_failures() -> None:
         return base + spread * noise
 
     def run(t: Transport, spread: float) -> float:
-        scheme = make_variant("nested[allgather]", gradzip.create("ndqsg"), run_seed=4, record=True)
+        scheme = make_scheme("nested[allgather]", gradzip.create("ndqsg"), run_seed=4, record=True)
         scheme.reduce(t, grad(t.rank, spread), 0, 0)
         return scheme.failure_rate([grad(r, spread) for r in range(P)])
 
@@ -242,7 +242,7 @@ def test_a_payload_of_another_run_is_rejected_by_every_scheme() -> None:
     ]:
 
         def run(t: Transport, variant: str = variant, name: str = name) -> torch.Tensor:
-            scheme = make_variant(variant, compressor(name), run_seed=1 + (t.rank == 1))
+            scheme = make_scheme(variant, compressor(name), run_seed=1 + (t.rank == 1))
             return scheme.reduce(t, gradient(t.rank, 0), 0, 0)
 
         with pytest.raises(GradzipError) as info:
@@ -252,21 +252,21 @@ def test_a_payload_of_another_run_is_rejected_by_every_scheme() -> None:
 
 def test_incompatible_pairs_are_refused_with_a_reason() -> None:
     with pytest.raises(ValueError, match="integer levels"):
-        make_variant("allreduce", gradzip.create("onebit"))
+        make_scheme("allreduce", gradzip.create("onebit"))
     with pytest.raises(ValueError, match="side information"):
-        make_variant("ring", gradzip.create("ndqsg"))
+        make_scheme("ring", gradzip.create("ndqsg"))
     with pytest.raises(ValueError, match="side-information"):
-        make_variant("nested[allgather]", gradzip.create("dqsg"))
+        make_scheme("nested[allgather]", gradzip.create("dqsg"))
     with pytest.raises(ValueError, match="error feedback"):
-        make_variant("nested[allgather]", gradzip.create("ndqsg"), error_feedback=True)
-    with pytest.raises(ValueError, match="unknown variant"):
-        make_variant("butterfly", gradzip.create("dqsg"))
+        make_scheme("nested[allgather]", gradzip.create("ndqsg"), error_feedback=True)
+    with pytest.raises(ValueError, match="unknown scheme 'butterfly'"):
+        make_scheme("butterfly", gradzip.create("dqsg"))
 
 
 @pytest.mark.parametrize("variant", ["ps[fp32]", "ps_intsum[sum]"])
 def test_workers_learn_at_once_why_the_server_abandoned_a_step(variant: str) -> None:
     def run(t: Transport) -> str:
-        scheme = make_variant(variant, compressor("dqsg"), run_seed=1 + (t.rank == 1))
+        scheme = make_scheme(variant, compressor("dqsg"), run_seed=1 + (t.rank == 1))
         try:
             scheme.reduce(t, gradient(t.rank, 0), 0, 0)
         except GradzipError as err:
@@ -313,7 +313,7 @@ def test_ring_with_the_fused_feedback_step_equals_the_unfused_path(world_size: i
         encode_with_feedback = None  # type: ignore[assignment]
 
     def run(t: Transport, comp: Compressor) -> list[torch.Tensor]:
-        scheme = make_variant("ring", comp, run_seed=2, error_feedback=True)
+        scheme = make_scheme("ring", comp, run_seed=2, error_feedback=True)
         means = [scheme.reduce(t, gradient(t.rank, s, (12, 5)), s, 0) for s in range(3)]
         buffers = [
             scheme.feedback[r].residual(0, c)

@@ -226,12 +226,14 @@ def compressor_params(
 def scheme_params(
     variant: str, items: Iterable[str], option: str = "--scheme-param"
 ) -> dict[str, Any]:
-    """``items`` as keyword arguments of the scheme of the variant ``variant`` (its compressor
-    and run seed are not among them: the run sets those)."""
-    from gradzip.schemes import SCHEMES, VARIANTS
+    """``items`` as keyword arguments of the scheme ``variant`` (a scheme spec,
+    :mod:`gradzip.schemes.spec`; its compressor and run seed are not among them: the run sets
+    those)."""
+    from gradzip.schemes import SchemeSpec
 
-    if variant not in VARIANTS:
-        raise ParamError(f"unknown scheme {variant!r}; choose one of {', '.join(VARIANTS)}")
-    cls = SCHEMES[VARIANTS[variant][0]]
+    try:
+        cls = SchemeSpec.parse(variant).scheme_class
+    except ValueError as err:
+        raise ParamError(str(err)) from None
     target = Target.of_callable(f"scheme {variant!r}", cls, skip=("compressor", "run_seed"))
     return parse_params(items, target, option)

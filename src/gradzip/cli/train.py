@@ -12,7 +12,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from gradzip.cli.catalog import compressors, models, scheme_variants
+from gradzip.cli.catalog import compressors, models, schemes
 from gradzip.cli.help import describe_when_asked, fail
 from gradzip.cli.train_method import add_method_options, method_from_args
 from gradzip.errors import GradzipError
@@ -59,7 +59,8 @@ def add_train_parser(sub: Any) -> None:
     p.add_argument(
         "--scheme",
         default=None,
-        help="a scheme variant, `gradzip list schemes` (default: nested[server,dqsg-downlink] "
+        help="a scheme, its options in brackets: ps, ps[requantize], powersgd[r1,start2], "
+        "`gradzip list schemes` (default: nested[server,dqsg-downlink] "
         "for ndqsg, the paper's server with a 5-bit DQSG downlink; ps[fp32] otherwise)",
     )
     scheme_param = p.add_argument(
@@ -240,7 +241,7 @@ def check_quickly(args: argparse.Namespace) -> None:
             f"--resume continues the run in {args.resume}; leave out --out and --force"
         )
     config = options_as_given(args)
-    config.check_names(models(), compressors(), scheme_variants())
+    config.check_names(models(), compressors(), schemes())
     config.check_values()
 
 
@@ -286,20 +287,20 @@ def cmd_train(args: argparse.Namespace) -> int:
             config = validate(config_from_args(args))
             if config.backend != "env":  # under torchrun, rank 0 claims it for all ranks
                 config = claim_run_dir(config, force=args.force)
-        summary = train(config, force=args.force, resume=args.resume is not None)
+        result = train(config, force=args.force, resume=args.resume is not None)
     except (ConfigError, GradzipError) as err:
         return fail(TRAIN, str(err))
-    if not summary.get("complete", True):
-        return report_stopped(summary)
-    if summary.get("rank", 0) != 0:
+    if not result.complete:
+        return report_stopped(result.to_dict())
+    if result.rank != 0:
         return 0  # under torchrun, rank 0 reports
-    acc = summary.get("test_acc")
+    acc = result.test_acc
     print(
-        f"{summary['steps']} steps in {summary['seconds']:.1f} s "
-        f"({summary['steps_per_second']:.2f} steps/s); test accuracy "
-        f"{'n/a' if acc is None else f'{100 * acc:.2f}%'}; run directory {summary['run_dir']}"
+        f"{result.steps} steps in {result.seconds or 0.0:.1f} s "
+        f"({result.steps_per_second or 0.0:.2f} steps/s); test accuracy "
+        f"{'n/a' if acc is None else f'{100 * acc:.2f}%'}; run directory {result.run_dir}"
     )
-    print(traffic_line(summary))
+    print(traffic_line(result.to_dict()))
     return 0
 
 

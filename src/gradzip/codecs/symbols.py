@@ -15,20 +15,24 @@ The symbols always come last in a body, so the entropy-coded form needs no lengt
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
+from gradzip.choices import check_choice, choices_of
 from gradzip.codecs.bitpack import pack_bits, unpack_bits
 from gradzip.kernels.packed import packed_bytes
 from gradzip.kernels.packed import symbol_bits as symbol_bits
 
-PACKINGS = ("fixed", "dense", "entropy")
+#: how a compressor's symbols are laid out: whole bytes per symbol width, the densest radix
+#: packing, or the entropy coder
+Packing = Literal["fixed", "dense", "entropy"]
+PACKINGS: tuple[Packing, ...] = choices_of(Packing)
 
 
-def check_packing(packing: str) -> str:
+def check_packing(packing: Packing) -> Packing:
     """Validate a ``packing`` parameter value."""
-    if packing not in PACKINGS:
-        raise ValueError(f"packing must be one of {PACKINGS}, got {packing!r}")
-    return packing
+    return check_choice("packing", packing, PACKINGS)
 
 
 def packed_symbol_bits(n: int, alphabet_size: int, packing: str) -> int | None:

@@ -18,30 +18,32 @@ Sparse formats (spec 5.2, 5.5) for entries sorted by flat index:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
 
+from gradzip.choices import check_choice, choices_of
 from gradzip.codecs.golomb_rice import auto_k, check_k, rice_bits, rice_decode, rice_encode
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 
-GROUPS = ("out", "in")
-CODINGS = ("uint32", "golomb_rice")
+#: which axis a group runs along: one group per output row, or per input column
+Group = Literal["out", "in"]
+GROUPS: tuple[Group, ...] = choices_of(Group)
+#: how the kept entries' indices travel: 32-bit words, or Golomb-Rice coded gaps
+IndexCoding = Literal["uint32", "golomb_rice"]
+CODINGS: tuple[IndexCoding, ...] = choices_of(IndexCoding)
 INDEX_LIMIT = 2**31
 
 
-def check_group(group: str) -> str:
+def check_group(group: Group) -> Group:
     """Validate a ``group`` parameter."""
-    if group not in GROUPS:
-        raise ValueError(f"group must be one of {GROUPS}, got {group!r}")
-    return group
+    return check_choice("group", group, GROUPS)
 
 
-def check_coding(coding: str, rice_k: int | str) -> tuple[str, int | str]:
+def check_coding(coding: IndexCoding, rice_k: int | str) -> tuple[IndexCoding, int | str]:
     """Validate a ``coding`` parameter and its ``rice_k``."""
-    if coding not in CODINGS:
-        raise ValueError(f"coding must be one of {CODINGS}, got {coding!r}")
-    return coding, check_k(rice_k)
+    return check_choice("coding", coding, CODINGS), check_k(rice_k)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from gradzip.buffers import fresh_array
-from gradzip.codecs.symbols import check_packing, pack_symbols, symbol_bits, unpack_symbols
+from gradzip.codecs.symbols import Packing, check_packing, pack_symbols, symbol_bits, unpack_symbols
 from gradzip.compressors._decode_guards import check_finite_output
 from gradzip.compressors._scaled_body import (
     all_finite,
@@ -273,10 +273,10 @@ class ScaledStochastic(Compressor):
     checks_finite_output = True  # see finite_by_bound
 
     s: int
-    packing: str
+    packing: Packing
     _bucket: int
 
-    def __init__(self, s: int, bucket_size: int | None, packing: str) -> None:
+    def __init__(self, s: int, bucket_size: int | None, packing: Packing) -> None:
         if isinstance(s, bool) or not isinstance(s, int) or s < 1:
             raise ValueError(f"{self.name}: the number of levels s must be an int >= 1, got {s!r}")
         if s > 2**15:

@@ -32,12 +32,13 @@ against ``0.01 (24 + 32) = 0.56`` for the original wire on 2^24 values.
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 import torch
 
+from gradzip.choices import check_choice, choices_of
 from gradzip.codecs.golomb_rice import auto_k, rice_decode, rice_encode
 from gradzip.compressors.base import Compressor, body_view
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
@@ -45,19 +46,23 @@ from gradzip.kernels.sparse import gather_values
 from gradzip.keys import StreamKey
 from gradzip.payload import Deferred
 
-INDEX_CODINGS = ("fixed", "rice")
-VALUE_CODECS = ("fp32", "fp16", "bf16", "qsgd", "dqsg")
+#: how a sparsifier's indices travel: fixed-width words, or Rice-coded gaps
+SparseIndexCoding = Literal["fixed", "rice"]
+INDEX_CODINGS: tuple[SparseIndexCoding, ...] = choices_of(SparseIndexCoding)
+#: how a sparsifier's kept values travel
+ValueCodec = Literal["fp32", "fp16", "bf16", "qsgd", "dqsg"]
+VALUE_CODECS: tuple[ValueCodec, ...] = choices_of(ValueCodec)
 #: the codecs whose number of levels ``value_levels`` sets (and the parameter's name there)
 _LEVEL_PARAM = {"qsgd": "s", "dqsg": "M"}
 _WORD = struct.Struct("<I")
 
 
-def check_coding(index_coding: str, value_codec: str, value_levels: int) -> None:
+def check_coding(
+    index_coding: SparseIndexCoding, value_codec: ValueCodec, value_levels: int
+) -> None:
     """Validate a sparsifier's coding options (see the module docstring)."""
-    if index_coding not in INDEX_CODINGS:
-        raise ValueError(f"index_coding must be one of {INDEX_CODINGS}, got {index_coding!r}")
-    if value_codec not in VALUE_CODECS:
-        raise ValueError(f"value_codec must be one of {VALUE_CODECS}, got {value_codec!r}")
+    check_choice("index_coding", index_coding, INDEX_CODINGS)
+    check_choice("value_codec", value_codec, VALUE_CODECS)
     if isinstance(value_levels, bool) or not isinstance(value_levels, int) or value_levels < 1:
         raise ValueError(f"value_levels must be an int >= 1, got {value_levels!r}")
     if value_levels != 1 and value_codec not in _LEVEL_PARAM:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 
 from gradzip.compressors._groups import (
+    Group,
     Grouping,
+    IndexCoding,
     check_coding,
     check_group,
     decode_entries,
@@ -90,11 +92,11 @@ class Adaptive(Compressor):
     def __init__(
         self,
         proportion: int = 32,
-        group: str = "out",
+        group: Group = "out",
         sample: bool = False,
         zero_mean: bool = False,
-        coding: str = "uint32",
-        rice_k: int | str = 4,
+        coding: IndexCoding = "uint32",
+        rice_k: int | Literal["auto"] = 4,
     ) -> None:
         if isinstance(proportion, bool) or not isinstance(proportion, int) or proportion < 1:
             raise ValueError(f"proportion must be an int >= 1, got {proportion!r}")

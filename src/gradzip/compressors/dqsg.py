@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from gradzip.codecs.symbols import check_packing
+from gradzip.codecs.symbols import Packing, check_packing
 from gradzip.compressors._scaled_body import (
     check_scales,
     check_symbols,
@@ -36,7 +36,7 @@ from gradzip.kernels.philox import SHARED_UNIFORM
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
 from gradzip.rng import shared_uniform_plus_one_from_seed
-from gradzip.seed_schedule import SeedSchedule
+from gradzip.seed_schedule import SeedSchedule, SeedScheduleName
 
 #: the largest finite float32
 FLOAT32_LIMIT = float(torch.finfo(torch.float32).max)
@@ -126,8 +126,8 @@ class DQSG(Compressor):
         bucket_size: int | None = DEFAULT_BUCKET_SIZE,
         partitions: int | None = None,
         clip_std: float | None = None,
-        packing: str = "fixed",
-        seed_schedule: str = "keyed",
+        packing: Packing = "fixed",
+        seed_schedule: SeedScheduleName = "keyed",
         chain_draws: int | None = None,
     ) -> None:
         if isinstance(M, bool) or not isinstance(M, int) or not 1 <= M <= 2**30:

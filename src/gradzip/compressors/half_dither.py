@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from gradzip.codecs.symbols import check_packing
+from gradzip.codecs.symbols import Packing, check_packing
 from gradzip.compressors._scaled_body import (
     check_scales,
     check_symbols,
@@ -90,7 +90,7 @@ class HalfDither(Compressor):
         M: int = 1,
         bucket_size: int | None = DEFAULT_BUCKET_SIZE,
         dither_sum: int = 1,
-        packing: str = "fixed",
+        packing: Packing = "fixed",
     ) -> None:
         if isinstance(M, bool) or not isinstance(M, int) or not 1 <= M <= 2**20:
             raise ValueError(f"M must be an int in [1, 2**20], got {M!r}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
+from gradzip.codecs.symbols import Packing
 from gradzip.compressors._scaled_stochastic import ScaledStochastic
 from gradzip.compressors.registry import register
 
@@ -38,7 +39,7 @@ class Hou(ScaledStochastic):
     codec_id = 15
     example_params: ClassVar[dict[str, Any]] = {}
 
-    def __init__(self, b: int = 8, scaled: bool = False, packing: str = "fixed") -> None:
+    def __init__(self, b: int = 8, scaled: bool = False, packing: Packing = "fixed") -> None:
         if isinstance(b, bool) or not isinstance(b, int) or not 2 <= b <= 16:
             raise ValueError(f"hou: b must be an int in [2, 16], got {b!r}")
         super().__init__(2 ** (b - 1) - 1, None, packing)

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from gradzip.codecs.symbols import check_packing, packed_symbol_bits, symbol_bits
+from gradzip.codecs.symbols import Packing, check_packing, packed_symbol_bits, symbol_bits
 from gradzip.compressors._scaled_body import check_scales, read_scales, symbols_floor_bits
 from gradzip.compressors._scaled_stochastic import (
     finite_by_bound,
@@ -69,7 +69,7 @@ class LPC(Compressor):
     checks_finite_output = True  # see gradzip.compressors._scaled_stochastic.finite_by_bound
     example_params: ClassVar[dict[str, Any]] = {}
 
-    def __init__(self, b: int = 4, theta: float = 1.0, packing: str = "fixed") -> None:
+    def __init__(self, b: int = 4, theta: float = 1.0, packing: Packing = "fixed") -> None:
         if isinstance(b, bool) or not isinstance(b, int) or not 2 <= b <= MAX_BITS:
             raise ValueError(f"lpc: b must be an int in [2, {MAX_BITS}], got {b!r}")
         theta = float(theta)

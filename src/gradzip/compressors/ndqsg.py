@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from gradzip.codecs.symbols import check_packing
+from gradzip.codecs.symbols import Packing, check_packing
 from gradzip.compressors._decode_guards import check_finite_output
 from gradzip.compressors._nested import (
     chebyshev_failure_bound,
@@ -44,7 +44,7 @@ from gradzip.kernels.dithered_torch import decode_nested_torch, encode_symbols_t
 from gradzip.kernels.philox import SHARED_UNIFORM
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
-from gradzip.seed_schedule import SeedSchedule
+from gradzip.seed_schedule import SeedSchedule, SeedScheduleName
 
 __all__ = [
     "NDQSG",
@@ -116,8 +116,8 @@ class NDQSG(Compressor):
         k: int = 3,
         alpha: float = 1.0,
         bucket_size: int | None = DEFAULT_BUCKET_SIZE,
-        packing: str = "fixed",
-        seed_schedule: str = "keyed",
+        packing: Packing = "fixed",
+        seed_schedule: SeedScheduleName = "keyed",
         chain_draws: int | None = None,
     ) -> None:
         if isinstance(L1, bool) or not isinstance(L1, int) or not 1 <= L1 <= 2**20:

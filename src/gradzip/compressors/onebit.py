@@ -10,8 +10,14 @@ import numpy as np
 import torch
 
 from gradzip.accounting import Encoded, Streams
-from gradzip.codecs.symbols import check_packing, pack_symbols, packed_symbol_bits, unpack_symbols
-from gradzip.compressors._groups import Grouping, check_group, sample_rows
+from gradzip.codecs.symbols import (
+    Packing,
+    check_packing,
+    pack_symbols,
+    packed_symbol_bits,
+    unpack_symbols,
+)
+from gradzip.compressors._groups import Group, Grouping, check_group, sample_rows
 from gradzip.compressors._scaled_body import read_scales, symbols_floor_bits
 from gradzip.compressors.base import (
     Body,
@@ -96,7 +102,9 @@ class OneBit(Compressor):
     #: a float32 reconstruction reads
     decodes_cheaply: ClassVar[bool] = True
 
-    def __init__(self, group: str = "out", sample: bool = False, packing: str = "fixed") -> None:
+    def __init__(
+        self, group: Group = "out", sample: bool = False, packing: Packing = "fixed"
+    ) -> None:
         self.group = check_group(group)
         self.sample = bool(sample)
         self.packing = check_packing(packing)

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from gradzip.codecs.symbols import check_packing, pack_symbols, packed_symbol_bits
+from gradzip.codecs.symbols import Packing, check_packing, pack_symbols, packed_symbol_bits
 from gradzip.compressors._scaled_body import symbols_floor_bits
 from gradzip.compressors._scaled_stochastic import fit_dtype_, twos_body, twos_values
 from gradzip.compressors.base import Body, Compressor, body_tensor
@@ -47,7 +47,7 @@ class QESGD(Compressor):
     codec_id = 17
     example_params: ClassVar[dict[str, Any]] = {"delta": 1e-3}
 
-    def __init__(self, delta: float, bits: int = 8, packing: str = "fixed") -> None:
+    def __init__(self, delta: float, bits: int = 8, packing: Packing = "fixed") -> None:
         delta = float(delta)
         if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 16:
             raise ValueError(f"qesgd: bits must be an int in [1, 16], got {bits!r}")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 
+from gradzip.choices import check_choice, choices_of
 from gradzip.codecs import elias
+from gradzip.codecs.symbols import Packing
 from gradzip.compressors._scaled_body import check_scales, read_scales
 from gradzip.compressors._scaled_stochastic import (
     FLOAT32_MAX,
@@ -26,8 +28,12 @@ from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
 
-NORMS = ("max", "l2")
-CODINGS = ("symbols", "elias")
+#: the norm that scales QSGD's levels: the bucket's max-abs, or its l2 norm (the paper)
+Norm = Literal["max", "l2"]
+NORMS: tuple[Norm, ...] = choices_of(Norm)
+#: how QSGD's levels travel: packed symbols, or the paper's Elias-coded runs
+QsgdCoding = Literal["symbols", "elias"]
+CODINGS: tuple[QsgdCoding, ...] = choices_of(QsgdCoding)
 
 
 @register
@@ -71,15 +77,13 @@ class QSGD(ScaledStochastic):
         self,
         s: int = 1,
         bucket_size: int | None = DEFAULT_BUCKET_SIZE,
-        norm: str = "max",
-        packing: str = "fixed",
-        coding: str = "symbols",
+        norm: Norm = "max",
+        packing: Packing = "fixed",
+        coding: QsgdCoding = "symbols",
     ) -> None:
         super().__init__(s, bucket_size, packing)
-        if norm not in NORMS:
-            raise ValueError(f"qsgd: norm must be one of {NORMS}, got {norm!r}")
-        if coding not in CODINGS:
-            raise ValueError(f"qsgd: coding must be one of {CODINGS}, got {coding!r}")
+        check_choice("norm", norm, NORMS, "qsgd")
+        check_choice("coding", coding, CODINGS, "qsgd")
         self.norm = norm
         self.coding = coding
 

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from gradzip.codecs.symbols import check_packing
+from gradzip.codecs.symbols import Packing, check_packing
 from gradzip.compressors._scaled_body import (
     check_scales,
     read_scales,
@@ -67,7 +67,7 @@ class QSGDL2(Compressor):
         self,
         bits: int = 8,
         bucket_size: int | None = DEFAULT_BUCKET_SIZE,
-        packing: str = "fixed",
+        packing: Packing = "fixed",
     ) -> None:
         if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 16:
             raise ValueError(f"qsgd_l2: bits must be an int in [1, 16], got {bits!r}")

@@ -10,6 +10,7 @@ from numpy.typing import NDArray
 
 from gradzip.compressors._decode_guards import check_finite_output
 from gradzip.compressors._sparse_coding import (
+    ValueCodec,
     check_coding,
     coding_params,
     encode_values,
@@ -83,7 +84,7 @@ class RandK(KeptValues):
         k: int | None = None,
         ratio: float | None = None,
         scaled: bool = False,
-        value_codec: str = "fp32",
+        value_codec: ValueCodec = "fp32",
         value_levels: int = 1,
     ) -> None:
         self.k, self.ratio = check_k_ratio(k, ratio)

@@ -6,6 +6,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from gradzip.codecs.symbols import Packing
 from gradzip.compressors._scaled_stochastic import ScaledStochastic
 from gradzip.compressors.base import Body
 from gradzip.compressors.buckets import DEFAULT_BUCKET_SIZE, clip_to_std
@@ -56,7 +57,7 @@ class TernGrad(ScaledStochastic):
         self,
         bucket_size: int | None = DEFAULT_BUCKET_SIZE,
         clip_sigma: float | None = None,
-        packing: str = "fixed",
+        packing: Packing = "fixed",
     ) -> None:
         super().__init__(1, bucket_size, packing)
         if clip_sigma is not None:

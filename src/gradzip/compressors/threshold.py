@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 
 from gradzip.compressors._groups import (
+    IndexCoding,
     check_coding,
     decode_entries,
     encode_entries,
@@ -61,7 +62,9 @@ class Threshold(Compressor):
     codec_id = 21
     example_params: ClassVar[dict[str, Any]] = {"tau": 1e-3}
 
-    def __init__(self, tau: float, coding: str = "uint32", rice_k: int | str = 4) -> None:
+    def __init__(
+        self, tau: float, coding: IndexCoding = "uint32", rice_k: int | Literal["auto"] = 4
+    ) -> None:
         tau = float(tau)
         if not (math.isfinite(tau) and 0 < tau <= _FLOAT32_MAX) or np.float32(tau) == 0:
             raise ValueError(f"tau must be a positive float32 value, got {tau!r}")

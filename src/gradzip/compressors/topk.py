@@ -12,6 +12,8 @@ import torch
 from gradzip.codecs.bitpack import pack_bits, packed_bytes
 from gradzip.compressors._decode_guards import check_finite_output, fitted
 from gradzip.compressors._sparse_coding import (
+    SparseIndexCoding,
+    ValueCodec,
     check_coding,
     coding_params,
     encode_values,
@@ -167,8 +169,8 @@ class TopK(KeptValues):
         self,
         k: int | None = None,
         ratio: float | None = None,
-        index_coding: str = "fixed",
-        value_codec: str = "fp32",
+        index_coding: SparseIndexCoding = "fixed",
+        value_codec: ValueCodec = "fp32",
         value_levels: int = 1,
     ) -> None:
         self.k, self.ratio = check_k_ratio(k, ratio)

@@ -15,14 +15,16 @@ from gradzip.errors import CheckpointError
 from gradzip.experiments import checkpoint
 from gradzip.experiments.config import ConfigError, TrainConfig
 from gradzip.experiments.resolved_config import run_record, training_method, validate
+from gradzip.experiments.result import TrainResult
 from gradzip.experiments.run_dir import RESULT_FILES, claim_run_dir, drop_if_empty, remove
 from gradzip.experiments.run_output import RunWriter
 from gradzip.experiments.stopping import StopRequest
 from gradzip.experiments.trainer import Trainer
 
 
-def train(config: TrainConfig, *, force: bool = False, resume: bool = False) -> dict[str, Any]:
-    """Run ``config`` on its backend; the summary (on every backend, from rank 0's view).
+def train(config: TrainConfig, *, force: bool = False, resume: bool = False) -> TrainResult:
+    """Run ``config`` on its backend; the summary (on every backend, from rank 0's view; under
+    ``torchrun``, each rank's own, ``rank`` set).
 
     The run directory: ``config.out`` or a fresh default one (:func:`claim_run_dir`; ``force``
     replaces a run held by an explicit ``out``), or with ``resume`` the directory ``config.out``
@@ -33,10 +35,10 @@ def train(config: TrainConfig, *, force: bool = False, resume: bool = False) -> 
     validate(config)
     training_method(config).preflight(config)  # option errors here, not inside the ranks
     if config.backend == "env":
-        return train_env(config, force, resume)
+        return TrainResult.from_summary(train_env(config, force, resume))
     config = prepare_resume(config) if resume else claim_run_dir(config, force)
     try:
-        return train_here(config, resume)
+        return TrainResult.from_summary(train_here(config, resume))
     except Exception:
         assert config.out is not None
         drop_if_empty(config.out)  # a default directory claimed for a run that never started

@@ -18,12 +18,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal
 
+from gradzip.choices import choices_of
 from gradzip.errors import ConfigError as ConfigError  # its home before gradzip.errors
 
-OPTIMIZERS = ("sgd", "adam", "adagrad")
-BACKENDS = ("local", "gloo", "env")
+#: the optimizer a run steps with (``torch.optim``'s SGD, Adam, Adagrad)
+Optimizer = Literal["sgd", "adam", "adagrad"]
+OPTIMIZERS: tuple[Optimizer, ...] = choices_of(Optimizer)
+#: where the ranks run: simulated in this process, spawned gloo processes, or under torchrun
+Backend = Literal["local", "gloo", "env"]
+BACKENDS: tuple[Backend, ...] = choices_of(Backend)
 #: the training method of a run that names none (:mod:`gradzip.experiments.methods`)
 DEFAULT_METHOD = "compressed-gradients"
 #: learning rates of spec 1.10 (SGD, Adam) and a common Adagrad default
@@ -43,13 +48,13 @@ class TrainConfig:
     compressor: str = "ndqsg"  # any registered compressor (`gradzip list`)
     compressor_params: dict[str, Any] = field(default_factory=dict)  # ndqsg: L1=3, k=3
     scheme: str | None = (
-        None  # a gradzip.schemes.VARIANTS name; default: nested[server,dqsg-downlink] for ndqsg, else ps[fp32]
+        None  # a scheme spec (gradzip.schemes.spec); default: nested[server,dqsg-downlink] for ndqsg, else ps[fp32]
     )
     scheme_params: dict[str, Any] = field(default_factory=dict)
     error_feedback: bool = False
     workers: int = 8
-    backend: str = "local"  # local: simulated ranks; gloo: spawned processes; env: torchrun
-    optimizer: str = "adam"
+    backend: Backend = "local"  # local: simulated ranks; gloo: spawned processes; env: torchrun
+    optimizer: Optimizer = "adam"
     lr: float | None = None  # default per optimizer (DEFAULT_LR)
     lr_decay: float = 0.98  # multiplied in after every epoch
     momentum: float = 0.0
@@ -105,20 +110,22 @@ class TrainConfig:
         return cls(**values)
 
     def check_names(
-        self, models: Iterable[str], compressors: Iterable[str], variants: Iterable[str]
+        self, models: Iterable[str], compressors: Iterable[str], schemes: Iterable[str]
     ) -> None:
         """``ConfigError`` unless the model, compressor and scheme are among those named (the
-        registries; the command line passes its light copies, :mod:`gradzip.cli.catalog`)."""
-        models, compressors, variants = list(models), list(compressors), list(variants)
+        registries; the command line passes its light copies, :mod:`gradzip.cli.catalog`).
+        The scheme is checked by its name here; :meth:`validate` reads its options."""
+        models, compressors, schemes = list(models), list(compressors), list(schemes)
         if self.model not in models:
             raise ConfigError(f"unknown model {self.model!r}; choose one of {', '.join(models)}")
         if self.compressor not in compressors:
             raise ConfigError(
                 f"unknown compressor {self.compressor!r}; `gradzip list` shows them all"
             )
-        if self.resolved_scheme() not in variants:
+        if self.resolved_scheme().partition("[")[0].strip() not in schemes:
             raise ConfigError(
-                f"unknown scheme {self.resolved_scheme()!r}; choose one of {', '.join(variants)}"
+                f"unknown scheme {self.resolved_scheme()!r}; choose one of {', '.join(schemes)}, "
+                "with options in brackets (`gradzip list schemes`)"
             )
 
     def check_values(self) -> None:

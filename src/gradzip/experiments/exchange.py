@@ -21,7 +21,7 @@ from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor
 from gradzip.errors import ConfigError
 from gradzip.experiments.traffic import step_traffic
-from gradzip.schemes import make_variant
+from gradzip.schemes import make_scheme
 from gradzip.schemes.base import Scheme
 from gradzip.simulation.workers import WorkerStep
 from gradzip.sync import GradientSync
@@ -67,10 +67,10 @@ def keyword_parameters(target: Callable[..., Any]) -> list[inspect.Parameter]:
 
 def make_sync(config: TrainConfig, transport: Transport) -> GradientSync:
     """One rank's synchronisation object for ``config``."""
-    return GradientSync(transport, scheme=make_scheme(config))
+    return GradientSync(transport, scheme=scheme_for_config(config))
 
 
-def make_scheme(config: TrainConfig) -> Scheme:
+def scheme_for_config(config: TrainConfig) -> Scheme:
     """The configured scheme around the configured compressor (each rank builds its own)."""
     options = dict(config.scheme_params)
     if config.resolved_scheme().startswith("nested") and "coarse" not in options:
@@ -79,7 +79,7 @@ def make_scheme(config: TrainConfig) -> Scheme:
         bucket = {k: v for k, v in config.compressor_params.items() if k == "bucket_size"}
         options["coarse"] = make_compressor(config, "dqsg", M=2, **bucket)
     try:
-        scheme = make_variant(
+        scheme = make_scheme(
             config.resolved_scheme(),
             make_compressor(config),
             run_seed=config.seed,
@@ -90,9 +90,9 @@ def make_scheme(config: TrainConfig) -> Scheme:
         raise
     except (TypeError, ValueError) as err:
         if isinstance(err, TypeError) and "unexpected keyword" in str(err):
-            from gradzip.schemes import SCHEMES, VARIANTS
+            from gradzip.schemes import SchemeSpec
 
-            cls = SCHEMES[VARIANTS[config.resolved_scheme()][0]]
+            cls = SchemeSpec.parse(config.resolved_scheme()).scheme_class
             skip = ("compressor", "run_seed")
             valid = [p.name for p in keyword_parameters(cls) if p.name not in skip]
             raise ConfigError(

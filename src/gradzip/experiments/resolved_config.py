@@ -15,11 +15,12 @@ from dataclasses import asdict
 from typing import Any
 
 import gradzip
+from gradzip.errors import ConfigError
 from gradzip.experiments.config import RUN_NEUTRAL, TrainConfig
 from gradzip.experiments.methods import get_method
 from gradzip.experiments.methods.base import TrainingMethod
 from gradzip.models.paper import MODELS
-from gradzip.schemes import VARIANTS
+from gradzip.schemes import SCHEMES, SchemeSpec
 
 
 def training_method(config: TrainConfig) -> TrainingMethod:
@@ -68,7 +69,11 @@ def run_record(config: TrainConfig) -> dict[str, Any]:
 def validate(config: TrainConfig) -> TrainConfig:
     """Check every option of ``config`` (names against the registries, numbers in range, the
     training method's own options); returns ``config``."""
-    config.check_names(MODELS, gradzip.names(), VARIANTS)
+    config.check_names(MODELS, gradzip.names(), SCHEMES)
+    try:
+        SchemeSpec.parse(config.resolved_scheme())
+    except ValueError as err:
+        raise ConfigError(f"--scheme: {err}") from None
     config.check_values()
     method = training_method(config)
     method.validate(config, method.options_of(config))

@@ -36,6 +36,7 @@ from torch.nn.parallel import DistributedDataParallel
 from gradzip.errors import GradzipError
 from gradzip.integrations.ddp import CHUNK_ELEMENTS, GradzipHookState, register_gradzip_hook
 from gradzip.schemes.base import Scheme
+from gradzip.stepping import OnNonfinite
 
 try:
     from accelerate.utils import DDPCommunicationHookType
@@ -63,7 +64,7 @@ def attach_gradzip_hook(
     accelerator: Accelerator,
     model: torch.nn.Module,
     scheme: Scheme,
-    on_nonfinite: str = "raise",
+    on_nonfinite: OnNonfinite = "raise",
     chunk_elements: int = CHUNK_ELEMENTS,
     record_timeline: bool = False,
 ) -> GradzipHookState:

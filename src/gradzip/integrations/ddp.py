@@ -71,6 +71,7 @@ from gradzip.integrations._transaction import StepTransaction
 from gradzip.payload_batch import join_payloads, split_payloads
 from gradzip.schemes.base import Outgoing, Piece, Scheme
 from gradzip.stepping import (
+    OnNonfinite,
     check_on_nonfinite,
     install_step_state,
     nonfinite_verdict,
@@ -139,7 +140,7 @@ class GradzipHookState:
         scheme: Scheme,
         model: torch.nn.Module,
         transport: Transport | None = None,
-        on_nonfinite: str = "raise",
+        on_nonfinite: OnNonfinite = "raise",
         chunk_elements: int = CHUNK_ELEMENTS,
         record_timeline: bool = False,
     ) -> None:
@@ -550,7 +551,7 @@ def register_gradzip_hook(
     ddp_model: "DistributedDataParallel",
     scheme: Scheme,
     transport: Transport | None = None,
-    on_nonfinite: str = "raise",
+    on_nonfinite: OnNonfinite = "raise",
     chunk_elements: int = CHUNK_ELEMENTS,
     record_timeline: bool = False,
 ) -> GradzipHookState:

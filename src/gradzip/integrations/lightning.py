@@ -35,6 +35,7 @@ from torch.nn.parallel import DistributedDataParallel
 from gradzip.errors import GradzipError
 from gradzip.integrations.ddp import CHUNK_ELEMENTS, GradzipHookState, gradzip_hook
 from gradzip.schemes.base import Scheme
+from gradzip.stepping import OnNonfinite, check_on_nonfinite
 
 try:
     from lightning.pytorch.strategies import DDPStrategy
@@ -76,7 +77,7 @@ class GradzipDDPStrategy(DDPStrategy):
         self,
         scheme: Scheme,
         *,
-        on_nonfinite: str = "raise",
+        on_nonfinite: OnNonfinite = "raise",
         chunk_elements: int = CHUNK_ELEMENTS,
         record_timeline: bool = False,
         **kwargs: Any,
@@ -94,7 +95,7 @@ class GradzipDDPStrategy(DDPStrategy):
         super().__init__(**kwargs)
         self.scheme = scheme
         self._hook_options: dict[str, Any] = {
-            "on_nonfinite": on_nonfinite,
+            "on_nonfinite": check_on_nonfinite(on_nonfinite),
             "chunk_elements": chunk_elements,
             "record_timeline": record_timeline,
         }

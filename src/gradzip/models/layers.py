@@ -20,10 +20,16 @@ Nothing here modifies a parameter in ``forward`` or branches on data, so the mod
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 from torch import nn
+
+from gradzip.choices import check_choice, choices_of
+
+#: how a :class:`Dense` weight is stored: ``[in, out]`` (TensorFlow) or ``[out, in]`` (PyTorch)
+Layout = Literal["in_out", "out_in"]
 
 #: Truncation of the initial weights, in standard deviations [CODE: ``st.truncnorm(-2, 2, ...)``].
 TRUNCATION = 2.0
@@ -54,10 +60,9 @@ def truncated_normal_(tensor: torch.Tensor, sd: float, generator: torch.Generato
 class Dense(nn.Module):
     """Fully connected layer; ``layout="in_out"`` stores the weight ``[in, out]`` (TensorFlow)."""
 
-    def __init__(self, n_in: int, n_out: int, layout: str = "in_out") -> None:
+    def __init__(self, n_in: int, n_out: int, layout: Layout = "in_out") -> None:
         super().__init__()
-        if layout not in ("in_out", "out_in"):
-            raise ValueError(f"layout must be 'in_out' or 'out_in', got {layout!r}")
+        check_choice("layout", layout, choices_of(Layout))
         self.layout = layout
         shape = (n_in, n_out) if layout == "in_out" else (n_out, n_in)
         self.weight = nn.Parameter(torch.empty(shape))

@@ -1,7 +1,11 @@
 """Aggregation schemes: how the ranks' payloads become one averaged tensor.
 
-Every scheme is a :class:`~gradzip.schemes.base.Scheme`; :data:`SCHEMES` maps the names that the
-command line and the benchmarks use to the classes, and :func:`make_scheme` builds one.
+Every scheme is a :class:`~gradzip.schemes.base.Scheme`, built from its class with keyword
+arguments (``PowerSGD(compressor, rank=1, error_feedback=True)``). :data:`SCHEMES` maps the
+names that the command line and the benchmarks use to the classes, and :func:`make_scheme`
+builds one from its text (``"powersgd[r1,start2]"``: the grammar of
+:mod:`gradzip.schemes.spec`). Error feedback is the scheme's ``error_feedback=`` flag, off by
+default for every scheme.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from gradzip.schemes.parameter_server import ParameterServer
 from gradzip.schemes.powersgd import PowerSGD
 from gradzip.schemes.ring_requantize import RingRequantize
 from gradzip.schemes.server_integer_sum import ServerIntegerSum
+from gradzip.schemes.spec import ExchangeSpec, SchemeSpec
 
 SCHEMES: dict[str, type[Scheme]] = {
     cls.name: cls
@@ -31,73 +36,61 @@ SCHEMES: dict[str, type[Scheme]] = {
     )
 }
 
-#: Named configurations worth comparing: ``"name[option]" -> (scheme name, its options)``.
-VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    "allgather": ("allgather", {}),
-    "ps[fp32]": ("ps", {"downlink": "fp32"}),
-    "ps[requantize]": ("ps", {"downlink": "requantize"}),
-    "ps_intsum[sum]": ("ps_intsum", {"downlink": "sum"}),
-    "ps_intsum[requantize]": ("ps_intsum", {"downlink": "requantize"}),
-    "allreduce": ("allreduce", {}),
-    "ring": ("ring", {}),
-    "nested[allgather]": ("nested", {"topology": "allgather"}),
-    "nested[server]": ("nested", {"topology": "server"}),
-    "nested[server,dqsg-downlink]": ("nested", {"topology": "server", "downlink": "dqsg"}),
-    "powersgd[r1]": ("powersgd", {"rank": 1}),
-    "powersgd[r4]": ("powersgd", {"rank": 4}),
-    "powersgd[r1,allreduce]": ("powersgd", {"rank": 1, "factor_scheme": "allreduce"}),
+#: Named configurations worth comparing, as scheme specs (:class:`~gradzip.schemes.spec.SchemeSpec`;
+#: any other spec, such as ``ps`` or ``powersgd[r2]``, builds as well)
+VARIANTS: tuple[str, ...] = (
+    "allgather",
+    "ps[fp32]",
+    "ps[requantize]",
+    "ps_intsum[sum]",
+    "ps_intsum[requantize]",
+    "allreduce",
+    "ring",
+    "nested[allgather]",
+    "nested[server]",
+    "nested[server,dqsg-downlink]",
+    "powersgd[r1]",
+    "powersgd[r4]",
+    "powersgd[r1,allreduce]",
     # as PyTorch's hook is usually run (and in gradzip bench cluster): two uncompressed steps
-    "powersgd[r1,start2]": ("powersgd", {"rank": 1, "start_step": 2}),
-    "powersgd[r1,allreduce,start2]": (
-        "powersgd",
-        {"rank": 1, "factor_scheme": "allreduce", "start_step": 2},
-    ),
-}
+    "powersgd[r1,start2]",
+    "powersgd[r1,allreduce,start2]",
+)
 
 
-def make_variant(variant: str, compressor: Compressor, **options: Any) -> Scheme:
-    """The configuration ``variant`` of :data:`VARIANTS` (``options`` add to or override it)."""
+def make_scheme(spec: str | SchemeSpec, compressor: Compressor, **options: Any) -> Scheme:
+    """The scheme ``spec`` names (``"ring"``, ``"ps[requantize]"``, ``"powersgd[r1,start2]"``:
+    :mod:`gradzip.schemes.spec`) around ``compressor``. ``options``: ``run_seed``,
+    ``error_feedback`` (off unless given, for every scheme) and the scheme's own keyword
+    arguments, which add to or replace the spec's. The typed way is the class itself
+    (``PowerSGD(compressor, rank=1, error_feedback=True)``); this reads the text."""
+    parsed = spec if isinstance(spec, SchemeSpec) else SchemeSpec.parse(spec)
+    return parsed.build(compressor, **options)
+
+
+def scheme_accepts(spec: str | SchemeSpec, compressor: Compressor) -> bool:
+    """Whether :func:`make_scheme` builds ``spec`` around ``compressor`` (its options included:
+    PowerSGD's integer-sum factors need a quantizer on a shared grid)."""
     try:
-        name, preset = VARIANTS[variant]
-    except KeyError:
-        raise ValueError(
-            f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}"
-        ) from None
-    return make_scheme(name, compressor, **{**preset, **options})
-
-
-def variant_accepts(variant: str, compressor: Compressor) -> bool:
-    """Whether :func:`make_variant` builds ``variant`` around ``compressor`` (the variant's
-    options included: PowerSGD's integer-sum factors need a quantizer on a shared grid)."""
-    try:
-        make_variant(variant, compressor)
+        make_scheme(spec, compressor)
     except ValueError:
         return False
     return True
-
-
-def make_scheme(name: str, compressor: Compressor, **options: Any) -> Scheme:
-    """The scheme called ``name`` around ``compressor`` (``options``: ``run_seed``,
-    ``error_feedback`` and the scheme's own keyword arguments)."""
-    try:
-        cls = SCHEMES[name]
-    except KeyError:
-        raise ValueError(f"unknown scheme {name!r}; choose one of {', '.join(SCHEMES)}") from None
-    return cls(compressor, **options)
 
 
 __all__ = [
     "SCHEMES",
     "VARIANTS",
     "AllGatherDecode",
+    "ExchangeSpec",
     "IntegerAllreduce",
     "NestedScheme",
     "ParameterServer",
     "PowerSGD",
     "RingRequantize",
     "Scheme",
+    "SchemeSpec",
     "ServerIntegerSum",
     "make_scheme",
-    "make_variant",
-    "variant_accepts",
+    "scheme_accepts",
 ]

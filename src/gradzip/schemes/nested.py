@@ -4,9 +4,11 @@ running mean of those already decoded."""
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 
+from gradzip.choices import check_choice, choices_of
 from gradzip.comm.transport import Transport, in_step_scope
 from gradzip.compressors.base import Compressor, empty_output
 from gradzip.compressors.dqsg import DQSG
@@ -17,8 +19,12 @@ from gradzip.kernels.running_mean import update_running_mean_
 from gradzip.schemes._messages import serve
 from gradzip.schemes.base import Scheme
 
-_TOPOLOGIES = ("allgather", "server")
-_DOWNLINKS = ("fp32", "dqsg")
+#: who decodes the nested payloads: every rank (all-gather), or one server rank
+NestedTopology = Literal["allgather", "server"]
+_TOPOLOGIES: tuple[NestedTopology, ...] = choices_of(NestedTopology)
+#: what the server sends back: the mean in float32 (the paper), or as a DQSG payload
+NestedDownlink = Literal["fp32", "dqsg"]
+_DOWNLINKS: tuple[NestedDownlink, ...] = choices_of(NestedDownlink)
 
 
 class NestedScheme(Scheme):
@@ -69,10 +75,10 @@ class NestedScheme(Scheme):
         error_feedback: bool = False,
         coarse: Compressor | None = None,
         ratio: float = 0.5,
-        topology: str = "allgather",
+        topology: NestedTopology = "allgather",
         server: int = 0,
         record: bool = False,
-        downlink: str = "fp32",
+        downlink: NestedDownlink = "fp32",
         downlink_M: int = 8,
     ) -> None:
         if error_feedback:
@@ -80,8 +86,7 @@ class NestedScheme(Scheme):
                 "the nested scheme has no error feedback (the sender cannot know "
                 "what a nested payload decodes to)"
             )
-        if topology not in _TOPOLOGIES:
-            raise ValueError(f"topology must be one of {_TOPOLOGIES}, got {topology!r}")
+        check_choice("topology", topology, _TOPOLOGIES)
         if not 0.0 < ratio <= 1.0:
             raise ValueError(f"ratio (the share of DQSG workers) must lie in (0, 1], got {ratio}")
         super().__init__(compressor, run_seed=run_seed)
@@ -94,8 +99,7 @@ class NestedScheme(Scheme):
         self.record = record
         self.decoded: list[torch.Tensor] = []
         self.side: list[torch.Tensor | None] = []
-        if downlink not in _DOWNLINKS:
-            raise ValueError(f"downlink must be one of {_DOWNLINKS}, got {downlink!r}")
+        check_choice("downlink", downlink, _DOWNLINKS)
         if downlink != "fp32" and topology != "server":
             raise ValueError("a compressed downlink needs topology='server'")
         self.downlink = downlink

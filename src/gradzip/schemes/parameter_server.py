@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
+from gradzip.choices import check_choice, choices_of
 from gradzip.comm.transport import Transport, in_step_scope
 from gradzip.compressors.base import Compressor
 from gradzip.compressors.identity import Identity
@@ -11,7 +14,9 @@ from gradzip.feedback import working_dtype
 from gradzip.schemes._messages import serve
 from gradzip.schemes.base import Scheme
 
-_DOWNLINKS = ("fp32", "requantize")
+#: what the server sends back: the mean in float32, or re-compressed by the compressor
+PsDownlink = Literal["fp32", "requantize"]
+_DOWNLINKS: tuple[PsDownlink, ...] = choices_of(PsDownlink)
 
 
 class ParameterServer(Scheme):
@@ -51,10 +56,9 @@ class ParameterServer(Scheme):
         run_seed: int = 0,
         error_feedback: bool = False,
         server: int = 0,
-        downlink: str = "fp32",
+        downlink: PsDownlink = "fp32",
     ) -> None:
-        if downlink not in _DOWNLINKS:
-            raise ValueError(f"downlink must be one of {_DOWNLINKS}, got {downlink!r}")
+        check_choice("downlink", downlink, _DOWNLINKS)
         self.feedback_roles = ("worker", "server") if downlink == "requantize" else ("worker",)
         super().__init__(compressor, run_seed=run_seed, error_feedback=error_feedback)
         self.server = server

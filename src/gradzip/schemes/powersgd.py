@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
+from gradzip.choices import check_choice, choices_of
 from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor, empty_output
 from gradzip.errors import CheckpointError, GradzipError
@@ -28,6 +29,8 @@ _STATE_VERSION = 1
 FIRST, SECOND = 0, 1
 #: how the factors are averaged: all-gathered payloads decoded in rank order, or the
 #: all-reduce-compatible integer sums (a quantizer on a common scale, codes summed by a ring)
+#: how the factors travel: all-gathered payloads, or integer codes summed by a ring
+FactorScheme = Literal["allgather", "allreduce"]
 FACTOR_SCHEMES = {"allgather": AllGatherDecode, "allreduce": IntegerAllreduce}
 #: the chunk of the key whose shared stream draws a tensor's first Q: no encoder draws from a
 #: key of this chunk (payloads draw from chunk 0; a ring's integer messages only name
@@ -88,8 +91,8 @@ class PowerSGD(Scheme):
     of training spare it the low-rank error while the gradients change fastest.
 
     Variance and bias: the approximation is biased (it drops the mean's components outside the
-    span of ``P``); error feedback (``error_feedback=True``, the default, as in the paper)
-    carries them to the next steps, and the warm start makes the power iteration converge to
+    span of ``P``); error feedback (``error_feedback=True``, as in the paper and PyTorch's
+    hook; off by default like every scheme's [CHOICE], so pass it) carries them to the next steps, and the warm start makes the power iteration converge to
     the mean's top singular directions over the steps.
 
     Determinism [CHOICE]: the products and the orthonormalisation are numba kernels with a
@@ -123,16 +126,13 @@ class PowerSGD(Scheme):
         compressor: Compressor,
         *,
         run_seed: int = 0,
-        error_feedback: bool = True,
+        error_feedback: bool = False,
         rank: int = 1,
         min_compression_rate: float = 2.0,
-        factor_scheme: str = "allgather",
+        factor_scheme: FactorScheme = "allgather",
         start_step: int = 0,
     ) -> None:
-        if factor_scheme not in FACTOR_SCHEMES:
-            raise ValueError(
-                f"factor_scheme must be one of {sorted(FACTOR_SCHEMES)}, got {factor_scheme!r}"
-            )
+        check_choice("factor_scheme", factor_scheme, choices_of(FactorScheme))
         super().__init__(compressor, run_seed=run_seed, error_feedback=False)
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
             raise ValueError(f"rank must be an int >= 1, got {rank!r}")

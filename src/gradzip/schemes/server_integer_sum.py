@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
+from gradzip.choices import check_choice, choices_of
 from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor
 from gradzip.errors import CorruptPayloadError
@@ -18,7 +21,9 @@ from gradzip.schemes._messages import (
     unpack_ints,
 )
 
-_DOWNLINKS = ("sum", "requantize")
+#: what the server sends back: the integer sum, or the mean re-quantized on the grid
+IntSumDownlink = Literal["sum", "requantize"]
+_DOWNLINKS: tuple[IntSumDownlink, ...] = choices_of(IntSumDownlink)
 
 
 class ServerIntegerSum(GridScheme):
@@ -60,10 +65,9 @@ class ServerIntegerSum(GridScheme):
         run_seed: int = 0,
         error_feedback: bool = False,
         server: int = 0,
-        downlink: str = "sum",
+        downlink: IntSumDownlink = "sum",
     ) -> None:
-        if downlink not in _DOWNLINKS:
-            raise ValueError(f"downlink must be one of {_DOWNLINKS}, got {downlink!r}")
+        check_choice("downlink", downlink, _DOWNLINKS)
         super().__init__(compressor, run_seed=run_seed, error_feedback=error_feedback)
         self.server = server
         self.downlink = downlink

@@ -34,7 +34,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import gradzip
 from gradzip.errors import GradzipError
 from gradzip_lab.bench.cluster_compare import default_baseline, format_comparison
 from gradzip_lab.bench.cluster_launch import (
@@ -61,14 +60,11 @@ VARIANT_MODEL_COPIES = 4  # see the module docstring
 def check_variants(variants: list[Variant]) -> None:
     """Build each gradzip variant's scheme once here, so a bad configuration fails before any
     namespace exists (``ValueError`` naming it)."""
-    from gradzip.schemes import make_variant
-
     for v in variants:
         if v.kind != "gradzip":
             continue
         try:
-            compressor = gradzip.create(v.compressor, **v.params)
-            make_variant(v.scheme, compressor, run_seed=0, error_feedback=v.error_feedback)
+            v.spec.build(run_seed=0)
         except (TypeError, ValueError, GradzipError) as err:
             raise ValueError(f"variant {v.name}: {err}") from None
 

@@ -54,7 +54,7 @@ GRADIENTS = 2
 @dataclass(frozen=True)
 class ExchangeCase:
     """One timed exchange. ``kind``: ``scheme`` (gradzip's ``scheme``, a label of
-    :data:`gradzip.schemes.VARIANTS`, around ``compressor(**params)``) or ``allreduce``
+    scheme spec (:mod:`gradzip.schemes.spec`), around ``compressor(**params)``) or ``allreduce``
     (``torch.distributed.all_reduce`` of the float32 tensor, then division by ``P``: the
     uncompressed MPI-style baseline)."""
 
@@ -156,7 +156,7 @@ class Exchange:
     def __init__(self, case: ExchangeCase, config: ExchangeConfig) -> None:
         import gradzip
         from gradzip.comm.distributed import DistributedTransport
-        from gradzip.schemes import make_variant
+        from gradzip.schemes import make_scheme
 
         self.case = case
         self.world_size = config.world_size
@@ -174,7 +174,7 @@ class Exchange:
         if case.kind == "scheme":
             compressor = gradzip.create(case.compressor, **case.params)
             self.clock = CodecClock(compressor)
-            self.scheme = make_variant(
+            self.scheme = make_scheme(
                 case.scheme, compressor, run_seed=RUN_SEED, error_feedback=case.error_feedback
             )
             self.transport = DistributedTransport(group=self.group, timeout=config.timeout)

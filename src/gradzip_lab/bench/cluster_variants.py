@@ -3,9 +3,10 @@
 Every variant trains its own copy of the model (same initial weights, same batches) wrapped in
 its own ``DistributedDataParallel`` over its own gloo process group (``dist.new_group``), so no
 variant's collectives can interleave with another's. To add a gradzip configuration, add a row
-to :data:`VARIANT_TABLE`; its name is ``gradzip:<compressor>[+ef]:<scheme>`` where ``<scheme>``
-is a label of :data:`gradzip.schemes.VARIANTS` (``<compressor>`` is the row's ``label`` where
-two rows share a compressor, e.g. ``gradzip:topk-rice-qsgd+ef:allgather``).
+to :data:`VARIANT_TABLE`; its name is its :class:`~gradzip.schemes.spec.ExchangeSpec`,
+``gradzip:<compressor>[<params>][+ef]:<scheme spec>`` (e.g.
+``gradzip:topk[ratio=0.01,index_coding=rice,value_codec=qsgd]+ef:allgather``), which is also how
+``--variants`` names any other gradzip configuration.
 
 * ``none``: a hook that hands back the rank's own gradient at once (no communication): the
   compute time of a step (forward, backward, DDP's bucketing, the optimizer).
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from torch.nn.parallel import DistributedDataParallel
 
     from gradzip.comm.meter import ByteMeter
+    from gradzip.schemes.spec import ExchangeSpec
 
 RUN_SEED = 2024
 
@@ -57,18 +59,37 @@ class Variant:
     kind: str
     compressor: str = ""
     params: dict[str, Any] = field(default_factory=dict)
-    scheme: str = ""  # a label of gradzip.schemes.VARIANTS
+    scheme: str = ""  # a scheme spec (gradzip.schemes.spec), e.g. powersgd[r1,start2]
     error_feedback: bool = False
     rank: int = 0  # PowerSGD's matrix approximation rank
     default: bool = True  # run without --variants (False: alternatives, run when named)
-    #: the name's compressor part where two rows share a compressor (e.g. ``topk-rice-qsgd``)
-    label: str = ""
+
+    @classmethod
+    def of_spec(cls, text: str) -> "Variant":
+        """The gradzip variant that ``text`` (an exchange spec) names, not a default one."""
+        from gradzip.schemes.spec import ExchangeSpec
+
+        spec = ExchangeSpec.parse(text)
+        return cls(
+            "gradzip",
+            spec.compressor,
+            dict(spec.params),
+            str(spec.scheme),
+            spec.error_feedback,
+            default=False,
+        )
+
+    @property
+    def spec(self) -> "ExchangeSpec":
+        """A gradzip variant's compressor, parameters, error feedback and scheme."""
+        from gradzip.schemes.spec import ExchangeSpec
+
+        return ExchangeSpec.of(self.compressor, self.params, self.error_feedback, self.scheme)
 
     @property
     def name(self) -> str:
         if self.kind == "gradzip":
-            ef = "+ef" if self.error_feedback else ""
-            return f"gradzip:{self.label or self.compressor}{ef}:{self.scheme}"
+            return str(self.spec)
         if self.kind == "powersgd":
             return f"powersgd_r{self.rank}"
         return self.kind
@@ -96,7 +117,6 @@ VARIANT_TABLE: tuple[Variant, ...] = (
         {"ratio": 0.01, "index_coding": "rice", "value_codec": "qsgd"},
         "allgather",
         error_feedback=True,
-        label="topk-rice-qsgd",
     ),
     # PowerSGD inside gradzip (its own error feedback; the factors as fp16 payloads: half the
     # bytes of torch's hook at the same rank), its first two steps uncompressed as torch's
@@ -114,7 +134,6 @@ VARIANT_TABLE: tuple[Variant, ...] = (
         "powersgd[r1,allreduce,start2]",
         error_feedback=True,
         default=False,
-        label="qsgd127",
     ),
     # the other schemes each compressor fits, to compare when named with --variants
     Variant("gradzip", "dqsg", {"M": 2}, "ring", default=False),
@@ -132,7 +151,6 @@ VARIANT_TABLE: tuple[Variant, ...] = (
         "allgather",
         error_feedback=True,
         default=False,
-        label="topk0.1%-rice-qsgd",
     ),
 )
 
@@ -140,16 +158,32 @@ VARIANTS_BY_NAME: dict[str, Variant] = {v.name: v for v in VARIANT_TABLE}
 
 
 def select(names: list[str] | None) -> list[Variant]:
-    """The variants called ``names`` (table order kept; the default ones for None).
-    ``ValueError`` naming the unknown ones and the choices."""
+    """The variants called ``names`` (table order kept, then any other gradzip exchange spec
+    in the order given; the default ones for None). ``ValueError`` naming the unknown ones and
+    the choices."""
     if not names:
         return [v for v in VARIANT_TABLE if v.default]
-    unknown = [n for n in names if n not in VARIANTS_BY_NAME]
+    extra: list[Variant] = []
+    unknown = []
+    for n in names:
+        if n in VARIANTS_BY_NAME:
+            continue
+        try:
+            variant = Variant.of_spec(n) if n.startswith("gradzip:") else None
+        except ValueError:
+            variant = None
+        if variant is None:
+            unknown.append(n)
+        elif variant.name in VARIANTS_BY_NAME:  # the same spec written another way
+            names = [*names, variant.name]
+        elif variant.name not in {v.name for v in extra}:
+            extra.append(variant)
     if unknown:
         raise ValueError(
-            f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS_BY_NAME)}"
+            f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS_BY_NAME)} "
+            "or write gradzip:<compressor>[<params>][+ef]:<scheme>"
         )
-    return [v for v in VARIANT_TABLE if v.name in names]
+    return [v for v in VARIANT_TABLE if v.name in names] + extra
 
 
 def local_gradient_hook(_: object, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -197,17 +231,10 @@ def attach(
         ddp.register_comm_hook(state, waited_powersgd_hook)
         return None
     if variant.kind == "gradzip":
-        import gradzip
         from gradzip.comm.distributed import DistributedTransport
         from gradzip.integrations.ddp import register_gradzip_hook
-        from gradzip.schemes import make_variant
 
-        scheme = make_variant(
-            variant.scheme,
-            gradzip.create(variant.compressor, **variant.params),
-            run_seed=RUN_SEED,
-            error_feedback=variant.error_feedback,
-        )
+        scheme = variant.spec.build(RUN_SEED)
         transport = DistributedTransport(group=group, timeout=timeout)
         hook_state = register_gradzip_hook(ddp, scheme, transport=transport)
         return hook_state.transport.meter

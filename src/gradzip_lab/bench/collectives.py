@@ -25,7 +25,7 @@ import torch
 
 from gradzip.comm.spawn import run_processes
 from gradzip.compressors.registry import create
-from gradzip.schemes import VARIANTS, variant_accepts
+from gradzip.schemes import VARIANTS, SchemeSpec, scheme_accepts
 from gradzip_lab.bench.collective_baselines import FP16_TIMED, FP32_TIMED
 from gradzip_lab.bench.collective_ranks import NOISE, Case, rank_main
 from gradzip_lab.bench.collective_report import (
@@ -49,11 +49,13 @@ def plan(
     """The cases to run, and a note per pair left out (incompatible or refused)."""
     cases: list[Case] = []
     skipped: list[str] = []
-    for label, (scheme, options) in VARIANTS.items():
+    for label in VARIANTS:
+        spec = SchemeSpec.parse(label)
+        scheme, options = spec.name, spec.kwargs()
         if schemes and label not in schemes and scheme not in schemes:
             continue
         for name in compressors or DEFAULT_COMPRESSORS:
-            if not variant_accepts(label, create(name)):
+            if not scheme_accepts(label, create(name)):
                 skipped.append(f"{label} x {name} (incompatible)")
                 continue
             case = Case(label, scheme, name, name in BIASED, tuple(sorted(options.items())))

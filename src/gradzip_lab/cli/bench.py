@@ -214,7 +214,7 @@ def add_cluster_parser(bench_sub: argparse._SubParsersAction) -> None:  # type: 
     )
     p_cluster.add_argument(
         "--variants", nargs="+", metavar="NAME",
-        help="only these variants (none fp32 fp16_hook powersgd_r1 ... gradzip:C[+ef]:SCHEME)",
+        help="only these variants (none fp32 fp16_hook powersgd_r1 ... gradzip:C[K=V,...][+ef]:SCHEME)",
     )  # fmt: skip
     p_cluster.add_argument(
         "--data",

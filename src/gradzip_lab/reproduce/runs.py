@@ -47,7 +47,7 @@ def run_training(label: str, out: Path, **options: Any) -> Run:
     # loaded machine a large model's step between two messages can take minutes
     options.setdefault("timeout", DEFAULT_TIMEOUT)
     config = TrainConfig(out=str(out), progress=False, **options)
-    summary = train(config, force=True)
+    summary = train(config, force=True).to_dict()
     with (out / "metrics.jsonl").open() as f:
         rows = [json.loads(line) for line in f if line.strip()]
     return Run(label, summary, rows)

@@ -117,18 +117,28 @@ def test_variant_table() -> None:
     for required in ("none", "fp32", "fp16_hook", "powersgd_r1", "powersgd_r4"):
         assert required in names
     for prefix in (
-        "gradzip:dqsg:",
+        "gradzip:dqsg[M=2]:",
         "gradzip:ndqsg:",
         "gradzip:qsgd:",
         "gradzip:terngrad:",
         "gradzip:onebit+ef:",
-        "gradzip:topk+ef:",
+        "gradzip:topk[ratio=0.01]+ef:",
     ):
         assert any(n.startswith(prefix) for n in names), prefix
     assert [v.name for v in select(["fp32", "none"])] == ["none", "fp32"]  # table order
     assert [v.name for v in select(None)] == [v.name for v in VARIANT_TABLE if v.default]
     assert "gradzip:qsgd:ring" in names
     assert "gradzip:qsgd:ring" not in [v.name for v in select(None)]
+    # any other exchange spec runs when named; one written another way is the table's row
+    extra = select(["gradzip:qsgd:ring", "gradzip:dqsg[M=4,packing=dense]+ef:ring"])
+    assert [v.name for v in extra] == [
+        "gradzip:qsgd:ring",
+        "gradzip:dqsg[M=4,packing=dense]+ef:ring",
+    ]
+    reordered = "gradzip:topk[value_codec=qsgd,index_coding=rice,ratio=0.01]+ef:allgather"
+    assert [v.name for v in select([reordered])] == [
+        "gradzip:topk[ratio=0.01,index_coding=rice,value_codec=qsgd]+ef:allgather"
+    ]
 
 
 def test_chunks_fit_memory() -> None:

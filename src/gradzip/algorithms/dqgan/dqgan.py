@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -19,14 +19,20 @@ from gradzip.algorithms.dqgan.game import (
     evaluate,
 )
 from gradzip.algorithms.dqgan.optimistic_adam import OptimisticAdam
+from gradzip.choices import check_choice, choices_of
 from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor
 from gradzip.errors import CheckpointError, GradzipError
 from gradzip.schemes.parameter_server import ParameterServer
+from gradzip.stepping import OnNonfinite
 from gradzip.sync import GradientSync
 
-OPTIMIZERS = ("omd", "optimistic_adam")
-EXTRAPOLATIONS = ("compressed", "error_corrected")
+#: the game optimizer: optimistic mirror descent, or optimistic Adam
+GanOptimizer = Literal["omd", "optimistic_adam"]
+OPTIMIZERS: tuple[GanOptimizer, ...] = choices_of(GanOptimizer)
+#: what OMD extrapolates from: the compressed gradient, or it corrected by the error
+Extrapolation = Literal["compressed", "error_corrected"]
+EXTRAPOLATIONS: tuple[Extrapolation, ...] = choices_of(Extrapolation)
 _STATE_VERSION = 1
 
 
@@ -112,22 +118,18 @@ class DQGAN:
         compressor: Compressor,
         *,
         lr: float,
-        optimizer: str = "omd",
+        optimizer: GanOptimizer = "omd",
         error_feedback: bool = True,
         server_ef: bool = False,
-        extrapolation: str = "compressed",
+        extrapolation: Extrapolation = "compressed",
         server: int = 0,
         run_seed: int = 0,
         betas: tuple[float, float] = (0.5, 0.9),
         eps: float = 1e-8,
-        on_nonfinite: str = "raise",
+        on_nonfinite: OnNonfinite = "raise",
     ) -> None:
-        if optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
-        if extrapolation not in EXTRAPOLATIONS:
-            raise ValueError(
-                f"extrapolation must be one of {EXTRAPOLATIONS}, got {extrapolation!r}"
-            )
+        check_choice("optimizer", optimizer, OPTIMIZERS)
+        check_choice("extrapolation", extrapolation, EXTRAPOLATIONS)
         if extrapolation != "compressed" and optimizer != "omd":
             raise ValueError("extrapolation applies to optimizer='omd' only")
         if server_ef and not error_feedback:

@@ -55,7 +55,8 @@ import torch
 from gradzip.accounting import Encoded
 from gradzip.algorithms.qesgd.codec import OffsetCodec
 from gradzip.algorithms.qesgd.schedule import DeltaSchedule, flatten, write_flat
-from gradzip.algorithms.qesgd.state import EpochState, check_output
+from gradzip.algorithms.qesgd.state import EpochState, QesgdOutput, check_output
+from gradzip.codecs.symbols import Packing
 from gradzip.errors import CheckpointError, GradzipError, NonFiniteInputError
 from gradzip.feedback import is_count
 from gradzip.keys import StreamKey
@@ -86,11 +87,11 @@ class QESGDOptimizer(torch.optim.Optimizer):
         c: float = 1.0,
         bucket_size: int = 0,
         weight_decay: float = 0.0,
-        output: str = "average",
+        output: QesgdOutput = "average",
         steps_per_epoch: int | None = None,
         schedule: DeltaSchedule | None = None,
         run_seed: int = 0,
-        packing: str = "fixed",
+        packing: Packing = "fixed",
     ) -> None:
         if not (lr > 0 and lr < float("inf")):
             raise ValueError(f"qesgd: lr must be a positive number, got {lr}")

@@ -39,6 +39,7 @@ import torch
 
 from gradzip.accounting import Encoded
 from gradzip.algorithms.qesgd.schedule import bucket_count, check_bits
+from gradzip.codecs.symbols import Packing, check_packing
 from gradzip.compressors.base import ParamValue, encode_params
 from gradzip.compressors.buckets import check_bucket_size, per_element
 from gradzip.compressors.qesgd import QESGD
@@ -60,7 +61,7 @@ class _BucketGrid(QESGD):
     wire parameter (not registered: its payloads are ``qesgd`` payloads, which a plain
     ``qesgd`` decoder refuses because of that extra parameter)."""
 
-    def __init__(self, bits: int, packing: str, digest: str) -> None:
+    def __init__(self, bits: int, packing: Packing, digest: str) -> None:
         super().__init__(delta=1.0, bits=bits, packing=packing)
         self.digest = digest
 
@@ -71,10 +72,10 @@ class _BucketGrid(QESGD):
 class OffsetCodec:
     """Encode and decode the flat float32 offset with per-bucket steps ``deltas`` (float32)."""
 
-    def __init__(self, bits: int = 8, bucket_size: int = 0, packing: str = "fixed") -> None:
+    def __init__(self, bits: int = 8, bucket_size: int = 0, packing: Packing = "fixed") -> None:
         self.bits = check_bits(bits)
         self.bucket_size = check_bucket_size(bucket_size)
-        self.packing = packing
+        self.packing = check_packing(packing)
         self._cache: dict[float | str, QESGD] = {}
 
     def compressor(self, delta: float) -> QESGD:

@@ -54,7 +54,8 @@ from gradzip.algorithms.qesgd.schedule import (
     flatten,
     write_flat,
 )
-from gradzip.algorithms.qesgd.state import EpochState, check_output
+from gradzip.algorithms.qesgd.state import EpochState, QesgdOutput, check_output
+from gradzip.codecs.symbols import Packing
 from gradzip.comm.transport import Transport
 from gradzip.errors import GradzipError
 
@@ -81,10 +82,10 @@ class DistributedQESGD:
         c: float = 1.0,
         bucket_size: int = 0,
         weight_decay: float = 0.0,
-        output: str = "average",
+        output: QesgdOutput = "average",
         run_seed: int = 0,
         server: int = 0,
-        packing: str = "fixed",
+        packing: Packing = "fixed",
         schedule: DeltaSchedule | None = None,
     ) -> None:
         self.link = ServerLink(transport, server, run_seed)  # checks the server rank

@@ -18,17 +18,19 @@ step leaves it unchanged.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
-OUTPUTS = ("average", "last")
+from gradzip.choices import check_choice, choices_of
+
+#: the point an epoch ends at: the running average of its iterates, or its last iterate
+QesgdOutput = Literal["average", "last"]
+OUTPUTS: tuple[QesgdOutput, ...] = choices_of(QesgdOutput)
 
 
-def check_output(output: str) -> str:
-    if output not in OUTPUTS:
-        raise ValueError(f"qesgd: output must be one of {OUTPUTS}, got {output!r}")
-    return output
+def check_output(output: QesgdOutput) -> QesgdOutput:
+    return check_choice("output", output, OUTPUTS, "qesgd")
 
 
 class EpochState:
@@ -70,18 +72,18 @@ class EpochState:
         self.k += 1
         self.step += 1
 
-    def next_anchor(self, output: str) -> torch.Tensor:
+    def next_anchor(self, output: QesgdOutput) -> torch.Tensor:
         """``w_{t+1}`` as the epoch stands (float32; ``w_t`` if no step was taken)."""
         return self._anchor_after(self.z, self.zsum, self.k, output)
 
-    def preview_anchor(self, z_new: torch.Tensor, output: str) -> torch.Tensor:
+    def preview_anchor(self, z_new: torch.Tensor, output: QesgdOutput) -> torch.Tensor:
         """``w_{t+1}`` if the epoch ended after committing ``z_new``, without changing
         anything (so a step can finish its messages before it commits)."""
         z_new = z_new.reshape(-1).to(torch.float32)
         return self._anchor_after(z_new, self.zsum + self.z, self.k + 1, output)
 
     def _anchor_after(
-        self, z_last: torch.Tensor, zsum: torch.Tensor, k: int, output: str
+        self, z_last: torch.Tensor, zsum: torch.Tensor, k: int, output: QesgdOutput
     ) -> torch.Tensor:
         """``w_t + z_last`` ("last") or ``w_t`` plus the mean of the epoch's ``k`` offsets
         summed in ``zsum`` ("average"; ``w_t`` when ``k = 0``)."""

@@ -22,14 +22,19 @@ error-feedback buffers, so the caller's state is unchanged.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
 from gradzip.algorithms.svrg.problems import FiniteSum
+from gradzip.choices import check_choice, choices_of
+from gradzip.codecs.symbols import Packing
 from gradzip.comm.transport import Transport
 from gradzip.compressors.identity import Identity
 from gradzip.compressors.lpc import LPC
 from gradzip.keys import StreamKey
 from gradzip.schemes import AllGatherDecode, Scheme, ServerIntegerSum
+from gradzip.schemes.server_integer_sum import IntSumDownlink
 from gradzip.stepping import agree_all_finite
 
 #: the meter's collective label of the per-epoch full-gradient exchange
@@ -38,14 +43,17 @@ FULL_GRADIENT = "svrg_full_gradient"
 FINITE_CHECK = "finite_check"
 #: ``tensor_index`` of the full-gradient payloads (the inner message uses 0, sampling 1)
 FULL_TENSOR_INDEX = 3
-SCHEMES = ("a", "b", "c")
+#: spec 3.3's inner-message schemes: (a) payloads all-gathered, (b) integer codes summed at
+#: a server, (c) the same with the sum re-quantized
+InnerScheme = Literal["a", "b", "c"]
+SCHEMES: tuple[InnerScheme, ...] = choices_of(InnerScheme)
 
 
 def make_inner_scheme(
-    scheme: str,
+    scheme: InnerScheme,
     b: int | None,
     theta: float = 1.0,
-    packing: str = "fixed",
+    packing: Packing = "fixed",
     run_seed: int = 0,
 ) -> Scheme:
     """The inner-message scheme (a), (b) or (c) of spec 3.3 around ``LPC(b, theta)``.
@@ -53,8 +61,7 @@ def make_inner_scheme(
     ``b=None`` gives full precision (float32 payloads through scheme (a)); schemes (b) and (c)
     add integer codes on a common scale and so need the LPC codec.
     """
-    if scheme not in SCHEMES:
-        raise ValueError(f"unknown communication scheme {scheme!r}; choose one of {SCHEMES}")
+    check_choice("scheme", scheme, SCHEMES)
     if b is None:
         if scheme != "a":
             raise ValueError(
@@ -70,7 +77,7 @@ def make_inner_scheme(
             f"scheme ({scheme}) packs the integer codes itself at fixed width; packing="
             f"{packing!r} applies to scheme (a) only"
         )
-    downlink = "sum" if scheme == "b" else "requantize"
+    downlink: IntSumDownlink = "sum" if scheme == "b" else "requantize"
     return ServerIntegerSum(codec, run_seed=run_seed, downlink=downlink)
 
 

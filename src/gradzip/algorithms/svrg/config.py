@@ -11,12 +11,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
-from gradzip.algorithms.svrg.channel import SCHEMES
-from gradzip.codecs.symbols import PACKINGS
+from gradzip.algorithms.svrg.channel import SCHEMES, InnerScheme
+from gradzip.choices import check_choice, choices_of
+from gradzip.codecs.symbols import PACKINGS, Packing
 
-SGD_METHODS = ("sgd", "qsgd", "ecq-sgd")
-OUTPUTS = ("last", "random")
+#: the baselines of spec 3.8: fp32 SGD, QSGD, QSGD with error compensation
+SgdMethod = Literal["sgd", "qsgd", "ecq-sgd"]
+SGD_METHODS: tuple[SgdMethod, ...] = choices_of(SgdMethod)
+#: what LPC-SVRG returns: the last epoch's point, or a uniformly drawn inner iterate
+SvrgOutput = Literal["last", "random"]
+OUTPUTS: tuple[SvrgOutput, ...] = choices_of(SvrgOutput)
 
 
 def _positive_int(value: object, what: str, allow_none: bool = False) -> None:
@@ -42,10 +48,8 @@ def _common(c: _Message) -> None:
         raise ValueError(f"b must be an int >= 2, or None for fp32 messages, got {c.b!r}")
     if not (isinstance(c.theta, (int, float)) and 0 < c.theta <= 1):
         raise ValueError(f"theta must lie in (0, 1], got {c.theta!r}")
-    if c.scheme not in SCHEMES:
-        raise ValueError(f"scheme must be one of {SCHEMES}, got {c.scheme!r}")
-    if c.packing not in PACKINGS:
-        raise ValueError(f"packing must be one of {PACKINGS}, got {c.packing!r}")
+    check_choice("scheme", c.scheme, SCHEMES)
+    check_choice("packing", c.packing, PACKINGS)
     if isinstance(c.run_seed, bool) or not isinstance(c.run_seed, int) or c.run_seed < 0:
         raise ValueError(f"run_seed must be an int >= 0, got {c.run_seed!r}")
     if not isinstance(c.record_every, int) or c.record_every < 0:
@@ -57,8 +61,8 @@ class _Message:
     batch: int = 1
     b: int | None = 4
     theta: float = 1.0
-    scheme: str = "a"
-    packing: str = "fixed"
+    scheme: InnerScheme = "a"
+    packing: Packing = "fixed"
     run_seed: int = 0
     record_every: int = 0
     record_rank: int | None = 0
@@ -78,15 +82,14 @@ class LPCSVRGConfig(_Message):
     epochs: int = 10
     lr: float | None = None
     inner: int | None = None
-    output: str = "last"
+    output: SvrgOutput = "last"
 
     def __post_init__(self) -> None:
         _common(self)
         _positive_int(self.epochs, "epochs")
         _positive_float(self.lr, "lr", allow_none=True)
         _positive_int(self.inner, "inner", allow_none=True)
-        if self.output not in OUTPUTS:
-            raise ValueError(f"output must be one of {OUTPUTS}, got {self.output!r}")
+        check_choice("output", self.output, OUTPUTS)
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,7 @@ class SGDConfig(_Message):
     steps: int = 1000
     lr: float = 0.01
     lr_decay: float = 0.0
-    method: str = "sgd"
+    method: SgdMethod = "sgd"
     levels: int = 7
 
     def __post_init__(self) -> None:
@@ -146,8 +149,7 @@ class SGDConfig(_Message):
         _positive_float(self.lr, "lr")
         if not (self.lr_decay >= 0 and math.isfinite(self.lr_decay)):
             raise ValueError(f"lr_decay must be a finite number >= 0, got {self.lr_decay!r}")
-        if self.method not in SGD_METHODS:
-            raise ValueError(f"method must be one of {SGD_METHODS}, got {self.method!r}")
+        check_choice("method", self.method, SGD_METHODS)
         _positive_int(self.levels, "levels")
         if self.scheme != "a":
             raise ValueError("the SGD baselines use scheme (a), as in the paper's experiments")

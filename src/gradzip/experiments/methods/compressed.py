@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from gradzip.comm.pool import RankPool
 from gradzip.comm.transport import Transport
-from gradzip.experiments.exchange import Exchanged, make_scheme, make_sync, rank_bits
+from gradzip.experiments.exchange import Exchanged, make_sync, rank_bits, scheme_for_config
 from gradzip.experiments.methods.base import RankSetup, TrainingMethod, gather_metrics
 from gradzip.experiments.stopping import StopRequest
 from gradzip.simulation.workers import WorkerStep
@@ -28,7 +28,7 @@ class CompressedGradients(TrainingMethod):
     )
 
     def preflight(self, config: TrainConfig) -> None:
-        make_scheme(config)
+        scheme_for_config(config)
 
     def run_label(self, config: TrainConfig) -> str:
         return config.compressor

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from gradzip.algorithms.qesgd.schedule import DeltaSchedule, check_bits, flatten, unflatten
 from gradzip.algorithms.qesgd.server import DistributedQESGD
-from gradzip.algorithms.qesgd.state import check_output
+from gradzip.algorithms.qesgd.state import QesgdOutput, check_output
 from gradzip.comm.pool import RankPool
 from gradzip.comm.transport import Transport
 from gradzip.compressors.buckets import check_bucket_size
@@ -56,7 +56,7 @@ class QESGDOptions:
         default=1.0,
         metadata={"help": "delta_t = |grad F(w0)| / (c sqrt(t+1) 2^(b-1)); the paper tries 1-10"},
     )
-    output: Literal["average", "last"] = field(
+    output: QesgdOutput = field(
         default="average", metadata={"help": "w_{t+1}: the epoch's iterate average or last"}
     )
     bucket_size: int = field(

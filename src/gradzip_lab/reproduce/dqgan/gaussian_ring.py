@@ -7,11 +7,13 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
 
 from gradzip.algorithms.dqgan.init import init_uniform_
+from gradzip.choices import check_choice, choices_of
 
 
 class GaussianRing:
@@ -84,16 +86,18 @@ def energy_distance(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 #: the hidden units :func:`mlp` and :func:`ring_gan` accept, by name
-ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh}
+Activation = Literal["relu", "tanh"]
+ACTIVATIONS: dict[Activation, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh}
 
 
-def mlp(sizes: list[int], generator: torch.Generator, activation: str = "relu") -> nn.Sequential:
+def mlp(
+    sizes: list[int], generator: torch.Generator, activation: Activation = "relu"
+) -> nn.Sequential:
     """``Linear`` layers of ``sizes`` with ``activation`` (a name in :data:`ACTIVATIONS`)
     between them, initialised from ``generator``."""
     if len(sizes) < 2:
         raise ValueError("an MLP needs at least input and output sizes")
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+    check_choice("activation", activation, choices_of(Activation))
     layers: list[nn.Module] = []
     for i, (a, b) in enumerate(itertools.pairwise(sizes)):
         layers.append(nn.Linear(a, b))
@@ -105,7 +109,7 @@ def mlp(sizes: list[int], generator: torch.Generator, activation: str = "relu") 
 
 
 def ring_gan(
-    seed: int = 0, noise_dim: int = 16, hidden: int = 128, activation: str = "relu"
+    seed: int = 0, noise_dim: int = 16, hidden: int = 128, activation: Activation = "relu"
 ) -> tuple[nn.Sequential, nn.Sequential]:
     """The generator ``R^noise_dim -> R^2`` and critic ``R^2 -> R`` (two hidden layers of
     ``hidden`` units each, ``activation`` between them), initialised from ``seed``."""

@@ -34,6 +34,7 @@ from gradzip_lab.reproduce.dqgan.gan_runs import (
     train_gan,
 )
 from gradzip_lab.reproduce.dqgan.gaussian_ring import (
+    Activation,
     GaussianRing,
     energy_distance,
     mode_score,
@@ -48,7 +49,8 @@ WORKERS, BATCH, LR = 2, 128, 5e-4
 PENALTY = 1.0
 #: [CHOICE] noise dimension, hidden width and units (the unrolled-GAN ring uses tanh units and
 #: 256-d noise; 16-d noise covered 5-7 of the 8 modes in the same steps, 64-d all 8)
-NOISE, HIDDEN, ACTIVATION = 64, 128, "tanh"
+NOISE, HIDDEN = 64, 128
+ACTIVATION: Activation = "tanh"
 FULL_STEPS, QUICK_STEPS = 4000, 150
 #: what ``--seeds`` tests (paired over seeds: each seed gives its own initial weights, data and
 #: noise streams and stochastic rounding, shared by the three methods). [CHOICE] one seed by

@@ -29,6 +29,7 @@ from gradzip.algorithms.svrg import (
     body_bits_per_round,
     paper_bits_per_round,
 )
+from gradzip.algorithms.svrg.config import SgdMethod
 from gradzip.comm.local import run_local
 from gradzip.comm.transport import Transport
 from gradzip.errors import GradzipError
@@ -51,7 +52,7 @@ class Method:
     knob: float
     b: int | None = None
     theta: float = 1.0
-    sgd_method: str = "sgd"
+    sgd_method: SgdMethod = "sgd"
     levels: int = 7
 
 

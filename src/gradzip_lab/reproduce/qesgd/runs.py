@@ -31,6 +31,7 @@ import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 from gradzip.accounting import Encoded
 from gradzip.algorithms.qesgd import QESGDOptimizer
 from gradzip.algorithms.qesgd.schedule import DeltaSchedule, flatten
+from gradzip.algorithms.qesgd.state import QesgdOutput
 from gradzip.compressors.identity import Identity
 from gradzip.compressors.qsgd_l2 import QSGDL2
 from gradzip.keys import StreamKey
@@ -102,7 +103,7 @@ class Updater:
         schedule: Schedule,
         *,
         c: float,
-        output: str,
+        output: QesgdOutput,
         norms: tuple[float, ...],
         seed: int,
     ) -> None:
@@ -186,7 +187,7 @@ def train_classifier(
     *,
     batch: int,
     c: float,
-    output: str,
+    output: QesgdOutput,
     norms: tuple[float, ...],
     seed: int,
     evals_per_epoch: int = 1,

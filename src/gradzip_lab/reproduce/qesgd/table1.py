@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 
 from gradzip.algorithms.qesgd.schedule import flatten, full_gradient
+from gradzip.algorithms.qesgd.state import QesgdOutput
 from gradzip.data.datasets import load_dataset
 from gradzip.models.resnet import resnet
 from gradzip_lab.reproduce.outcome import Outcome, Row
@@ -65,7 +66,7 @@ class Setting:
     calibration_images: int  # samples of the full gradient at w_0
     lr0: float = 0.5
     c: float = 10.0  # from the seed's {1, 2, 3, 4, 5, 10}: see docs/qesgd.md
-    output: str = "last"
+    output: QesgdOutput = "last"
     evals_per_epoch: int = 1
 
     @property

@@ -32,7 +32,7 @@ from gradzip.algorithms.qesgd.server import DistributedQESGD
 from gradzip.comm.local import run_local
 from gradzip.comm.transport import Transport
 from gradzip.models.resnet import resnet
-from gradzip.schemes import make_variant
+from gradzip.schemes import make_scheme
 from gradzip.sync import GradientSync
 from gradzip_lab.reproduce.outcome import Outcome, Row
 
@@ -76,7 +76,7 @@ def qesgd_epoch(transport: Transport, w0: torch.Tensor, steps: int) -> dict[str,
 def sgd_epoch(transport: Transport, d: int, steps: int) -> dict[str, int]:
     """One epoch of parameter-server SGD with fp32 both ways; this rank's traffic (the
     finite-gradient flags of the library's synchronisation excluded: the paper has none)."""
-    scheme = make_variant("ps[fp32]", gradzip.create("identity"), run_seed=0)
+    scheme = make_scheme("ps[fp32]", gradzip.create("identity"), run_seed=0)
     sync = GradientSync(transport, scheme=scheme)
     for step in range(steps):
         sync.synchronize([gradient(transport.rank, step, d) / 128])
