@@ -199,7 +199,7 @@ def render_rates(result: Result) -> str:
             cells.append(text)
             if rate != "none":
                 shown = variant != "none" and base is not None
-                cells.append(ratio(base["step_ms"] / row["step_ms"]) if shown else "")
+                cells.append(ratio(base["step_ms"] / row["step_ms"]) if base and shown else "")
         if savings:
             row, base = find(result, variant, savings), find(result, baseline, savings)
             if row is None or base is None or variant in ("none", baseline):
