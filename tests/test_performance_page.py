@@ -67,3 +67,17 @@ def test_the_model_size_behind_nanoseconds_per_coordinate() -> None:
 
     model = build_model("dryden-mlp", 0)
     assert sum(p.numel() for p in model.parameters()) == generator().MODEL_NUMEL["mlp-4096"]
+
+
+def test_a_new_stored_result_appears_on_the_page_without_editing_it(tmp_path: Path) -> None:
+    # a later run only adds its file (which records its own command and machine)
+    (tmp_path / "manifest.json").write_text(json.dumps({"machines": {}, "files": {}}))
+    result = json.loads((RESULTS / "cluster-powersgd-p4.json").read_text())
+    result["command"] = "gradzip bench cluster --world-sizes 4 --rates 100mbit"
+    result["machine"] = {"cpu": "Some CPU", "cpu_count": 8, "torch": "2.13.0", "date": "2027-01-01"}
+    (tmp_path / "cluster-new-p4.json").write_text(json.dumps(result))
+    page = "intro\n<!-- performance:others -->\n<!-- /performance -->\n"
+    text = generator().render_page(page, tmp_path)
+    assert "### `cluster-new-p4`" in text and "| 1,006 / 0.27 | 1.00 |" in text
+    assert "`gradzip bench cluster --world-sizes 4 --rates 100mbit`" in text
+    assert "8 CPUs, Some CPU, torch 2.13.0; 2027-01-01" in text

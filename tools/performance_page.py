@@ -8,8 +8,12 @@ the prose around them is written by hand and never touched::
     ...the table of benchmarks/results/cluster-default-p2.json, then its command and machine...
     <!-- /performance -->
 
-``<!-- performance:NAME:per-coordinate -->`` renders the hook's cost per coordinate at no limit
-instead, and ``<!-- performance:summary -->`` the headline rows (the README holds the same block).
+``<!-- performance:NAME:per-coordinate -->`` renders only the hook's cost per coordinate at no
+limit (a rates table shows it below itself where the result has the no-limit rate),
+``<!-- performance:summary -->`` the headline rows (the README holds the same block), and
+``<!-- performance:others -->`` every stored result that has no block of its own: a new run
+needs only its file under ``benchmarks/results/`` (its JSON records its command and machine),
+then ``make performance-docs``.
 Derived figures (ratios, the share of a byte reduction turned into speed, nanoseconds a
 coordinate) are computed here from the stored rows. Headline comparisons use the isolated rows
 (each variant in rank processes of its own, as a user runs it); interleaved figures appear only
@@ -379,6 +383,8 @@ def render_block(name: str, view: str | None, results: Path) -> str:
     """The Markdown between the markers ``<!-- performance:NAME[:VIEW] -->``."""
     if name == "summary":
         return render_summary(results) + "\n"
+    if name == "others":
+        raise SystemExit("performance_page: the others block is rendered by render_page")
     result = load(name, results)
     if result is None:
         raise SystemExit(f"performance_page: {results / (name + '.json')} is not stored")
@@ -392,14 +398,40 @@ def render_block(name: str, view: str | None, results: Path) -> str:
         body = render_both(result)
     else:
         body = render_rates(result)
+        if find(result, "none", "none") is not None:  # the hook's cost where the wire is free
+            body += "\n\nAt no limit, per coordinate of the model:\n\n" + render_per_coordinate(
+                result
+            )
     return body + "\n\n" + provenance(name, result, results) + "\n"
+
+
+def stored(results: Path) -> list[str]:
+    """The names of every stored result: the manifest's files and any other ``*.json``."""
+    manifest = json.loads((results / "manifest.json").read_text())
+    names = [Path(name).stem for name in manifest["files"]]
+    names += [path.stem for path in sorted(results.glob("*.json")) if path.name != "manifest.json"]
+    return [name for name in dict.fromkeys(names) if (results / f"{name}.json").exists()]
+
+
+def render_others(text: str, results: Path) -> str:
+    """Every stored result without a marker block of its own on the page, one after another, so
+    that a new run needs only its file (and, for an old file, a manifest entry)."""
+    placed = {match["name"] for match in _BLOCK.finditer(text)}
+    parts = []
+    for name in stored(results):
+        if name not in placed:
+            parts.append(f"### `{name}`\n\n" + render_block(name, None, results))
+    return "\n".join(parts) if parts else "*Every stored result has its own section above.*\n"
 
 
 def render_page(text: str, results: Path) -> str:
     """``text`` with every marked block regenerated (prose untouched)."""
 
     def replace(match: re.Match[str]) -> str:
-        block = render_block(match["name"], match["view"], results)
+        if match["name"] == "others":
+            block = render_others(text, results)
+        else:
+            block = render_block(match["name"], match["view"], results)
         return match["open"] + block + match["close"]
 
     return _BLOCK.sub(replace, text)
