@@ -30,6 +30,7 @@ def test_the_readme_is_a_short_front_door() -> None:
     text = README.read_text()
     assert len(text.splitlines()) <= 200
     assert len(python_blocks(text)) == 3  # compress a tensor, the DDP hook, a training
+    assert not any("'" in block for block in python_blocks(text))  # python -c '<block>' works
     assert "make run" in text and "make test" in text
     for target in re.findall(r"\]\(((?:docs|examples)/[^)#]+)", text):
         assert (ROOT / target).exists(), target  # every link to the repository's files resolves
