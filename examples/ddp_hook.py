@@ -25,10 +25,12 @@ for step in range(5):
     loss = torch.nn.functional.cross_entropy(model(x), y)
     loss.backward()  # the hook encodes, exchanges and averages the gradients
     opt.step()
-    print(f"rank {rank} step {step} loss {loss.item():.4f}")
+    if rank == 0:  # one printer: the ranks' lines would interleave
+        print(f"step {step} loss {loss.item():.4f}")
 flat = torch.cat([p.detach().flatten() for p in model.parameters()])
 gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
 dist.all_gather(gathered, flat)
-print(f"rank {rank}: parameters agree on every rank: {all(torch.equal(g, flat) for g in gathered)}")
+if rank == 0:
+    print(f"parameters agree on every rank: {all(torch.equal(g, flat) for g in gathered)}")
 state.close()
 dist.destroy_process_group()

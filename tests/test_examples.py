@@ -83,8 +83,6 @@ def test_ddp_hook_example_runs_on_two_gloo_ranks_which_agree() -> None:
         timeout=300,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    losses = re.findall(r"^rank (\d) step (\d) loss \d+\.\d+$", run.stdout, re.M)
-    assert sorted(losses) == [(r, str(s)) for r in "01" for s in range(5)]
-    assert sorted(
-        re.findall(r"^rank (\d): parameters agree on every rank: True$", run.stdout, re.M)
-    ) == ["0", "1"]
+    losses = re.findall(r"^step (\d) loss \d+\.\d+$", run.stdout, re.M)
+    assert losses == [str(s) for s in range(5)], run.stdout
+    assert re.search(r"^parameters agree on every rank: True$", run.stdout, re.M), run.stdout
