@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup data run test test-fast test-slow lint typecheck bench docs docs-browser docs-check reproduction-docs clean
+.PHONY: setup data run test test-fast test-slow lint typecheck bench docs docs-browser docs-check reproduction-docs performance-docs clean
 
 # A virtual environment with torch pinned exactly: a looser torch requirement would pull a
 # multi-gigabyte CUDA build.
@@ -93,6 +93,12 @@ docs-check: docs
 # RESULTS=OUT` first copies OUT/<id>/result.json into docs/results.
 reproduction-docs: setup
 	$(BIN)/python -m gradzip_lab.reproduce.docs $(if $(RESULTS),--collect $(RESULTS))
+
+# The generated tables of docs/performance.md and the README's summary, rewritten from the stored
+# results of `gradzip bench cluster --json` in benchmarks/results/ (prose untouched; each table
+# names its command and machine, from the file or benchmarks/results/manifest.json).
+performance-docs: setup
+	$(BIN)/python tools/performance_page.py
 
 clean:
 	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache .hypothesis src/*.egg-info

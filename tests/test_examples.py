@@ -63,3 +63,26 @@ def test_torchrun_example_with_the_ddp_hook_trains_the_same_parameters_as_the_op
     exact = ("--steps", "3", "--compressor", "identity", "--timeout", "30")
     identity = checked(torchrun(*exact, "--ddp"), steps=3)
     assert identity == checked(torchrun(*exact), steps=3) and identity != lossy
+
+
+@pytest.mark.distributed
+def test_ddp_hook_example_runs_on_two_gloo_ranks_which_agree() -> None:
+    # examples/ddp_hook.py as its docstring says: torchrun --nproc_per_node 2, CPU, gloo
+    launcher = Path(sys.executable).with_name("torchrun")
+    command = (
+        [str(launcher)] if launcher.exists() else [sys.executable, "-m", "torch.distributed.run"]
+    )
+    script = ROOT / "examples" / "ddp_hook.py"
+    assert len(script.read_text().splitlines()) <= 40  # a short example, as promised
+    run = subprocess.run(
+        [*command, "--standalone", "--nproc_per_node=2", str(script)],
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    losses = re.findall(r"^step (\d) loss \d+\.\d+$", run.stdout, re.M)
+    assert losses == [str(s) for s in range(5)], run.stdout
+    assert re.search(r"^parameters agree on every rank: True$", run.stdout, re.M), run.stdout

@@ -12,8 +12,7 @@ cycle (``docs/spec/index.md`` 0.4 and ``benchmarks/seed_schedule_cycles.py`` mea
 why it is not the default). gradzip keeps its own Philox dither: the message seed is named by
 ``(s_p(t), tensor, chunk)``, so two messages whose chain seeds coincide share their dither, as
 in the authors' code. ``s_p(t)`` is a function of ``(run seed, p, t)`` alone, so sender and
-receiver agree and a resumed run recomputes it (about 1 ms per iteration for 266,610 draws; the
-step is memoized once per process, :func:`chain_next_seed`, so every schedule of the process
+receiver agree and a resumed run recomputes it (one chain step per iteration; the step is memoized once per process, :func:`chain_next_seed`, so every schedule of the process
 shares the walk). The global random generators are never touched.
 """
 

@@ -31,10 +31,9 @@ header), and a payload decoded without ``shape=`` may stand for at most
 So a payload of 64 KiB decodes to at most 2 Mi elements (1 Mi entropy-coded), within the
 0.1 s and 64 MiB that ``benchmarks/hostile_decode.py`` checks for every codec; a refused one
 names the limit and ``shape=`` as the way to accept it. Real compressed gradients rarely come
-close (measured on normal values): top-k at ``ratio=0.01`` sends 16 elements a byte (20 with
-Rice-coded indices), TernGrad or QSGD ``s=1`` entropy-coded about 7. The cost is that a
-README-style decode of a sparser payload needs ``shape=`` (top-k at ``ratio=1e-3`` sends 160
-to 180 elements a byte).
+close on normal values: top-k at ``ratio=0.01`` and the entropy-coded ternary quantizers
+stay below the caps. The cost is that decoding a sparser payload without its shape needs
+``shape=`` (top-k at ``ratio=1e-3`` exceeds the cap).
 """
 
 from __future__ import annotations

@@ -45,14 +45,13 @@ _F32_MAX = float(np.finfo(np.float32).max)
 _ABS_MASK = np.uint32(0x7FFFFFFF)
 #: target elements per tile (rounded to whole buckets and a multiple of 8). [CHOICE] 32768
 #: (128 KB of input and of dither, L2-sized): each tile restarts the stream of reads of ``x``
-#: after its dither is generated, and on one thread 4096-element tiles cost about 1.4 ms more
-#: per 2**24 elements than 65536-element ones; 32768 keeps 16 tiles for 2**19 elements
+#: after its dither is generated, so small tiles (4096 elements) were slower than large ones
+#: on one thread; 32768 keeps 16 tiles for 2**19 elements
 TILE = 32768
 #: elements whose dither a decoder draws at a time inside a tile. [CHOICE] 1024 (4 KB of
 #: uniforms): the dither is read back while it is still in L1; read from a tile-sized (L2)
-#: buffer while the output streams to memory it cost about 1 ms more per 2**24 elements on
-#: one thread. The encoder draws a whole tile's (spans made it about 1 ms slower: its stream
-#: of reads of ``x`` restarts after each draw)
+#: buffer while the output streams to memory it was slower. The encoder draws a whole
+#: tile's (spans made it slower: its stream of reads of ``x`` restarts after each draw)
 DITHER_SPAN = 1024
 
 
@@ -119,8 +118,8 @@ def _quantize_fast_mod(xs, base, f32, c32, top, k32, inv_k32, out):  # type: ign
     ``inv_k32`` the float32 ``1/k`` rounded *up*, ``m = floor(q*inv_k32)`` is exactly ``q // k``
     for every ``q <= 255`` (the product of ``q = m*k + r`` lies in ``[m, m + 1 - 1/k + 2**-15)``
     before rounding, and ``1/k >= 2**-8``; tested for every ``q`` and ``k``). Why: the integer
-    remainder was a second pass over the tile's symbols (about 2.5 ms per 2**24 values on one
-    thread); in the quantizing loop it costs three vector operations."""
+    remainder was a second pass over the tile's symbols; in the quantizing loop it costs three
+    vector operations."""
     topf = np.float32(top)
     for r in range(xs.size):
         v = base[r] + xs[r] * f32

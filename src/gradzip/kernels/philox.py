@@ -193,7 +193,7 @@ def _fill_uniform_blocks(quads, first, k0, k1, stream):  # type: ignore[no-untyp
     runs two independent blocks, one from each half of the range [CHOICE]: a round is a chain of
     dependent multiply, shift and xor, and the extra work of splitting and interleaving the
     halves leaves the out-of-order core too little room to overlap successive iterations on its
-    own; two chains were about 15% faster than one (four spill registers and are much slower)."""
+    own; two chains were faster than one (four spill registers and are much slower)."""
     c1 = first >> _S32
     c2 = np.uint64(stream)
     c3 = np.uint64(0)

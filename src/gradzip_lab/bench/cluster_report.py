@@ -25,6 +25,7 @@ The rows of several launches and modes: :mod:`.cluster_merge`; the two modes sid
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -130,9 +131,39 @@ def format_table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def provenance() -> dict[str, Any]:
+    """Where a result came from: ``command`` (this process's command line, the program as
+    ``gradzip``) and ``machine`` (CPU model and count, torch version, platform, the load average
+    and the UTC time when the result was written)."""
+    import datetime
+    import os
+    import shlex
+    import sys
+
+    import torch
+
+    cpuinfo = Path("/proc/cpuinfo")
+    models = (
+        re.findall(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(), re.M)
+        if cpuinfo.exists()
+        else []
+    )
+    return {
+        "command": shlex.join(["gradzip", *sys.argv[1:]]),
+        "machine": {
+            "cpu": models[0] if models else os.uname().machine,
+            "cpu_count": os.cpu_count(),
+            "torch": torch.__version__,
+            "platform": " ".join(os.uname()[i] for i in (0, 2, 4)),  # system, release, machine
+            "loadavg": list(os.getloadavg()),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        },
+    }
+
+
 def write_json(path: str | Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
-    """``{"runs": rows, **meta}`` as indented JSON."""
-    Path(path).write_text(json.dumps({"runs": rows, **meta}, indent=2))
+    """``{"runs": rows, **meta, **provenance()}`` as indented JSON."""
+    Path(path).write_text(json.dumps({"runs": rows, **meta, **provenance()}, indent=2))
 
 
 def write_png(path: str | Path, rows: list[dict[str, Any]]) -> None:

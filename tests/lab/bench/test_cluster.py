@@ -215,6 +215,8 @@ def test_table_json_and_png(tmp_path: Path) -> None:
     write_json(tmp_path / "r.json", rows, {"steps": 3})
     loaded = json.loads((tmp_path / "r.json").read_text())
     assert loaded["steps"] == 3
+    assert loaded["command"].startswith("gradzip")  # where the result came from
+    assert {"cpu", "cpu_count", "torch", "date"} <= set(loaded["machine"])
     for key in (
         "model",
         "world_size",
