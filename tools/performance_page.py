@@ -48,20 +48,34 @@ MODEL_NUMEL = {
 }
 ISOLATED, INTERLEAVED = "isolated", "interleaved"
 RATES = {"100mbit": "100 Mbit/s", "1gbit": "1 Gbit/s", "none": "no limit"}
+#: [CHOICE] results stored before the one grammar of exchange names (issue 27) spell some
+#: variants the old way; they are read under today's spelling (the same configuration)
+RENAMED = {
+    "gradzip:dqsg:allgather": "gradzip:dqsg[M=2]:allgather",
+    "gradzip:topk+ef:allgather": "gradzip:topk[ratio=0.01]+ef:allgather",
+    "gradzip:topk-rice-qsgd+ef:allgather": (
+        "gradzip:topk[ratio=0.01,index_coding=rice,value_codec=qsgd]+ef:allgather"
+    ),
+    "gradzip:topk0.1%-rice-qsgd+ef:allgather": (
+        "gradzip:topk[ratio=0.001,index_coding=rice,value_codec=qsgd]+ef:allgather"
+    ),
+}
 LABELS = {
     "none": "no communication",
     "fp32": "fp32 (plain DDP)",
     "fp16_hook": "`fp16_compress_hook`",
     "powersgd_r1": "torch PowerSGD rank 1",
     "powersgd_r4": "torch PowerSGD rank 4",
-    "gradzip:dqsg:allgather": "gradzip dqsg M=2, allgather",
+    "gradzip:dqsg[M=2]:allgather": "gradzip dqsg M=2, allgather",
     "gradzip:ndqsg:nested[allgather]": "gradzip ndqsg, nested[allgather]",
     "gradzip:qsgd:allgather": "gradzip qsgd, allgather",
     "gradzip:terngrad:allgather": "gradzip terngrad, allgather",
     "gradzip:onebit+ef:allgather": "gradzip onebit + EF, allgather",
-    "gradzip:topk+ef:allgather": "gradzip top-k 1% + EF, allgather",
-    "gradzip:topk-rice-qsgd+ef:allgather": "gradzip top-k 1% Rice + QSGD + EF, allgather",
-    "gradzip:topk0.1%-rice-qsgd+ef:allgather": "gradzip top-k 0.1% Rice + QSGD + EF, allgather",
+    "gradzip:topk[ratio=0.01]+ef:allgather": "gradzip top-k 1% + EF, allgather",
+    RENAMED["gradzip:topk-rice-qsgd+ef:allgather"]: "gradzip top-k 1% Rice + QSGD + EF, allgather",
+    RENAMED["gradzip:topk0.1%-rice-qsgd+ef:allgather"]: (
+        "gradzip top-k 0.1% Rice + QSGD + EF, allgather"
+    ),
     "gradzip:fp16+ef:powersgd[r1,start2]": "**gradzip PowerSGD rank 1, fp16 factors**",
     "gradzip:fp16+ef:powersgd[r1]": "**gradzip PowerSGD rank 1, fp16 factors**",
 }
@@ -97,7 +111,12 @@ def ratio(value: float) -> str:
 def load(name: str, results: Path) -> Result | None:
     """The stored result ``name`` (``results/<name>.json``), or None where it is not stored."""
     path = results / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    result: Result = json.loads(path.read_text())
+    for row in result["runs"]:
+        row["variant"] = RENAMED.get(row["variant"], row["variant"])
+    return result
 
 
 def rows_of(result: Result, mode: str = ISOLATED) -> list[Result]:
@@ -327,7 +346,7 @@ def render_summary(results: Path) -> str:
     def shares(name: str) -> str:
         result = files[name]
         variants = (
-            "gradzip:dqsg:allgather",
+            "gradzip:dqsg[M=2]:allgather",
             "gradzip:qsgd:allgather",
             "gradzip:terngrad:allgather",
         )
