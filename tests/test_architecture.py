@@ -283,34 +283,3 @@ def test_the_checker_sees_an_upward_edge_and_a_cycle() -> None:
     top_level = {n.module for n in tree.body if isinstance(n, ast.ImportFrom)}
     assert "gradzip.experiments.backends" not in top_level
     assert "gradzip.experiments.backends" in {target for target, _ in _imports(runs)}
-
-
-def _is_deprecated_alias(module: str) -> bool:
-    """A module kept only so that an old import path keeps working (see CHANGELOG.md): it
-    raises a ``DeprecationWarning`` when imported (a module-level ``warnings.warn``)."""
-    for statement in ast.parse(MODULES[module].read_text()).body:
-        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
-            call = statement.value
-            if ast.unparse(call.func) == "warnings.warn" and "DeprecationWarning" in {
-                ast.unparse(arg) for arg in call.args
-            }:
-                return True
-    return False
-
-
-def deprecated_aliases() -> set[str]:
-    """Every deprecated alias module of src/gradzip."""
-    return {m for m in MODULES if _is_deprecated_alias(m)}
-
-
-def test_nothing_in_src_imports_a_deprecated_alias() -> None:
-    aliases = deprecated_aliases()
-    assert aliases, "the deprecated aliases listed in CHANGELOG.md are gone: drop this test"
-    users = [
-        f"{module} imports {target}"
-        for module in MODULES
-        if module not in aliases
-        for target, _ in _imports(module)
-        if target in aliases
-    ]
-    assert not users

@@ -19,22 +19,10 @@ from gradzip.schemes.integer_allreduce import IntegerAllreduce
 from gradzip.schemes.nested import NestedScheme
 from gradzip.schemes.parameter_server import ParameterServer
 from gradzip.schemes.powersgd import PowerSGD
+from gradzip.schemes.registry import SCHEMES
 from gradzip.schemes.ring_requantize import RingRequantize
 from gradzip.schemes.server_integer_sum import ServerIntegerSum
 from gradzip.schemes.spec import ExchangeSpec, SchemeSpec
-
-SCHEMES: dict[str, type[Scheme]] = {
-    cls.name: cls
-    for cls in (
-        AllGatherDecode,
-        ParameterServer,
-        ServerIntegerSum,
-        IntegerAllreduce,
-        RingRequantize,
-        NestedScheme,
-        PowerSGD,
-    )
-}
 
 #: Named configurations worth comparing, as scheme specs (:class:`~gradzip.schemes.spec.SchemeSpec`;
 #: any other spec, such as ``ps`` or ``powersgd[r2]``, builds as well)

@@ -186,7 +186,7 @@ class ExchangeSpec:
 
 def scheme_class(name: str) -> type[Scheme]:
     """The class of the scheme called ``name``; ``ValueError`` naming the schemes."""
-    from gradzip.schemes import SCHEMES
+    from gradzip.schemes.registry import SCHEMES
 
     try:
         return SCHEMES[name]
