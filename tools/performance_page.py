@@ -311,6 +311,12 @@ def _cell(found: list[Result | None], text: Callable[..., str]) -> str:
     return "not measured" if any(r is None for r in found) else text(*found)
 
 
+def gradzip_powersgd(result: Result | None) -> Result | None:
+    """gradzip's PowerSGD row at 100 Mbit/s, under whichever of its spellings the run used."""
+    rows = (find(result, variant, "100mbit") for variant in GRADZIP_POWERSGD)
+    return next((row for row in rows if row is not None), None)
+
+
 def render_summary(results: Path) -> str:
     """The headline rows, every one from isolated runs, at P = 2 and P = 4."""
     files: dict[str, Result | None] = {
@@ -323,10 +329,7 @@ def render_summary(results: Path) -> str:
 
     def powersgd(name: str) -> str:
         result = files[name]
-        gz = next(
-            (find(result, v, "100mbit") for v in GRADZIP_POWERSGD if find(result, v, "100mbit")),
-            None,
-        )
+        gz = gradzip_powersgd(result)
         return _cell(
             [gz, find(result, "powersgd_r1", "100mbit")],
             lambda g, t: (
@@ -364,10 +367,7 @@ def render_summary(results: Path) -> str:
 
     def target(name: str) -> str:
         result = files[name]
-        gz = next(
-            (find(result, v, "100mbit") for v in GRADZIP_POWERSGD if find(result, v, "100mbit")),
-            None,
-        )
+        gz = gradzip_powersgd(result)
         return _cell(
             [gz, find(result, "powersgd_r1", "100mbit")],
             lambda g, t: (
