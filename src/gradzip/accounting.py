@@ -54,15 +54,40 @@ class Encoded:
 
     def __init__(
         self,
-        payload: bytes | memoryview,
+        payload: bytes | memoryview | torch.Tensor,
         paper_bits: float,
         streams: Streams = (),
         side_bits: int = 0,
+        *,
+        finite: torch.Tensor | None = None,
+        refuse: Callable[[], Exception] | None = None,
     ) -> None:
         self.payload = payload
+        #: a device payload's flag (0-d bool on the device): whether the input was finite; the
+        #: encoder never reads it (see :meth:`verify`); None for host payloads, whose encoder
+        #: refused non-finite input before returning
+        self.finite = finite
+        self._refuse = refuse
         self.paper_bits = float(paper_bits)
         self._streams = streams
         self.side_bits = side_bits
+
+    @property
+    def on_device(self) -> bool:
+        """Whether the payload is a device payload (a ``uint8`` tensor on the tensor's device:
+        see :mod:`gradzip.device`) rather than host bytes."""
+        return isinstance(self.payload, torch.Tensor)
+
+    def verify(self) -> None:
+        """Raise the compressor's :class:`~gradzip.errors.NonFiniteInputError` if the input was
+        not finite. A host payload's encoder has refused such input already; a device encoder
+        does not read its flag back (that would stall the device), so a caller that needs to
+        know reads it here, once (the schemes do, per bucket, before anything is sent)."""
+        if self.finite is not None and self._refuse is not None:
+            from gradzip.device.host_reads import host_read
+
+            if not bool(host_read(self.finite)):
+                raise self._refuse()
 
     @cached_property
     def streams(self) -> tuple[torch.Tensor, ...]:

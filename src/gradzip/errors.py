@@ -59,3 +59,9 @@ class KeyMismatchError(PayloadMismatchError):
 
 class ConfigError(GradzipError, ValueError):
     """A training option is invalid; the message names the option and the fix."""
+
+
+class NonFiniteSenderError(ChecksumMismatchError):
+    """A device payload its sender marked invalid: the sender's input held NaN or Inf (its
+    encoder complements the CRC instead of reading a flag back; see
+    :func:`gradzip.device.payloads.poisoned`)."""

@@ -254,16 +254,12 @@ def build_payload(header: Header, body: Sequence[BodyPiece]) -> bytes:
     return bytes(frame_payload(header, body))
 
 
-def parse_payload(payload: bytes | bytearray | memoryview) -> tuple[Header, memoryview]:
-    """Validate ``payload`` and split it into its header and a view of its body.
-
-    Raises :class:`TruncatedPayloadError`, :class:`CorruptPayloadError`,
-    :class:`ChecksumMismatchError` or :class:`UnsupportedVersionError` naming the problem.
-    """
-    buf = memoryview(payload).cast("B")
-    if len(buf) < _FIXED.size + CRC_BYTES:
+def _check_frame(buf: memoryview, length: int) -> tuple[int, int, int, int]:
+    """The fixed fields of a payload of ``length`` bytes whose first bytes are ``buf``, checked:
+    ``(codec id, total length, dtype code, ndim)``."""
+    if length < _FIXED.size + CRC_BYTES:
         raise TruncatedPayloadError(
-            f"payload of {len(buf)} bytes is shorter than the smallest gradzip header "
+            f"payload of {length} bytes is shorter than the smallest gradzip header "
             f"({_FIXED.size + CRC_BYTES} bytes)"
         )
     magic, version, codec_id, total, dtype_code, ndim = _FIXED.unpack_from(buf, 0)
@@ -275,25 +271,23 @@ def parse_payload(payload: bytes | bytearray | memoryview) -> tuple[Header, memo
         raise UnsupportedVersionError(
             f"payload has wire-format version {version}; this gradzip reads version {FORMAT_VERSION}"
         )
-    if total > len(buf):
-        raise TruncatedPayloadError(
-            f"payload is truncated: {len(buf)} bytes of the {total} declared"
-        )
-    if total < len(buf):
+    if total > length:
+        raise TruncatedPayloadError(f"payload is truncated: {length} bytes of the {total} declared")
+    if total < length:
         raise CorruptPayloadError(
-            f"payload has {len(buf) - total} trailing bytes beyond its declared length {total}"
+            f"payload has {length - total} trailing bytes beyond its declared length {total}"
         )
-    stored_crc = int.from_bytes(buf[total - CRC_BYTES : total], "little")
-    actual_crc = crc32(buf[: total - CRC_BYTES])
-    if stored_crc != actual_crc:
-        raise ChecksumMismatchError(
-            f"payload checksum mismatch (stored CRC32 {stored_crc:#010x}, computed {actual_crc:#010x}):"
-            " the bytes were corrupted in transit or storage"
-        )
+    return codec_id, total, dtype_code, ndim
+
+
+def _header_fields(
+    view: memoryview, codec_id: int, dtype_code: int, ndim: int
+) -> tuple[Header, int]:
+    """The header after the fixed fields, read from ``view`` (which ends where the body may
+    end at the latest); returns it and the position of the body."""
     if dtype_code not in CODE_DTYPES:
         raise CorruptPayloadError(f"payload names unknown dtype code {dtype_code}")
-    end = total - CRC_BYTES
-    view = buf[:end]
+    end = len(view)
     pos = _FIXED.size
     shape = []
     for axis in range(ndim):
@@ -325,4 +319,42 @@ def parse_payload(payload: bytes | bytearray | memoryview) -> tuple[Header, memo
         key=StreamKey(*key_fields),
         params=params,
     )
+    return header, pos
+
+
+def parse_payload(payload: bytes | bytearray | memoryview) -> tuple[Header, memoryview]:
+    """Validate ``payload`` and split it into its header and a view of its body.
+
+    Raises :class:`TruncatedPayloadError`, :class:`CorruptPayloadError`,
+    :class:`ChecksumMismatchError` or :class:`UnsupportedVersionError` naming the problem.
+    """
+    buf = memoryview(payload).cast("B")
+    codec_id, total, dtype_code, ndim = _check_frame(buf, len(buf))
+    stored_crc = int.from_bytes(buf[total - CRC_BYTES : total], "little")
+    actual_crc = crc32(buf[: total - CRC_BYTES])
+    if stored_crc != actual_crc:
+        raise ChecksumMismatchError(
+            f"payload checksum mismatch (stored CRC32 {stored_crc:#010x}, computed {actual_crc:#010x}):"
+            " the bytes were corrupted in transit or storage"
+        )
+    view = buf[: total - CRC_BYTES]
+    header, pos = _header_fields(view, codec_id, dtype_code, ndim)
     return header, view[pos:]
+
+
+def read_header(prefix: bytes | bytearray | memoryview, length: int) -> tuple[Header, int]:
+    """The header of a payload of ``length`` bytes from its first bytes ``prefix`` (every check
+    of :func:`parse_payload` but the CRC's, which the caller makes where the bytes are), and
+    the offset of its body. A header longer than ``prefix`` raises
+    :class:`TruncatedPayloadError` while ``prefix`` is shorter than the payload: read more."""
+    buf = memoryview(prefix).cast("B")
+    if len(buf) < min(length, _FIXED.size):
+        raise TruncatedPayloadError("the header prefix read is shorter than the fixed header")
+    codec_id, _, dtype_code, ndim = _check_frame(buf, length)
+    return _header_fields(buf[: length - CRC_BYTES], codec_id, dtype_code, ndim)
+
+
+def header_bytes(header: Header, total: int) -> bytes:
+    """The header's bytes for a payload of ``total`` bytes (what :func:`frame_payload` writes
+    first): device framing builds it on the host, where everything it says is known."""
+    return bytes(_header_bytes(header, total))

@@ -43,8 +43,12 @@ from gradzip.compressors._decode_guards import (
     check_finite_output,
     fitted,
 )
+from gradzip.compressors._device_decode import DeviceDecoded, decode_device_payload
 from gradzip.compressors.codec_names import codec_name
 from gradzip.compressors.grid import CommonGrid
+from gradzip.device.mode import device_path
+from gradzip.device.ops import on_device
+from gradzip.device.payloads import frame_device_payload, poisoned
 from gradzip.errors import (
     KeyMismatchError,
     NonFiniteInputError,
@@ -79,6 +83,9 @@ class Body:
     #: :class:`~gradzip.accounting.Encoded`)
     streams: Streams = field(default_factory=tuple)
     side_bits: int = 0
+    #: a device body's flag (0-d bool on the device): whether the input was finite, computed by
+    #: the encoding's own passes and never read by it (see :meth:`Compressor._encode_device`)
+    finite: torch.Tensor | None = None
 
 
 def tensor_bytes(t: torch.Tensor) -> memoryview:
@@ -192,6 +199,11 @@ class Compressor(ABC):
     #: selection), so encoding tensors joined or apart gives the same values (identity, bf16);
     #: a scheme may then group tensors into one payload without changing any result
     encodes_each_value_alone: ClassVar[bool] = False
+    #: the codec implements :meth:`_encode_device` and :meth:`_decode_device`: a tensor that is
+    #: not on the CPU is encoded into a *device payload* (a ``uint8`` tensor on its device
+    #: holding the host payload's exact bytes) and a device payload decodes on its device, with
+    #: nothing gradient-sized crossing to the host (see :mod:`gradzip.device`)
+    device_resident: ClassVar[bool] = False
 
     # -- hooks -------------------------------------------------------------------------------
     @abstractmethod
@@ -203,6 +215,25 @@ class Compressor(ABC):
     def _decode_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None
     ) -> torch.Tensor: ...
+
+    def _encode_device(self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]) -> Body:
+        """The body of ``x`` (1-D float32 on its device, non-empty, not scanned) computed on its
+        device by torch operations (or device kernels) with nothing read back to the host: the
+        pieces are tensors on the device whose bytes, in order, are exactly the host path's
+        body; ``finite`` is a 0-d bool saying the input held no NaN or Inf (the body of a
+        non-finite input may be anything). Only codecs with :attr:`device_resident`."""
+        raise NotImplementedError(f"{self.name} has no device encoder")
+
+    def _decode_device(
+        self, body: torch.Tensor, header: Header, side: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The decoded flat values (float32, or the payload's dtype for codecs that keep it) of
+        a device body (1-D ``uint8`` on the device, its size already checked against the
+        header) with nothing read back to the host, and a 0-d bool flag that is False where
+        the body is malformed (a symbol outside the alphabet, a set padding bit), or None
+        where the codec has nothing to check beyond finiteness. Only codecs with
+        :attr:`device_resident`."""
+        raise NotImplementedError(f"{self.name} has no device decoder")
 
     def _encode_scanned(
         self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]
@@ -288,6 +319,8 @@ class Compressor(ABC):
         )
         if x.numel() == 0:
             return Encoded(b"", 0.0)
+        if self.device_resident and device_path(x):
+            return self._encoded_on_device(x, key, header)
         body = self._encode_scanned(x, key, tuple(tensor.shape))
         if body is None:
             amin, amax = torch.aminmax(x)
@@ -299,9 +332,43 @@ class Compressor(ABC):
         payload = frame_payload(header, pieces)
         return Encoded(payload, body.paper_bits, body.streams, body.side_bits)
 
+    def _encoded_on_device(self, x: torch.Tensor, key: StreamKey, header: Header) -> Encoded:
+        """A device payload of ``x`` (see :attr:`device_resident`): nothing is read back. A
+        non-finite input gives a payload no receiver decodes (its CRC complemented) and an
+        :class:`~gradzip.accounting.Encoded` whose :meth:`~gradzip.accounting.Encoded.verify`
+        raises :meth:`non_finite_input`."""
+        body = self._encode_device(x, key, header.shape)
+        payload = frame_device_payload(header, body.pieces, x.device)  # type: ignore[arg-type]
+        finite = body.finite
+        if finite is None:
+            finite = torch.isfinite(x).all()
+        return Encoded(
+            poisoned(payload, finite),
+            body.paper_bits,
+            body.streams,
+            body.side_bits,
+            finite=finite,
+            refuse=self.non_finite_input,
+        )
+
+    def decode_device(
+        self,
+        payload: torch.Tensor,
+        *,
+        expected_key: StreamKey | None = None,
+        shape: Sequence[int] | None = None,
+        dtype: torch.dtype | None = None,
+        side: torch.Tensor | None = None,
+    ) -> DeviceDecoded:
+        """Decode a device payload on its device without reading its validity back: the caller
+        reads the flag (:meth:`DeviceDecoded.checked`, or a bucket's flags at once with
+        :func:`gradzip.compressors._device_decode.require_all`). The header is read on the
+        host (at most 128 bytes) and checked as :meth:`decode` checks it."""
+        return decode_device_payload(self, payload, expected_key, shape, dtype, side)
+
     def decode(
         self,
-        payload: bytes | bytearray | memoryview,
+        payload: bytes | bytearray | memoryview | torch.Tensor,
         *,
         expected_key: StreamKey | None = None,
         shape: Sequence[int] | None = None,
@@ -324,6 +391,11 @@ class Compressor(ABC):
         allocated; a failed allocation, and a decoded NaN or Inf, raise a
         :class:`~gradzip.errors.PayloadError`.
         """
+        if isinstance(payload, torch.Tensor):
+            values = self.decode_device(
+                payload, expected_key=expected_key, shape=shape, dtype=dtype, side=side
+            ).checked()
+            return values if device is None else values.to(device)
         if len(payload) == 0:
             return self._decode_empty(shape, dtype, device)
         header, body, side = self._parsed(payload, expected_key, shape, dtype, side)
@@ -332,7 +404,7 @@ class Compressor(ABC):
 
     def decode_add_(
         self,
-        payload: bytes | bytearray | memoryview,
+        payload: bytes | bytearray | memoryview | torch.Tensor,
         out: torch.Tensor,
         *,
         expected_key: StreamKey | None = None,
@@ -353,6 +425,13 @@ class Compressor(ABC):
         this to add only their kept values (a decoded zero added to ``out`` changes no bit of
         it: ``out + 0.0`` is ``out`` unless ``out`` is ``-0.0``).
         """
+        if isinstance(payload, torch.Tensor):
+            on_its_device = self.decode_device(
+                payload, expected_key=expected_key, shape=out.shape, dtype=dtype, side=side
+            )
+            on_its_device.narrowed_to(out.dtype).checked()
+            # the add runs on the decoded dtype (bitwise decode-then-add), not on the cast
+            return out.add_(on_device(on_its_device.values, out.device))
         if len(payload) == 0:
             return out.add_(self._decode_empty(out.shape, dtype, out.device))
         header, body, side = self._parsed(payload, expected_key, out.shape, dtype, side)
@@ -365,7 +444,7 @@ class Compressor(ABC):
 
     def decode_into_(
         self,
-        payload: bytes | bytearray | memoryview,
+        payload: bytes | bytearray | memoryview | torch.Tensor,
         out: torch.Tensor,
         *,
         expected_key: StreamKey | None = None,
@@ -385,6 +464,11 @@ class Compressor(ABC):
         :class:`~gradzip.errors.PayloadMismatchError` before ``out`` is touched instead of
         writing Inf.
         """
+        if isinstance(payload, torch.Tensor):
+            decoded = self.decode_device(
+                payload, expected_key=expected_key, shape=out.shape, dtype=dtype, side=side
+            ).narrowed_to(out.dtype)
+            return out.copy_(decoded.checked())
         if len(payload) == 0:
             return out.copy_(self._decode_empty(out.shape, dtype, out.device))
         header, body, side = self._parsed(payload, expected_key, out.shape, dtype, side)
@@ -446,15 +530,19 @@ class Compressor(ABC):
         header, body = parse_payload(payload)
         self._check_header(header, expected_key, shape, dtype)
         if self.needs_side_information:
-            if side is None:
-                raise ValueError(f"{self.name} decoding needs side information (side=...)")
-            if side.numel() != header.numel:
-                raise PayloadMismatchError(
-                    f"side information has {side.numel()} elements; the payload has {header.numel}"
-                )
-            side = side.detach().reshape(-1).to(torch.float32).cpu()
+            side = self._checked_side(side, header).cpu()
         self._check_body_size(header, body, len(payload), vouched=shape is not None)
         return header, body, side
+
+    def _checked_side(self, side: torch.Tensor | None, header: Header) -> torch.Tensor:
+        """The side information, checked against the header, as flat float32 (on its device)."""
+        if side is None:
+            raise ValueError(f"{self.name} decoding needs side information (side=...)")
+        if side.numel() != header.numel:
+            raise PayloadMismatchError(
+                f"side information has {side.numel()} elements; the payload has {header.numel}"
+            )
+        return side.detach().reshape(-1).to(torch.float32)
 
     def _decoded(self, header: Header, body: memoryview, side: torch.Tensor | None) -> torch.Tensor:
         """The decoded CPU tensor of a parsed payload, checked finite."""
@@ -498,12 +586,17 @@ class Compressor(ABC):
         flat = tensor.detach().reshape(-1)
         if not self.keeps_input_dtype and flat.dtype != torch.float32:
             flat = flat.to(torch.float32)
-        if flat.device.type != "cpu" and not self.computes_on_device:
+        if flat.device.type != "cpu" and not (self.computes_on_device or self.device_resident):
             flat = flat.cpu()
         return flat
 
     def _check_body_size(
-        self, header: Header, body: memoryview, payload_bytes: int, *, vouched: bool
+        self,
+        header: Header,
+        body: memoryview | torch.Tensor,
+        payload_bytes: int,
+        *,
+        vouched: bool,
     ) -> None:
         if header.numel == 0:
             raise PayloadMismatchError("a non-empty payload cannot hold an empty tensor")

@@ -104,6 +104,7 @@ class FP16(Compressor):
     name = "fp16"
     codec_id = 2
     checks_finite_output = True
+    device_resident = True
     example_params: ClassVar[dict[str, Any]] = {}
 
     def _encode_flat(
@@ -146,6 +147,33 @@ class FP16(Compressor):
         # from float64 and saturate, so max|x| near float32's max cannot decode to Inf.
         wide = half.to(torch.float64).mul_(2.0**e).clamp_(-_F32_MAX, _F32_MAX)
         return _widen_checked(wide, 1.0)
+
+    def _encode_device(self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]) -> Body:
+        # the exponent of max|x| by frexp, as scale_exponent; the scaling is exact in float64,
+        # and rounding to float32 and then to float16 rounds as the host path's float32
+        # product and cast do (the float32 product is the exact product rounded once)
+        absmax = x.abs().amax()
+        _, exponent = torch.frexp(absmax)
+        e = torch.where(absmax > 0, exponent - _TOP, 0).to(torch.int32)
+        scaled = torch.ldexp(x.to(torch.float64), -e.to(torch.float64)).to(torch.float32)
+        bits = 16 + 16 * x.numel()
+        return Body(
+            pieces=[e.to(torch.int16).reshape(1), scaled.to(torch.float16)],
+            paper_bits=float(bits),
+            side_bits=bits,
+            finite=torch.isfinite(absmax),
+        )
+
+    def _decode_device(
+        self, body: torch.Tensor, header: Header, side: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        e = body.narrow(0, 0, 2).view(torch.int16).to(torch.int32)
+        half = body.narrow(0, 2, body.numel() - 2).view(torch.float16)
+        # as the host path: one exact float64 product, rounded once and saturated to float32
+        wide = torch.ldexp(half.to(torch.float64), e.to(torch.float64))
+        values = wide.clamp(-_F32_MAX, _F32_MAX).to(torch.float32)
+        valid = ((e >= _E_MIN) & (e <= _E_MAX)).all()
+        return values, valid
 
     def expected_body_bits(self, x: torch.Tensor) -> int:
         return 16 + 16 * x.numel()

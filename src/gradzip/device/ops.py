@@ -1,0 +1,25 @@
+"""Small torch-operation helpers that also run on fake CUDA tensors (see :mod:`gradzip.device`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def on_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` on ``device``, unmoved when it is there already."""
+    return t if t.device == device else t.to(device)
+
+
+def as_bytes(t: torch.Tensor) -> torch.Tensor:
+    """The bytes of ``t`` (any dtype, any shape) as a 1-D ``uint8`` tensor on its device, in
+    the little-endian layout every device torch runs on has (a view where ``t`` is
+    contiguous)."""
+    flat = t.reshape(-1)
+    return flat if flat.dtype == torch.uint8 else flat.view(torch.uint8)
+
+
+def bytes_tensor(data: bytes | bytearray | Sequence[int], device: torch.device) -> torch.Tensor:
+    """Host bytes as a ``uint8`` tensor on ``device`` (a host-to-device copy; never a read)."""
+    return torch.tensor(list(data), dtype=torch.uint8, device=device)
