@@ -118,7 +118,7 @@ class KeptValues(Compressor):
 
     def decode_add_(
         self,
-        payload: bytes | bytearray | memoryview,
+        payload: bytes | bytearray | memoryview | torch.Tensor,
         out: torch.Tensor,
         *,
         expected_key: StreamKey | None = None,
@@ -127,7 +127,7 @@ class KeptValues(Compressor):
     ) -> torch.Tensor:
         """Add the kept values straight into ``out`` (see :meth:`Compressor.decode_add_`): no
         dense buffer; every check of :meth:`decode` is made before ``out`` is touched."""
-        if len(payload) == 0:
+        if len(payload) == 0 or isinstance(payload, torch.Tensor):
             return super().decode_add_(payload, out, expected_key=expected_key, dtype=dtype)
         header, body, _ = self._parsed(payload, expected_key, out.shape, dtype, None)
         idx, values = self._kept(body, header)

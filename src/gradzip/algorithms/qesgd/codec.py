@@ -136,7 +136,7 @@ class OffsetCodec:
         return int(((z_hat < lo) | (z_hat > hi)).sum())
 
     def decode(
-        self, payload: bytes | memoryview, deltas: torch.Tensor, key: StreamKey, numel: int
+        self, payload: bytes | memoryview | torch.Tensor, deltas: torch.Tensor, key: StreamKey, numel: int
     ) -> torch.Tensor:
         """The offset ``delta_B * k`` (flat float32) from a payload of :meth:`encode`; a payload
         quantized with other deltas raises :class:`PayloadMismatchError` naming both."""
@@ -147,7 +147,8 @@ class OffsetCodec:
         except KeyMismatchError:
             raise
         except PayloadMismatchError as err:
-            theirs = _sender_schedule(parse_payload(payload)[0].params, grid)
+            host = payload.cpu().numpy().tobytes() if isinstance(payload, torch.Tensor) else payload
+            theirs = _sender_schedule(parse_payload(host)[0].params, grid)
             if theirs is None:
                 raise
             mine = grid.digest if isinstance(grid, _BucketGrid) else repr(grid.delta)
