@@ -7,10 +7,15 @@ can reach the host while it is active, so a test can bound them:
 * torch operations that return a Python value (``.item()``, ``bool(t)``, ``int(t)``,
   ``float(t)``, ``torch.equal``, ``t.tolist()``), seen by a ``TorchDispatchMode``;
 * a copy of a non-CPU tensor to the CPU (``.cpu()``, ``.to("cpu")``), seen by the same mode;
-* ``Tensor.numpy`` and ``Tensor.__array__``, patched while the instrument is active, which is
+* ``Tensor.numpy``, ``Tensor.__array__`` and ``Tensor.tolist``, patched while the instrument is active, which is
   how a CPU tensor reaches NumPy or numba: on CPU tensors run through the device path
   (:func:`gradzip.device.mode.forced_device_payloads`) that is the only way a "host read"
   shows, since ``.cpu()`` is then a no-op.
+
+The sanctioned reads and the patched methods are counted from every thread (simulated ranks
+run in threads); the dispatch mode sees the thread that opened the instrument only (torch's
+dispatch modes are per thread), so a test of threaded ranks routes every read through
+:func:`host_read` or opens the instrument in each rank's thread.
 
 [CHOICE] The instrument is a test and benchmark tool, not a guard: the library does not consult
 it. Its records say what was read and how many bytes, so a failing bound names the culprit.
@@ -54,11 +59,13 @@ class HostReads:
         return "\n".join(f"{what}: {size} B at {where}" for what, size, where in self.records)
 
 
+#: the open instruments, seen from every thread (simulated ranks run in threads)
+_open: list[HostReads] = []
+_lock = threading.Lock()
+
+
 def _active() -> list[HostReads]:
-    stack: list[HostReads] | None = getattr(_local, "stack", None)
-    if stack is None:
-        stack = _local.stack = []
-    return stack
+    return _open
 
 
 def _suppressed() -> bool:
@@ -68,17 +75,18 @@ def _suppressed() -> bool:
 def _record(what: str, nbytes: int) -> None:
     if _suppressed():
         return
-    frames = traceback.extract_stack(limit=8)[:-3]
+    frames = traceback.extract_stack(limit=24)
     where = next(
         (
             f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno}"
             for f in reversed(frames)
-            if "host_reads" not in f.filename and "torch" not in f.filename
+            if not any(s in f.filename for s in ("host_reads", "/torch/", "_pytest", "pluggy"))
         ),
         "?",
     )
-    for reads in _active():
-        reads.records.append((what, nbytes, where))
+    with _lock:
+        for reads in _active():
+            reads.records.append((what, nbytes, where))
 
 
 def host_read(t: torch.Tensor) -> np.ndarray:
@@ -130,6 +138,11 @@ def count_host_reads() -> Iterator[HostReads]:
     stack = _active()
     stack.append(reads)
     numpy_before, array_before = torch.Tensor.numpy, torch.Tensor.__array__
+    tolist_before = torch.Tensor.tolist
+
+    def tolist(self: torch.Tensor) -> Any:
+        _record("Tensor.tolist", self.numel() * self.element_size())
+        return tolist_before(self)
 
     def numpy(self: torch.Tensor, *args: Any, **kwargs: Any) -> np.ndarray:
         _record("Tensor.numpy", self.numel() * self.element_size())
@@ -147,10 +160,12 @@ def count_host_reads() -> Iterator[HostReads]:
 
     torch.Tensor.numpy = numpy  # type: ignore[method-assign,assignment]
     torch.Tensor.__array__ = array  # type: ignore[method-assign]
+    torch.Tensor.tolist = tolist  # type: ignore[method-assign,assignment]
     try:
         with _Counter():  # type: ignore[no-untyped-call]
             yield reads
     finally:
         torch.Tensor.numpy = numpy_before  # type: ignore[method-assign]
         torch.Tensor.__array__ = array_before  # type: ignore[method-assign]
+        torch.Tensor.tolist = tolist_before  # type: ignore[method-assign]
         stack.remove(reads)
