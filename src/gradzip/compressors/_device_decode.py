@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn
+from typing import ClassVar, NoReturn, Protocol
 
 import torch
 
@@ -26,11 +26,50 @@ from gradzip.device.ops import on_device
 from gradzip.device.payloads import body_of, computed_crc, crc_ok, read_device_header, stored_crc
 from gradzip.errors import CorruptPayloadError, NonFiniteSenderError
 from gradzip.keys import StreamKey
+from gradzip.payload import Header
 
-if TYPE_CHECKING:
-    from collections.abc import Sequence as Seq
 
-    from gradzip.compressors.base import Compressor
+class _Codec(Protocol):
+    """What decoding a device payload asks of a :class:`~gradzip.compressors.base.Compressor`
+    (a protocol, so that this module does not import the base class that imports it)."""
+
+    name: ClassVar[str]
+    needs_side_information: ClassVar[bool]
+
+    @property
+    def device_resident(self) -> bool: ...
+
+    def decode(
+        self,
+        payload: bytes,
+        *,
+        expected_key: StreamKey | None = ...,
+        shape: Sequence[int] | None = ...,
+        dtype: torch.dtype | None = ...,
+        side: torch.Tensor | None = ...,
+    ) -> torch.Tensor: ...
+
+    def _decode_empty(
+        self, shape: Sequence[int] | None, dtype: torch.dtype | None, device: torch.device
+    ) -> torch.Tensor: ...
+
+    def _check_header(
+        self,
+        header: Header,
+        expected_key: StreamKey | None,
+        shape: Sequence[int] | None,
+        dtype: torch.dtype | None,
+    ) -> None: ...
+
+    def _check_body_size(
+        self, header: Header, body: torch.Tensor, payload_bytes: int, *, vouched: bool
+    ) -> None: ...
+
+    def _checked_side(self, side: torch.Tensor | None, header: Header) -> torch.Tensor: ...
+
+    def _decode_device(
+        self, body: torch.Tensor, header: Header, side: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
 
 
 @dataclass
@@ -72,10 +111,10 @@ def require_all(decoded: Sequence[DeviceDecoded]) -> None:
 
 
 def decode_device_payload(
-    codec: Compressor,
+    codec: _Codec,
     payload: torch.Tensor,
     expected_key: StreamKey | None,
-    shape: Seq[int] | None,
+    shape: Sequence[int] | None,
     dtype: torch.dtype | None,
     side: torch.Tensor | None,
 ) -> DeviceDecoded:
@@ -118,10 +157,10 @@ def decode_device_payload(
 
 
 def _diagnose(
-    codec: Compressor,
+    codec: _Codec,
     payload: torch.Tensor,
     expected_key: StreamKey | None,
-    shape: Seq[int] | None,
+    shape: Sequence[int] | None,
     dtype: torch.dtype | None,
     side: torch.Tensor | None,
 ) -> NoReturn:
