@@ -11,6 +11,7 @@ from gradzip.compressors.lpc import LPC
 from gradzip.compressors.terngrad import TernGrad
 from gradzip.keys import StreamKey
 from gradzip.payload import overhead_bits, parse_payload
+from tests.compressors.device_checks import check_device_decode, check_twin_bytes, encode_fake_cuda
 
 KEY = StreamKey(run_seed=3, rank=1, step=0, tensor_index=4)
 
@@ -116,3 +117,31 @@ def test_parameter_validation() -> None:
     for kwargs in ({"b": 1}, {"b": 25}, {"theta": 0.0}, {"theta": 1.5}, {"packing": "x"}):
         with pytest.raises(ValueError):
             LPC(**kwargs)  # type: ignore[arg-type]
+
+
+def _spread(n: int, seed: int = 0) -> torch.Tensor:
+    """A gradient whose 64-element blocks span float32's range: zero blocks, subnormal ones
+    (whose steps need the float64 path), ordinary and huge ones."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g)
+    scales = torch.tensor([1.0, 0.0, 1e-42, 3e-3, 1e-38, 3e37, 1e-20, 1.0])
+    return x * scales.repeat_interleave(64).repeat(-(-n // 512)).narrow(0, 0, n)
+
+
+@pytest.mark.parametrize("b", [2, 3, 4, 8, 9, 16, 24])
+@pytest.mark.parametrize("theta", [1.0, 0.4])
+@pytest.mark.parametrize("scale", [0.0, 1e-44, 1.0, 3e38])
+def test_device_path_is_the_host_path(b: int, theta: float, scale: float) -> None:
+    """Fixed packing, every width and clipping: the device bytes and decode are the host's."""
+    codec = LPC(b=b, theta=theta)
+    assert codec.device_resident
+    key = StreamKey(run_seed=5, rank=1, step=1, tensor_index=0)
+    x = (torch.rand(1001, generator=torch.Generator().manual_seed(b)) * 2 - 1) * scale
+    check_twin_bytes(codec, x, key)
+    check_device_decode(codec, x, key)
+    assert encode_fake_cuda(codec, (1001,), key) == len(codec.encode(x, key).payload)
+
+
+def test_coded_packings_stay_on_the_host() -> None:
+    assert not LPC(packing="dense").device_resident
+    assert not LPC(packing="entropy").device_resident

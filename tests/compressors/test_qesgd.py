@@ -11,6 +11,7 @@ import torch
 from gradzip.compressors.qesgd import QESGD
 from gradzip.keys import StreamKey
 from gradzip.payload import overhead_bits, parse_payload
+from tests.compressors.device_checks import check_device_decode, check_twin_bytes, encode_fake_cuda
 
 KEY = StreamKey(run_seed=1, rank=0, step=0, tensor_index=9)
 DELTA = 2.0**-4  # a power of two: v/delta and k*delta are exact in float32
@@ -125,3 +126,24 @@ def test_unbiased_near_the_top_of_a_16_bit_grid() -> None:
     bias_steps = (float(total.mean()) / trials - float(x[0])) / delta
     standard_error = math.sqrt(frac * (1 - frac) / (n * trials))
     assert abs(bias_steps) < 5 * standard_error
+
+
+@pytest.mark.parametrize("bits", [1, 2, 7, 8, 9, 16])
+@pytest.mark.parametrize("delta", [1e-3, 0.3, 1e-41, 0.0])
+@pytest.mark.parametrize("n", [1, 11, 2049])
+def test_device_path_is_the_host_path(bits: int, delta: float, n: int) -> None:
+    """Fixed packing, every width (float32 and float64 rounding), a subnormal and a zero step:
+    the device payload's bytes and decode are the host's."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        codec = QESGD(delta, bits=bits)
+    assert codec.device_resident
+    key = StreamKey(run_seed=6, rank=3, step=4, tensor_index=2)
+    x = torch.randn(n, generator=torch.Generator().manual_seed(bits)) * 0.05
+    check_twin_bytes(codec, x, key)
+    check_device_decode(codec, x, key)
+    assert encode_fake_cuda(codec, (n,), key) == len(codec.encode(x, key).payload)
+
+
+def test_coded_packings_stay_on_the_host() -> None:
+    assert not QESGD(1e-3, packing="dense").device_resident

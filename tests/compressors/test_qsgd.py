@@ -13,6 +13,7 @@ from gradzip.compressors.qsgd import QSGD
 from gradzip.errors import CorruptPayloadError, PayloadError
 from gradzip.keys import StreamKey
 from gradzip.payload import build_payload, overhead_bits, parse_payload
+from tests.compressors.device_checks import check_device_decode, check_twin_bytes, encode_fake_cuda
 
 KEY = StreamKey(run_seed=7, rank=2, step=0, tensor_index=3)
 
@@ -249,3 +250,45 @@ def test_non_default_variants_round_trip_and_reject_bad_bytes(
             except PayloadError:
                 continue
             assert out.shape == (40,)
+
+
+def _spread(n: int, seed: int = 0) -> torch.Tensor:
+    """A gradient whose 64-element blocks span float32's range: zero blocks, subnormal ones
+    (whose steps need the float64 path), ordinary and huge ones."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g)
+    scales = torch.tensor([1.0, 0.0, 1e-42, 3e-3, 1e-38, 3e37, 1e-20, 1.0])
+    return x * scales.repeat_interleave(64).repeat(-(-n // 512)).narrow(0, 0, n)
+
+
+@pytest.mark.parametrize(
+    ("s", "bucket_size"),
+    [(1, None), (1, 100), (3, 64), (127, 512), (128, 512), (1000, 96), (2**15, None)],
+)
+@pytest.mark.parametrize("zero", [False, True])
+@pytest.mark.parametrize("n", [1, 13, 1000, 2049])
+def test_device_path_is_the_host_path(s: int, bucket_size: int | None, n: int, zero: bool) -> None:
+    """Device-resident configurations: the device payload's bytes and decode are the host's
+    (fixed packing, max-abs norm, symbols; float32 and float64 rounding paths, s beyond a byte)."""
+    codec = QSGD(s=s, bucket_size=bucket_size)
+    assert codec.device_resident
+    key = StreamKey(run_seed=3, rank=2, step=5, tensor_index=1)
+    x = _spread(n, seed=s) * (0.0 if zero else 1.0)  # zero: signed zeros, a +0.0 scale
+    check_twin_bytes(codec, x, key)
+    check_device_decode(codec, x, key)
+    assert encode_fake_cuda(codec, (n,), key) == len(codec.encode(x, key).payload)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_device_path_of_narrow_dtypes(dtype: torch.dtype) -> None:
+    codec = QSGD(s=3, bucket_size=64)
+    x = (torch.randn(700, generator=torch.Generator().manual_seed(1)) * 1.5e4).to(dtype)
+    check_twin_bytes(codec, x, KEY)
+    check_device_decode(codec, x, KEY)
+
+
+@pytest.mark.parametrize(
+    "params", [{"norm": "l2"}, {"coding": "elias"}, {"packing": "dense"}, {"packing": "entropy"}]
+)
+def test_host_configurations_are_not_device_resident(params: dict[str, str]) -> None:
+    assert not QSGD(s=2, **params).device_resident  # type: ignore[arg-type]

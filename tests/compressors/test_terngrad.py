@@ -10,6 +10,7 @@ import torch
 from gradzip.compressors.terngrad import TernGrad
 from gradzip.keys import StreamKey
 from gradzip.payload import overhead_bits, parse_payload
+from tests.compressors.device_checks import check_device_decode, check_twin_bytes, encode_fake_cuda
 
 KEY = StreamKey(run_seed=11, rank=0, step=0, tensor_index=1)
 
@@ -155,3 +156,30 @@ def test_wen_et_al_clipping_on_a_small_tensor() -> None:
     assert sent_scales(enc.payload, 1).item() == 7.5
     assert out.tolist() == [7.5] + [0.0] * 9
     assert TernGrad(bucket_size=None).round_trip(x, KEY)[1].tolist() == [10.0] + [0.0] * 9
+
+
+def _spread(n: int, seed: int = 0) -> torch.Tensor:
+    """A gradient whose 64-element blocks span float32's range: zero blocks, subnormal ones
+    (whose steps need the float64 path), ordinary and huge ones."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g)
+    scales = torch.tensor([1.0, 0.0, 1e-42, 3e-3, 1e-38, 3e37, 1e-20, 1.0])
+    return x * scales.repeat_interleave(64).repeat(-(-n // 512)).narrow(0, 0, n)
+
+
+@pytest.mark.parametrize("bucket_size", [None, 7, 64, 512, 4096])
+@pytest.mark.parametrize("n", [1, 9, 1000, 2049])
+def test_device_path_is_the_host_path(bucket_size: int | None, n: int) -> None:
+    """Without clipping, fixed packing: the device payload's bytes and decode are the host's."""
+    codec = TernGrad(bucket_size=bucket_size)
+    assert codec.device_resident
+    key = StreamKey(run_seed=4, rank=0, step=2, tensor_index=3)
+    x = _spread(n, seed=n)
+    check_twin_bytes(codec, x, key)
+    check_device_decode(codec, x, key)
+    assert encode_fake_cuda(codec, (n,), key) == len(codec.encode(x, key).payload)
+
+
+def test_clipping_and_coded_packings_stay_on_the_host() -> None:
+    assert not TernGrad(clip_sigma=2.5).device_resident
+    assert not TernGrad(packing="dense").device_resident

@@ -31,6 +31,14 @@ import torch
 from gradzip.buffers import fresh_array
 from gradzip.codecs.symbols import Packing, check_packing, pack_symbols, symbol_bits, unpack_symbols
 from gradzip.compressors._decode_guards import check_finite_output
+from gradzip.compressors._device_stochastic import (
+    false_flag,
+    fit_dtype_device,
+    scales_ok,
+    split_scales,
+    symmetric_device_body,
+    symmetric_device_values,
+)
 from gradzip.compressors._scaled_body import (
     all_finite,
     check_scales,
@@ -57,6 +65,7 @@ from gradzip.kernels.stochastic import (
     fused_twos_decode,
     fused_twos_encode,
 )
+from gradzip.kernels.stochastic_device import bucket_absmax_device, safe_steps_device
 from gradzip.kernels.stochastic_torch import (
     bucket_absmax_torch,
     symmetric_symbols_torch,
@@ -297,7 +306,46 @@ class ScaledStochastic(Compressor):
     def _scales(self, x: torch.Tensor, absmax: float | None) -> torch.Tensor:
         """float32 scale per bucket, each ``>= max|x_B|`` (default: exactly ``max|x_B|``);
         ``absmax`` is ``max|x|`` where the caller has it (None: computed only if needed)."""
-        return bucket_absmax(x, self._bucket, absmax)
+        # abs: +0.0 for a zero tensor (the caller's max of an aminmax may be -0.0), so the bytes
+        # do not depend on how a reduction signs its zeros (the device path sends +0.0)
+        return bucket_absmax(x, self._bucket, None if absmax is None else abs(absmax))
+
+    @property
+    def device_resident(self) -> bool:  # type: ignore[override]
+        """Whether this configuration encodes and decodes on the gradient's device: the fixed
+        packing with max-abs scales, where the subclass says so (:meth:`_device_configuration`);
+        the dense and entropy packings are host coders (see
+        :mod:`gradzip.compressors._device_stochastic`)."""
+        return self.packing == "fixed" and self._device_configuration()
+
+    def _device_configuration(self) -> bool:
+        """Whether the subclass's options allow the device path (none by default)."""
+        return False
+
+    def _encode_device(self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]) -> Body:
+        """The host body's bytes, on the device: max-abs scales (whose finiteness is the
+        input's), symbols of :func:`gradzip.kernels.stochastic_device.symmetric_symbols_device`,
+        fixed packing."""
+        scales = bucket_absmax_device(x, self._bucket)
+        seed = derive_seed(key, domain="local")
+        finite = torch.isfinite(scales).all()
+        return symmetric_device_body(x, scales, self.s, self.s, seed, self._bucket, False, finite)
+
+    def _decode_device(
+        self, body: torch.Tensor, header: Header, side: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`_decode_flat` on the device: ``f32(symbol - s) * mult`` with the host's
+        multipliers; the flag checks the scales, the alphabet, the padding bits and the size."""
+        n = header.numel
+        bits = symbol_bits(self.alphabet)
+        scales, packed, exact = split_scales(body, n, self._bucket, bits)
+        mults = safe_steps_device(scales, self.s)
+        factor = self._decode_factor(n)
+        if factor != 1.0:
+            mults = (mults.to(torch.float64) * factor).to(torch.float32)
+        values, ok = symmetric_device_values(packed, n, mults, self.s, self._bucket)
+        ok = ok & scales_ok(scales) if exact else false_flag(body.device)
+        return fit_dtype_device(values, header.dtype), ok
 
     def _decode_factor(self, numel: int) -> float:
         """Extra factor applied on decode (1 except for Hou's scaled variant)."""

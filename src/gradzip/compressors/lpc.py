@@ -8,6 +8,14 @@ from typing import Any, ClassVar
 import torch
 
 from gradzip.codecs.symbols import Packing, check_packing, packed_symbol_bits, symbol_bits
+from gradzip.compressors._device_stochastic import (
+    false_flag,
+    fit_dtype_device,
+    scales_ok,
+    split_scales,
+    symmetric_device_body,
+    symmetric_device_values,
+)
 from gradzip.compressors._scaled_body import check_scales, read_scales, symbols_floor_bits
 from gradzip.compressors._scaled_stochastic import (
     finite_by_bound,
@@ -22,8 +30,10 @@ from gradzip.compressors.grid import CommonGrid
 from gradzip.compressors.registry import register
 from gradzip.kernels.backend import use_torch_ops
 from gradzip.kernels.stochastic import fused_symmetric_decode
+from gradzip.kernels.stochastic_device import divided
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
+from gradzip.rng import derive_seed
 
 _SMALLEST_SUBNORMAL = float(torch.finfo(torch.float32).smallest_normal) * 2.0**-23
 #: widest code: codes ``< 2^24`` stay exact integers in the float32 decoder (see :class:`LPC`)
@@ -60,6 +70,11 @@ class LPC(Compressor):
     QSGD/TernGrad special case; TernGrad is ``b = 2``); ``theta < 1`` shrinks the in-range error
     by ``theta^2`` but biases the ``kc`` clipped coordinates.
 
+    Device resident (:attr:`device_resident`) with ``packing="fixed"`` (the default), every
+    ``b`` and ``theta``: a CUDA gradient is encoded into a device payload and decoded there,
+    with nothing read back (:mod:`gradzip.compressors._device_stochastic`); the dense and
+    entropy packings (sequential host coders) take the host path.
+
     References: Yu, Wu and Huang, "Exploring Fast and Communication-Efficient Algorithms in
     Large-scale Distributed Networks" (LPC-SVRG), AISTATS 2019; spec section 3.2.
     """
@@ -94,6 +109,9 @@ class LPC(Compressor):
         A positive ``||u||_inf`` whose step underflows float32 gets the smallest subnormal, so a
         non-zero vector never sends ``delta = 0``.
         """
+        # abs: +0.0 for a zero vector (the caller's max of an aminmax may be -0.0), so the bytes
+        # do not depend on how a reduction signs its zeros (the device path sends +0.0)
+        absmax = abs(absmax)
         d32 = float(torch.tensor(self.theta * absmax / self.s, dtype=torch.float32))
         return _SMALLEST_SUBNORMAL if absmax > 0 and d32 == 0 else d32
 
@@ -124,6 +142,34 @@ class LPC(Compressor):
             body_tensor(rest), header.numel, delta, self.s, 0, self.packing, self.name
         )
         return fit_dtype_(finite_by_bound(values, delta, self.s, self.name), header.dtype)
+
+    @property
+    def device_resident(self) -> bool:  # type: ignore[override]
+        """The fixed packing encodes and decodes on the gradient's device; the dense and
+        entropy packings are host coders."""
+        return self.packing == "fixed"
+
+    def _encode_device(self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]) -> Body:
+        """:meth:`_encode_flat` on the device: :meth:`delta` as the host computes it (float64
+        ``theta * absmax / s`` by a true division, rounded once), the same symbols and bytes."""
+        absmax = x.abs().amax()
+        d32 = divided(absmax.to(torch.float64) * self.theta, float(self.s)).to(torch.float32)
+        tiny = torch.full_like(d32, _SMALLEST_SUBNORMAL)
+        delta = torch.where((absmax > 0) & (d32 == 0), tiny, d32).reshape(1)
+        seed = derive_seed(key, domain="local")
+        finite = torch.isfinite(absmax)
+        return symmetric_device_body(x, delta, 1, self.s, seed, 0, self.theta < 1, finite)
+
+    def _decode_device(
+        self, body: torch.Tensor, header: Header, side: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`_decode_flat` on the device: ``f32(symbol - s) * delta``; the flag checks
+        ``delta``, the alphabet, the padding bits and the size."""
+        n = header.numel
+        delta, packed, exact = split_scales(body, n, 0, symbol_bits(2 * self.s + 1))
+        values, ok = symmetric_device_values(packed, n, delta, self.s, 0)
+        ok = ok & scales_ok(delta) if exact else false_flag(body.device)
+        return fit_dtype_device(values, header.dtype), ok
 
     def _decode_add_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None, out: torch.Tensor

@@ -8,12 +8,21 @@ from typing import Any, ClassVar
 import torch
 
 from gradzip.codecs.symbols import Packing, check_packing, pack_symbols, packed_symbol_bits
+from gradzip.compressors._device_stochastic import (
+    false_flag,
+    fit_dtype_device,
+    twos_device_symbols,
+    twos_device_values,
+)
 from gradzip.compressors._scaled_body import symbols_floor_bits
 from gradzip.compressors._scaled_stochastic import fit_dtype_, twos_body, twos_values
 from gradzip.compressors.base import Body, Compressor, body_tensor
 from gradzip.compressors.registry import register
+from gradzip.kernels.packed import packed_bytes
+from gradzip.kernels.stochastic_device import pack_bits_device
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
+from gradzip.rng import derive_seed
 
 
 @register
@@ -38,6 +47,11 @@ class QESGD(Compressor):
     ``1/sqrt(t)``. The index ``floor(v/delta + u)`` is computed in float32 for ``b <= 8`` and in
     float64 above, where float32 would round ``v/delta + u`` too coarsely near ``2^(b-1)`` and
     bias the rounding probabilities (spec 0.3).
+
+    Device resident (:attr:`device_resident`) with ``packing="fixed"`` (the default), every
+    ``bits`` and ``delta``: a CUDA gradient is encoded into a device payload and decoded there,
+    with nothing read back (:mod:`gradzip.compressors._device_stochastic`); the dense and
+    entropy packings (sequential host coders) take the host path.
 
     References: "Quantized Epoch-SGD for Communication-Efficient Distributed Learning" (QESGD),
     eqs. (3)-(4); spec sections 2.1-2.3.
@@ -88,6 +102,43 @@ class QESGD(Compressor):
         step = torch.tensor([self.delta32], dtype=torch.float32)
         values = twos_values(body_tensor(body), header.numel, step, self.bits, 0, self.packing)
         return fit_dtype_(values, header.dtype)
+
+    @property
+    def device_resident(self) -> bool:  # type: ignore[override]
+        """The fixed packing encodes and decodes on the gradient's device; the dense and
+        entropy packings are host coders."""
+        return self.packing == "fixed"
+
+    def _encode_device(self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]) -> Body:
+        """:meth:`_encode_flat` on the device (the step a float32 on the device, so that the
+        division is the host's true division); finiteness is the base's scan of ``x``."""
+        n = x.numel()
+        if self.delta32 != 0:
+            step = torch.full((1,), self.delta32, dtype=torch.float32, device=x.device)
+            seed = derive_seed(key, domain="local")
+            symbols, packed = twos_device_symbols(x, step, self.bits, seed, 0)
+        else:
+            symbols = torch.zeros(n, dtype=torch.int64, device=x.device)
+            packed = pack_bits_device(symbols, self.bits)
+        dtype = torch.uint8 if self.bits <= 8 else torch.int32
+        return Body(
+            pieces=[packed],
+            paper_bits=float(self.bits * n),
+            streams=lambda: (symbols.to(dtype),),
+        )
+
+    def _decode_device(
+        self, body: torch.Tensor, header: Header, side: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`_decode_flat` on the device: ``f32(k) * delta``; the flag checks the padding
+        bits and the size."""
+        n = header.numel
+        step = torch.full((1,), self.delta32, dtype=torch.float32, device=body.device)
+        if body.numel() != packed_bytes(n, self.bits):
+            zeros = torch.zeros(n, dtype=torch.float32, device=body.device)
+            return zeros, false_flag(body.device)
+        values, ok = twos_device_values(body, n, step, self.bits, 0)
+        return fit_dtype_device(values, header.dtype), ok
 
     def expected_body_bits(self, x: torch.Tensor) -> int | None:
         return packed_symbol_bits(x.numel(), 2**self.bits, self.packing)

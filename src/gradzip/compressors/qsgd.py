@@ -65,6 +65,13 @@ class QSGD(ScaledStochastic):
     cost 32 bits each but tighten the scale; ``"l2"`` with Elias coding and small ``s`` is the
     sparse regime of the QSGD paper, ``"max"`` has lower variance at equal ``s``.
 
+    Device resident (:attr:`device_resident`) with ``norm="max"``, ``coding="symbols"`` and
+    ``packing="fixed"`` (the default): a CUDA gradient is encoded into a device payload and
+    decoded there, with nothing read back (:mod:`gradzip.compressors._device_stochastic`).
+    ``norm="l2"`` (a float64 sum whose rounding depends on the reduction order, [CHOICE]),
+    ``coding="elias"`` and the dense and entropy packings (sequential host coders) take the
+    host path.
+
     References: Alistarh et al., "QSGD: Communication-Efficient SGD via Gradient Quantization and
     Encoding", NeurIPS 2017; spec sections 1.1 and 1.9.
     """
@@ -108,6 +115,11 @@ class QSGD(ScaledStochastic):
         # the float64 norm is >= every |x_i| (float32), so rounding to float32 keeps it >= them
         scales: torch.Tensor = norms.clamp_(max=FLOAT32_MAX).to(torch.float32)
         return scales
+
+    def _device_configuration(self) -> bool:
+        # [CHOICE] the l2 norm is a float64 sum whose order differs between a device's
+        # reduction and the CPU's, so its scale may differ in the last bit: kept on the host
+        return self.coding == "symbols" and self.norm == "max"
 
     def _max_abs_scales(self) -> bool:
         return self.norm == "max"

@@ -45,6 +45,12 @@ class TernGrad(ScaledStochastic):
     bucket: 512 entries (``buckets.DEFAULT_BUCKET_SIZE``, [CHOICE]; TernGrad's per-tensor scale
     is ``bucket_size=None``).
 
+    Device resident (:attr:`device_resident`) without clipping and with ``packing="fixed"``
+    (the default): a CUDA gradient is encoded into a device payload and decoded there, with
+    nothing read back (:mod:`gradzip.compressors._device_stochastic`). ``clip_sigma`` (its
+    float64 std depends on the reduction order, [CHOICE]) and the dense and entropy packings
+    (sequential host coders) take the host path.
+
     References: Wen et al., "TernGrad: Ternary Gradients to Reduce Communication in Distributed
     Deep Learning", NeurIPS 2017; spec sections 1.1 and 1.9.
     """
@@ -72,6 +78,11 @@ class TernGrad(ScaledStochastic):
         # 0.0 stands for "no clipping" on the wire (clipping is the sender's business, but a
         # receiver configured differently is told so)
         return {"clip_sigma": self.clip_sigma or 0.0, "packing": self.packing}
+
+    def _device_configuration(self) -> bool:
+        # [CHOICE] clipping needs the float64 std, a sum whose order differs between a device's
+        # reduction and the CPU's (its bound may differ in the last bit): kept on the host
+        return self.clip_sigma is None
 
     def _scans_in_kernel(self, x: torch.Tensor) -> bool:
         return self.clip_sigma is None and super()._scans_in_kernel(x)
