@@ -136,11 +136,7 @@ class OffsetCodec:
         return int(((z_hat < lo) | (z_hat > hi)).sum())
 
     def decode(
-        self,
-        payload: bytes | memoryview | torch.Tensor,
-        deltas: torch.Tensor,
-        key: StreamKey,
-        numel: int,
+        self, payload: bytes | memoryview | torch.Tensor, deltas: torch.Tensor, key: StreamKey, numel: int
     ) -> torch.Tensor:
         """The offset ``delta_B * k`` (flat float32) from a payload of :meth:`encode`; a payload
         quantized with other deltas raises :class:`PayloadMismatchError` naming both."""
