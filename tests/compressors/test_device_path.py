@@ -35,6 +35,7 @@ def make(name: str) -> registry.Compressor:
     return cls(**cls.example_params)
 
 
+# per instance: a codec's device_resident may depend on its configuration (e.g. its packing)
 DEVICE_CODECS = [n for n in registry.names() if make(n).device_resident]
 
 

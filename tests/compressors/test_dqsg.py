@@ -192,3 +192,57 @@ def test_dither_stream_is_pinned() -> None:
     u = shared_uniform(StreamKey(), 8).double()
     assert u.tolist() == [(h + 0.5) * 2**-16 for h in halves]
     assert torch.equal(shared_uniform_plus_one(KEY, 999), shared_uniform(KEY, 999) + 1)
+
+
+# -- the device path (gradzip.device) in non-default configurations ---------------------------
+DEVICE_CONFIGS = [
+    {"M": 1},
+    {"M": 3, "bucket_size": 64},
+    {"M": 127, "bucket_size": None},
+    {"M": 128, "bucket_size": 100},
+    {"M": 1000, "bucket_size": 512},
+    {"M": 2, "partitions": 3},
+    {"M": 4, "clip_std": 1.5},
+    {"M": 4, "clip_std": 1.5, "bucket_size": 128},
+    {"M": 2, "seed_schedule": "chain", "chain_draws": 5000},
+]
+
+
+def device_input(n: int, seed: int, scale: float = 1.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g) * torch.rand(n, generator=g).pow(3) * scale
+    x[n // 3 : n // 3 + 70] = 0.0  # a zero bucket where buckets are small
+    return x
+
+
+@pytest.mark.parametrize("params", DEVICE_CONFIGS, ids=str)
+@pytest.mark.parametrize("scale", [1.0, 1e-39, 3e37])
+def test_device_payload_equals_host_payload(params: dict[str, object], scale: float) -> None:
+    from tests.compressors.device_checks import check_device_decode, check_twin_bytes
+
+    codec = DQSG(**params)  # type: ignore[arg-type]
+    assert codec.device_resident
+    x = device_input(1537, seed=len(params), scale=scale)
+    check_twin_bytes(codec, x, KEY)
+    check_device_decode(codec, x, KEY)
+
+
+@pytest.mark.parametrize("params", DEVICE_CONFIGS[:4], ids=str)
+def test_device_path_of_half_precision_and_fake_cuda(params: dict[str, object]) -> None:
+    from tests.compressors.device_checks import (
+        check_device_decode,
+        check_twin_bytes,
+        encode_fake_cuda,
+    )
+
+    codec = DQSG(**params)  # type: ignore[arg-type]
+    x = (device_input(999, seed=4) * 60000.0).clamp(-65504, 65504).to(torch.float16)
+    check_twin_bytes(codec, x, KEY)
+    check_device_decode(codec, x, KEY)
+    assert encode_fake_cuda(codec, (999,), KEY) == len(codec.encode(x.float(), KEY).payload)
+
+
+@pytest.mark.parametrize("packing", ["dense", "entropy"])
+def test_dense_and_entropy_packings_stay_on_the_host(packing: str) -> None:
+    assert not DQSG(M=2, packing=packing).device_resident  # type: ignore[arg-type]
+    assert DQSG(M=2).device_resident

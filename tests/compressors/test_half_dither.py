@@ -108,3 +108,39 @@ def test_local_randomness_is_reproducible_and_not_the_shared_stream() -> None:
     assert not HalfDither.uses_shared_randomness
     with pytest.raises(ValueError):
         HalfDither(dither_sum=0, bucket_size=None)
+
+
+# -- the device path (gradzip.device) in non-default configurations ---------------------------
+DEVICE_CONFIGS = [
+    {"M": 1, "dither_sum": 1},
+    {"M": 1, "dither_sum": 2},
+    {"M": 5, "dither_sum": 3, "bucket_size": 64},
+    {"M": 126, "dither_sum": 2, "bucket_size": None},
+    {"M": 300, "dither_sum": 16, "bucket_size": 100},
+]
+
+
+@pytest.mark.parametrize("params", DEVICE_CONFIGS, ids=str)
+@pytest.mark.parametrize("scale", [1.0, 1e-39, 3e37])
+def test_device_payload_and_decode_equal_the_host_path(
+    params: dict[str, object], scale: float
+) -> None:
+    from tests.compressors.device_checks import (
+        check_device_decode,
+        check_twin_bytes,
+        encode_fake_cuda,
+    )
+
+    codec = HalfDither(**params)  # type: ignore[arg-type]
+    assert codec.device_resident
+    g = torch.Generator().manual_seed(len(params))
+    x = torch.randn(1537, generator=g) * torch.rand(1537, generator=g).pow(3) * scale
+    x[500:570] = 0.0
+    check_twin_bytes(codec, x, KEY)
+    check_device_decode(codec, x, KEY)
+    assert encode_fake_cuda(codec, (1537,), KEY) == len(codec.encode(x, KEY).payload)
+
+
+@pytest.mark.parametrize("packing", ["dense", "entropy"])
+def test_dense_and_entropy_packings_stay_on_the_host(packing: str) -> None:
+    assert not HalfDither(packing=packing).device_resident  # type: ignore[arg-type]

@@ -117,3 +117,32 @@ def test_zero_and_tiny_tensors() -> None:
     assert bool((comp.round_trip(torch.zeros(7), KEY)[1] == 0).all())
     out = comp.round_trip(torch.tensor([3e-39, -1e-40]), KEY)[1]  # subnormal scale
     assert bool(torch.isfinite(out).all())
+
+
+# -- the device path (gradzip.device) in non-default configurations ---------------------------
+@pytest.mark.parametrize("params", [{}, {"b": 2}, {"b": 9}, {"b": 16, "scaled": True}], ids=str)
+@pytest.mark.parametrize("scale", [1.0, 1e-39, 3e37])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_device_payload_and_decode_equal_the_host_path(
+    params: dict[str, object], scale: float, dtype: torch.dtype
+) -> None:
+    from tests.compressors.device_checks import (
+        check_device_decode,
+        check_twin_bytes,
+        encode_fake_cuda,
+    )
+
+    codec = Hou(**params)  # type: ignore[arg-type]
+    assert codec.device_resident
+    g = torch.Generator().manual_seed(len(params))
+    x = torch.randn(1537, generator=g) * torch.rand(1537, generator=g).pow(3) * scale
+    if dtype == torch.float16:
+        x = (x / scale * 60000.0).clamp(-65504, 65504).to(dtype)
+    check_twin_bytes(codec, x, KEY)
+    check_device_decode(codec, x, KEY)
+    assert encode_fake_cuda(codec, (1537,), KEY) == len(codec.encode(x.float(), KEY).payload)
+
+
+@pytest.mark.parametrize("packing", ["dense", "entropy"])
+def test_dense_and_entropy_packings_stay_on_the_host(packing: str) -> None:
+    assert not Hou(packing=packing).device_resident  # type: ignore[arg-type]

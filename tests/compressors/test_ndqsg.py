@@ -184,3 +184,44 @@ def test_exact_paths_for_large_levels_and_far_side_information() -> None:
         assert bool(torch.isfinite(out).all())
     out = NDQSG(L1=200, k=7, bucket_size=None).round_trip(g, KEY, side=g + 1e-4)[1]
     assert float((out - g).abs().max()) <= 0.5 / 200 * 1.001
+
+
+# -- the device path (gradzip.device) in non-default configurations ---------------------------
+DEVICE_CONFIGS = [
+    {"L1": 3, "k": 3},
+    {"L1": 8, "k": 5, "alpha": 0.75, "bucket_size": 64},
+    {"L1": 40, "k": 255, "bucket_size": None},
+    {"L1": 300, "k": 301, "bucket_size": 100},
+    {"L1": 2, "k": 7, "seed_schedule": "chain", "chain_draws": 5000},
+]
+
+
+@pytest.mark.parametrize("params", DEVICE_CONFIGS, ids=str)
+@pytest.mark.parametrize("scale", [1.0, 1e-39, 3e37])
+def test_device_payload_and_decode_equal_the_host_path(
+    params: dict[str, object], scale: float
+) -> None:
+    from tests.compressors.device_checks import (
+        check_device_decode,
+        check_twin_bytes,
+        encode_fake_cuda,
+    )
+
+    codec = NDQSG(**params)  # type: ignore[arg-type]
+    assert codec.device_resident
+    g = torch.Generator().manual_seed(len(params))
+    x = torch.randn(1537, generator=g) * torch.rand(1537, generator=g).pow(3) * scale
+    x[500:570] = 0.0
+    y = x + 0.1 * scale * torch.randn(1537, generator=g)
+    check_twin_bytes(codec, x, KEY)
+    check_device_decode(codec, x, KEY, side=y)
+    if scale <= 1.0:  # far side information in some buckets: those decode in float64
+        far = y.clone()
+        far[:700] += 1e31
+        check_device_decode(codec, x, KEY, side=far)
+    assert encode_fake_cuda(codec, (1537,), KEY) == len(codec.encode(x, KEY).payload)
+
+
+@pytest.mark.parametrize("packing", ["dense", "entropy"])
+def test_dense_and_entropy_packings_stay_on_the_host(packing: str) -> None:
+    assert not NDQSG(packing=packing).device_resident  # type: ignore[arg-type]

@@ -7,6 +7,11 @@ from typing import Any, ClassVar
 import torch
 
 from gradzip.codecs.symbols import Packing, check_packing
+from gradzip.compressors._device_scaled import (
+    clamp_to_dtype_device,
+    read_scaled_device_body,
+    scaled_device_body,
+)
 from gradzip.compressors._scaled_body import (
     check_scales,
     check_symbols,
@@ -31,6 +36,12 @@ from gradzip.compressors.grid import CommonGrid
 from gradzip.compressors.registry import register
 from gradzip.kernels.backend import use_torch_ops
 from gradzip.kernels.dithered import fused_decode_affine
+from gradzip.kernels.dithered_device import (
+    decode_affine_device,
+    encode_symbols_device,
+    scales_device,
+    single_absmax,
+)
 from gradzip.kernels.dithered_torch import decode_affine_torch, encode_symbols_torch
 from gradzip.kernels.philox import SHARED_UNIFORM
 from gradzip.keys import StreamKey
@@ -106,6 +117,11 @@ class DQSG(Compressor):
     ``1.5*sigma``, e.g. near float16's 65504) is clamped to its largest finite value [CHOICE].
     Error feedback is not part of this class (see :mod:`gradzip.feedback`).
 
+    Device resident (:attr:`device_resident`) with ``packing="fixed"`` (every ``M``, bucket
+    size, ``partitions``, ``clip_std`` and seed schedule): a CUDA gradient is encoded and
+    decoded where it lives, byte for byte the host path's payload (see :mod:`gradzip.device`).
+    ``"dense"`` and ``"entropy"`` pack on the host [CHOICE: their coders are sequential].
+
     References: Abdi & Fekri, "Nested Dithered Quantization for Communication Reduction in
     Distributed Training" (ICLR 2019 submission), eq. (2), (4), Alg. 1, Lemma 3, Thm 1.
     """
@@ -151,6 +167,12 @@ class DQSG(Compressor):
     @property
     def bucket_size(self) -> int:
         return self._bucket_size
+
+    @property
+    def device_resident(self) -> bool:  # type: ignore[override]
+        """Whether a gradient on a device is coded there: with the fixed packing only (the
+        dense and entropy packings are coded on the host)."""
+        return self.packing == "fixed"
 
     @property
     def alphabet(self) -> int:
@@ -222,6 +244,38 @@ class DQSG(Compressor):
             self.packing,
             device_packed(symbols, self.alphabet, self.packing),
         )
+
+    def _encode_device(self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]) -> Body:
+        """The fixed-packed body on ``x``'s device (the fused kernel's bytes): the scales, the
+        clipping to ``clip_std`` standard deviations (decided per element, see
+        :func:`clip_to_std_device`) and the symbols of :func:`dither_symbols`."""
+        n = x.numel()
+        bs = self.bucket_size_for(n)
+        one = num_buckets(n, bs) == 1
+        if self.clip_std is not None:
+            absmax = single_absmax(x)
+            finite = torch.isfinite(absmax).all()
+            x, clipped = clip_to_std_device(x, absmax, self.clip_std)
+            scales = clipped if one else scales_device(x, bs)
+        else:
+            scales = scales_device(x, bs)
+            finite = torch.isfinite(scales).all()
+        args = _encode_args(self.M, self.seed_schedule.shared_seed(key))
+        symbols = encode_symbols_device(x, scales, bs, **args)
+        return scaled_device_body(scales, symbols, self.alphabet, finite)
+
+    def _decode_device(
+        self, body: torch.Tensor, header: Header, side: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        n = header.numel
+        bs = self.bucket_size_for(n)
+        scales, symbols, ok = read_scaled_device_body(body, n, num_buckets(n, bs), self.alphabet)
+        seed = self.seed_schedule.shared_seed(header.key)
+        out = decode_affine_device(
+            symbols, scales, bs, float(self.M), 1.5 - self.M, True, seed, SHARED_UNIFORM,
+            self.M > _FLOAT32_MAX_LEVEL,
+        )  # fmt: skip
+        return clamp_to_dtype_device(out, header.dtype), ok
 
     # -- decode --------------------------------------------------------------------------------
     def _decode_flat(
@@ -325,6 +379,24 @@ class DQSG(Compressor):
         multiple of ``2**-17`` below 1/2 in size), the same bits as ``(1 + u01) - 1 - 1/2``."""
         seed = self.seed_schedule.shared_seed(key)
         return shared_uniform_plus_one_from_seed(seed, n).sub_(1.5)
+
+
+def clip_to_std_device(
+    x: torch.Tensor, absmax: torch.Tensor, c: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`~gradzip.compressors.buckets.clip_to_std` on the device: the same float64
+    population std and float32 bound, the host's conditions (finite, positive, below
+    ``max|x|``) applied per element with ``torch.where`` instead of read. Returns the clipped
+    values and their ``max|x|`` as a float32 tensor of one element."""
+    n = x.numel()
+    if n > 1:
+        std = x.to(torch.float64).std(correction=0)
+    else:
+        std = torch.zeros((), dtype=torch.float64, device=x.device)
+    bound = (std * c).to(torch.float32).reshape(1)
+    use = torch.isfinite(bound) & (bound > 0) & (bound < absmax)
+    clipped = torch.where(use, torch.clamp(x, -bound, bound), x)
+    return clipped, torch.where(use, bound, absmax)
 
 
 def dither_symbols(

@@ -8,6 +8,11 @@ from typing import Any, ClassVar
 import torch
 
 from gradzip.codecs.symbols import Packing, check_packing
+from gradzip.compressors._device_scaled import (
+    clamp_to_dtype_device,
+    read_scaled_device_body,
+    scaled_device_body,
+)
 from gradzip.compressors._scaled_body import (
     check_scales,
     check_symbols,
@@ -31,6 +36,11 @@ from gradzip.compressors.dqsg import FLOAT32_LIMIT, rounded_bound
 from gradzip.compressors.registry import register
 from gradzip.kernels.backend import use_torch_ops
 from gradzip.kernels.dithered import fused_decode_affine
+from gradzip.kernels.dithered_device import (
+    decode_affine_device,
+    encode_symbols_device,
+    scales_device,
+)
 from gradzip.kernels.dithered_torch import decode_affine_torch, encode_symbols_torch
 from gradzip.kernels.philox import LOCAL_UNIFORM
 from gradzip.keys import StreamKey
@@ -73,6 +83,11 @@ class HalfDither(Compressor):
             ``1/4`` grid units squared) and a larger alphabet.
         packing: ``"fixed"``, ``"dense"`` or ``"entropy"`` symbol packing.
 
+    Device resident (:attr:`device_resident`) with ``packing="fixed"`` (every ``M``, bucket
+    size and ``dither_sum``): a CUDA gradient is encoded and decoded where it lives, byte for
+    byte the host path's payload (see :mod:`gradzip.device`). ``"dense"`` and ``"entropy"``
+    pack on the host [CHOICE: their coders are sequential].
+
     References: Abdi & Fekri, "Nested Dithered Quantization for Communication Reduction in
     Distributed Training" (ICLR 2019 submission), Section 2 and Lemma 2; Gray & Stockham,
     "Dithered quantizers" (IEEE Trans. Inf. Theory 1993) for the moments of half dithering.
@@ -108,6 +123,12 @@ class HalfDither(Compressor):
     @property
     def bucket_size(self) -> int:
         return self._bucket_size
+
+    @property
+    def device_resident(self) -> bool:  # type: ignore[override]
+        """Whether a gradient on a device is coded there: with the fixed packing only (the
+        dense and entropy packings are coded on the host)."""
+        return self.packing == "fixed"
 
     @property
     def half_range(self) -> int:
@@ -162,6 +183,20 @@ class HalfDither(Compressor):
         symbols = encode_symbols_torch(x, scales, bs, **self._encode_args(key))
         packed = device_packed(symbols, self.alphabet, self.packing)
         return scaled_symbols_body(scales, symbols, self.alphabet, self.packing, packed)
+
+    def _encode_device(self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]) -> Body:
+        """The fixed-packed body on ``x``'s device: the fused kernel's bytes."""
+        scales = scales_device(x, self._bucket_size)
+        symbols = encode_symbols_device(x, scales, self._bucket_size, **self._encode_args(key))
+        return scaled_device_body(scales, symbols, self.alphabet, torch.isfinite(scales).all())
+
+    def _decode_device(
+        self, body: torch.Tensor, header: Header, side: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        n, bs = header.numel, self._bucket_size
+        scales, symbols, ok = read_scaled_device_body(body, n, num_buckets(n, bs), self.alphabet)
+        out = decode_affine_device(symbols, *self._affine_args(scales))
+        return clamp_to_dtype_device(out, header.dtype), ok
 
     def _decode_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None

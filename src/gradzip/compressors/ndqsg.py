@@ -9,6 +9,11 @@ import torch
 
 from gradzip.codecs.symbols import Packing, check_packing
 from gradzip.compressors._decode_guards import check_finite_output
+from gradzip.compressors._device_scaled import (
+    clamp_to_dtype_device,
+    read_scaled_device_body,
+    scaled_device_body,
+)
 from gradzip.compressors._nested import (
     chebyshev_failure_bound,
     check_odd_k,
@@ -40,6 +45,11 @@ from gradzip.compressors.registry import register
 from gradzip.errors import CorruptPayloadError
 from gradzip.kernels.backend import use_torch_ops
 from gradzip.kernels.dithered import fused_decode_nested
+from gradzip.kernels.dithered_device import (
+    decode_nested_device,
+    encode_symbols_device,
+    scales_device,
+)
 from gradzip.kernels.dithered_torch import decode_nested_torch, encode_symbols_torch
 from gradzip.kernels.philox import SHARED_UNIFORM
 from gradzip.keys import StreamKey
@@ -93,6 +103,12 @@ class NDQSG(Compressor):
         seed_schedule, chain_draws: ``"keyed"`` (default) or the authors' ``"chain"`` with
             its draws per iteration, as for :class:`~gradzip.compressors.dqsg.DQSG` (spec 0.4).
 
+    Device resident (:attr:`device_resident`) with ``packing="fixed"`` (every ``L1``, ``k``,
+    ``alpha``, bucket size and seed schedule): a CUDA gradient is encoded where it lives, byte
+    for byte the host path's payload, and decoded there with ``side`` on the same device (see
+    :mod:`gradzip.device`). ``"dense"`` and ``"entropy"`` pack on the host [CHOICE: their
+    coders are sequential].
+
     ``decode(payload, side=y)`` needs ``y`` of the input's shape. Pure scalar versions:
     :func:`nested_encode`, :func:`nested_decode`; simulations: :func:`failure_rate`.
 
@@ -134,6 +150,12 @@ class NDQSG(Compressor):
     @property
     def bucket_size(self) -> int:
         return self._bucket_size
+
+    @property
+    def device_resident(self) -> bool:  # type: ignore[override]
+        """Whether a gradient on a device is coded there: with the fixed packing only (the
+        dense and entropy packings are coded on the host)."""
+        return self.packing == "fixed"
 
     @property
     def h(self) -> int:
@@ -210,6 +232,31 @@ class NDQSG(Compressor):
     def _symbols(self, x: torch.Tensor, scales: torch.Tensor, key: StreamKey) -> torch.Tensor:
         """The symbols as torch operations on ``x``'s device (see :meth:`_encode_args`)."""
         return encode_symbols_torch(x, scales, self._bucket_size, **self._encode_args(key))
+
+    def _encode_device(self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]) -> Body:
+        """The fixed-packed body on ``x``'s device: the fused kernel's bytes."""
+        scales = scales_device(x, self._bucket_size)
+        symbols = encode_symbols_device(x, scales, self._bucket_size, **self._encode_args(key))
+        return scaled_device_body(scales, symbols, self.k, torch.isfinite(scales).all())
+
+    def _decode_device(
+        self, body: torch.Tensor, header: Header, side: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The fused kernel's values on the body's device, with ``side`` (already there). The
+        clamp to the dtype is applied always (see
+        :func:`~gradzip.compressors._device_scaled.clamp_to_dtype_device`); the base checks
+        the output finite."""
+        if side is None:  # the base class checks this already
+            raise ValueError("ndqsg decoding needs side information (side=...)")
+        n, bs = header.numel, self._bucket_size
+        scales, symbols, ok = read_scaled_device_body(body, n, num_buckets(n, bs), self.k)
+        numer, step_factor, K0 = self._decode_consts()
+        seed = self.seed_schedule.shared_seed(header.key)
+        out = decode_nested_device(
+            symbols, scales, bs, numer, step_factor, self.k, K0, seed, SHARED_UNIFORM,
+            side.reshape(-1),
+        )  # fmt: skip
+        return clamp_to_dtype_device(out, header.dtype), ok
 
     # -- decode --------------------------------------------------------------------------------
     def _decode_flat(
