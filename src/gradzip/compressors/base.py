@@ -324,7 +324,7 @@ class Compressor(ABC):
         body = self._encode_scanned(x, key, tuple(tensor.shape))
         if body is None:
             amin, amax = torch.aminmax(x)
-            absmax = max(-float(amin), float(amax))
+            absmax = abs(max(-float(amin), float(amax)))  # +0.0 for an all-zero tensor
             if absmax != absmax or absmax == float("inf"):
                 raise self.non_finite_input()
             body = self._encode_flat(x, key, absmax, tuple(tensor.shape))

@@ -182,7 +182,9 @@ def decode_affine_device(
     n, dev = symbols.numel(), symbols.device
     idx = bucket_of_elements(n, bucket_size, dev)
     dtype = torch.float64 if wide else torch.float32
-    step = per_element((scales.to(torch.float64) / divisor).to(dtype), idx)
+    # divided by a device scalar: CUDA divides by a host scalar through its reciprocal
+    wide_div = torch.full((), divisor, dtype=torch.float64, device=dev)
+    step = per_element((scales.to(torch.float64) / wide_div).to(dtype), idx)
     v = symbols.to(dtype)
     if dithered:
         v = v - one_plus_uniform_device(seed, stream, n, dev).to(dtype)
@@ -254,7 +256,10 @@ def symmetric_symbols_device(
     the device (both arithmetics where ``s <= 127``, selected per element)."""
     n, dev = x.numel(), x.device
     idx = bucket_of_elements(n, bucket_size, dev)
-    step = (scales.to(torch.float64) / per).to(torch.float32)
+    # divided by a device scalar: CUDA divides by a host scalar through its reciprocal
+    step = (scales.to(torch.float64) / torch.full((), per, dtype=torch.float64, device=dev)).to(
+        torch.float32
+    )
     fallback = torch.where(scales > 0, _TINY32, 1.0).to(torch.float32)
     f = 1.0 / torch.where(step > 0, step, fallback).to(torch.float64)
     ones = one_plus_uniform_device(seed, stream, n, dev)

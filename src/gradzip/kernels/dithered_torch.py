@@ -30,7 +30,10 @@ def bucket_of_elements(n: int, bucket_size: int, device: torch.device) -> torch.
 def bucket_factors(numer: float, scales: torch.Tensor) -> torch.Tensor:
     """``numer / sigma`` per bucket in float64, 0 for a zero bucket."""
     s = scales.to(torch.float64)
-    return torch.where(s > 0, numer / torch.where(s > 0, s, 1.0), 0.0)
+    # a true division of two tensors: ``number / tensor`` is torch's ``reciprocal() * number``
+    # (two roundings), and CUDA divides by a host scalar through its reciprocal too
+    top = torch.full((), numer, dtype=torch.float64, device=s.device)
+    return torch.where(s > 0, top / torch.where(s > 0, s, 1.0), 0.0)
 
 
 def _symbol_dtype(top: int) -> torch.dtype:
