@@ -25,7 +25,7 @@ def test_the_lab_registers_bench_and_reproduce() -> None:
 def test_the_installed_commands_are_the_labs(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["bench", "--help"])
-    assert "{codecs,collectives,cluster}" in capsys.readouterr().out
+    assert "{codecs,collectives,cluster,hook,sim-ranks}" in capsys.readouterr().out
     assert main(["reproduce", "--list"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in listed] == list(experiment_ids.EXPERIMENTS)

@@ -30,3 +30,26 @@ def memcpy_gbps(numel: int, repeat: int) -> float:
     dst = torch.empty_like(src)
     seconds, _ = best_time(lambda: dst.copy_(src), repeat)
     return 4 * numel / seconds / 1e9
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait until ``device`` has run every kernel queued so far. CUDA kernels return before they
+    finish, so a wall-clock time around them measures only the launches; CPU kernels return
+    done, so on the CPU this does nothing."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def best_device_time(fn: Callable[[], T], repeat: int, device: torch.device) -> tuple[float, T]:
+    """:func:`best_time` for work queued on ``device``: the device is synchronized before each
+    timed run (no earlier work inside it) and after it (all of its own work inside it)."""
+    result = fn()
+    synchronize(device)
+    best = float("inf")
+    for _ in range(max(1, repeat)):
+        synchronize(device)
+        start = time.perf_counter()
+        result = fn()
+        synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return best, result

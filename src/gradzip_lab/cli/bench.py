@@ -1,4 +1,5 @@
-"""``gradzip bench codecs|collectives|cluster``: benchmarks that print measured figures."""
+"""``gradzip bench codecs|collectives|cluster|hook|sim-ranks``: benchmarks that print measured
+figures (the last two, and ``codecs --device cuda``, for one GPU: ``cli/bench_device.py``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from gradzip.cli.catalog import compressors, schemes
 from gradzip.cli.help import fail
+from gradzip_lab.cli.bench_device import add_device_parsers
 
 CODECS = "gradzip bench codecs"
 COLLECTIVES = "gradzip bench collectives"
@@ -14,7 +16,7 @@ CLUSTER = "gradzip bench cluster"
 
 
 def add_bench_parser(sub: Any) -> None:
-    """Register ``gradzip bench`` and its three benchmarks on the CLI's subparsers."""
+    """Register ``gradzip bench`` and its benchmarks on the CLI's subparsers."""
     p_bench = sub.add_parser("bench", help="benchmarks that print measured figures")
     bench_sub = p_bench.add_subparsers(dest="bench", required=True)
     p_codecs = bench_sub.add_parser("codecs", help="encode/decode throughput and bits/coordinate")
@@ -33,6 +35,13 @@ def add_bench_parser(sub: Any) -> None:
         default=[1],
         metavar="N",
         help="torch and numba threads, one run per count, 0 = every core (default 1)",
+    )
+    p_codecs.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cpu: the CPU table against memcpy (default); cuda: the codecs on the GPU against "
+        "its clone() bandwidth (host work at the first --threads count)",
     )
     p_codecs.set_defaults(func=cmd_bench_codecs)
     p_coll = bench_sub.add_parser(
@@ -73,6 +82,7 @@ def add_bench_parser(sub: Any) -> None:
     p_coll.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p_coll.set_defaults(func=cmd_bench_collectives)
     add_cluster_parser(bench_sub)
+    add_device_parsers(bench_sub)
 
 
 def cmd_bench_codecs(args: argparse.Namespace) -> int:
@@ -83,7 +93,24 @@ def cmd_bench_codecs(args: argparse.Namespace) -> int:
         return fail(CODECS, "--numel and --repeat must be >= 1")
     if any(n < 0 for n in args.threads):
         return fail(CODECS, "--threads must be >= 0 (0: every core)")
-    from gradzip_lab.bench.codecs import run  # imports torch: after the options are checked
+    from gradzip_lab.bench import devices  # imports torch: after the options are checked
+
+    problem = devices.missing_device(args.device)
+    if problem:
+        return fail(CODECS, problem)
+    if args.device != "cpu":
+        from gradzip_lab.bench import codecs_device
+
+        codecs_device.run(
+            devices.resolve(args.device),
+            numel=args.numel,
+            repeat=args.repeat,
+            only=args.only,
+            json_path=args.json,
+            threads=args.threads[0],
+        )
+        return 0
+    from gradzip_lab.bench.codecs import run
 
     run(
         numel=args.numel,

@@ -1,0 +1,31 @@
+"""``make gpu-check`` (``tools/gpu_check.sh``): without a CUDA device it stops at once, non-zero,
+saying why (it is a GPU check: passing on a CPU would say nothing)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "gpu_check.sh"
+
+
+@pytest.mark.distributed  # starts bash (the conftest allows processes in these tests only)
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without CUDA")
+def test_without_cuda_it_fails_saying_why() -> None:
+    env = {**os.environ, "PYTHON": sys.executable}
+    done = subprocess.run(
+        ["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0
+    assert "gpu-check: no CUDA device" in done.stderr
+    assert "pytest" not in done.stdout  # nothing else ran
+
+
+def test_the_makefile_runs_it() -> None:
+    makefile = (SCRIPT.parents[1] / "Makefile").read_text()
+    assert "gpu-check: setup\n\tPYTHON=$(BIN)/python tools/gpu_check.sh" in makefile
