@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
 from gradzip.kernels.dithered import fused_decode_affine
+from gradzip.kernels.onebit_signs import column_means, expand_signs, pack_signs
 from gradzip.kernels.philox import SHARED_UNIFORM, philox_one_plus_uniform
 from gradzip.kernels.stochastic import fused_symmetric_decode, fused_symmetric_encode
 from tests.kernels.test_triton_dithered import CASES, dqsg
@@ -75,3 +77,21 @@ def test_compiled_kernels_equal_numba(compiled: SimpleNamespace, n: int, bucket_
             packed.cuda(), n, bits, mults, bucket_size, s, "t"
         )
         assert same_bits(got.cpu(), want)
+
+
+@pytest.mark.parametrize(("cols", "rows"), [(1, 1), (3, 5000), (1, 1 << 20)])
+def test_compiled_sign_kernels_equal_numba(compiled: SimpleNamespace, cols: int, rows: int) -> None:
+    m = torch.randn(cols, rows, generator=torch.Generator().manual_seed(rows))
+    packed, counts, sums = pack_signs(m)
+    got = compiled.signs.triton_pack_signs(m.cuda())
+    assert same_bits(got[0].cpu(), torch.from_numpy(packed))
+    assert same_bits(got[1].cpu(), torch.from_numpy(counts))
+    assert torch.equal(got[2].cpu().view(torch.int64), torch.from_numpy(sums).view(torch.int64))
+    means, _ = column_means(counts, sums, rows)
+    expected = np.empty((cols, rows), dtype=np.float32)
+    assert expand_signs(packed, means, expected)
+    values, ok = compiled.signs.triton_expand_signs(
+        torch.from_numpy(packed).cuda(), torch.from_numpy(means), rows
+    )
+    assert ok
+    assert same_bits(values.cpu(), torch.from_numpy(expected))

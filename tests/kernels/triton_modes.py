@@ -23,12 +23,13 @@ KERNEL_MODULES = (
     "gradzip.kernels.triton_bitpack",
     "gradzip.kernels.triton_dithered",
     "gradzip.kernels.triton_stochastic",
+    "gradzip.kernels.triton_signs",
 )
 
 
 @functools.cache
 def load_kernels(interpret: bool) -> SimpleNamespace:
-    """Fresh ``philox``, ``bitpack``, ``dithered`` and ``stochastic`` kernel modules whose jit
+    """Fresh ``philox``, ``bitpack``, ``dithered``, ``stochastic`` and ``signs`` kernel modules whose jit
     functions were defined with ``TRITON_INTERPRET`` set to ``interpret``."""
     saved_env = os.environ.get("TRITON_INTERPRET")
     saved = {name: sys.modules.pop(name) for name in KERNEL_MODULES if name in sys.modules}
