@@ -11,13 +11,18 @@ Reductions are trees of ``tl.split`` and elementwise operations, not ``tl.sum``/
 [CHOICE]: those (and ``tl.zeros``) are ``@triton.jit`` functions of Triton's own library, defined
 in the mode in force when ``triton`` was first imported; compiled ones cannot be called from an
 interpreted kernel, so with them the interpreter tests would depend on import order. Only
-builtins are used in every kernel module here.
+builtins are used in the kernel modules here, except :func:`max_of`'s compiled branch.
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton import knobs
+
+#: whether this module's kernels run in Triton's interpreter: decided, as by ``@triton.jit``
+#: itself, when the module is imported (a constexpr, so the kernels branch on it when traced)
+_INTERPRETED = tl.constexpr(bool(knobs.runtime.interpret))
 
 
 @triton.jit
@@ -71,11 +76,17 @@ def _or_of_eight(x, G: tl.constexpr):  # type: ignore[no-untyped-def]
 
 @triton.jit
 def max_of(x, N: tl.constexpr):  # type: ignore[no-untyped-def]
-    """The largest of the ``N`` elements of ``x`` (a power of two up to ``2**16``), as a tensor
-    of shape ``(1,)``: one halving per bit of ``N`` (``tl.static_range`` unrolls and the
-    conditions are constexpr, so the shape may shrink)."""
-    for k in tl.static_range(16):
-        if (N >> (k + 1)) >= 1:
-            a, b = tl.split(tl.reshape(x, (N >> (k + 1), 2)))
-            x = tl.maximum(a, b)
-    return tl.reshape(x, (1,))
+    """The largest of the ``N`` integers of ``x`` (a power of two up to ``2**16``), as a tensor
+    of shape ``(1,)``. Compiled: ``tl.max`` (an integer maximum: the order does not matter; the
+    halving tree below took 12 s to compile for 1024 elements). Interpreted: one halving per
+    bit of ``N`` (``tl.static_range`` unrolls and the conditions are constexpr, so the shape
+    may shrink)."""
+    if _INTERPRETED:
+        for k in tl.static_range(16):
+            if (N >> (k + 1)) >= 1:
+                a, b = tl.split(tl.reshape(x, (N >> (k + 1), 2)))
+                x = tl.maximum(a, b)
+        top = tl.reshape(x, (1,))
+    else:
+        top = tl.max(x, axis=0, keep_dims=True)
+    return top
