@@ -186,3 +186,25 @@ def test_payload_is_one_read_only_buffer_that_decodes_alike_as_bytes(name: str) 
     assert isinstance(enc.payload, memoryview) and enc.payload.readonly
     as_bytes = bytes(enc.payload)
     assert torch.equal(comp.decode(enc.payload), comp.decode(as_bytes))
+
+
+# -- the device path (issue 28): bf16 near float32's maximum, identity in every dtype --------
+def test_bf16_device_path_saturates_as_the_host_path() -> None:
+    from tests.compressors.device_checks import check_device_decode, check_twin_bytes
+
+    codec = gradzip.create("bf16")
+    big = torch.finfo(torch.float32).max
+    x = torch.tensor([big, -big, 1.0, -0.0, 3e-39, 2.0**-140, big * 0.999])
+    check_twin_bytes(codec, x, KEY)
+    check_device_decode(codec, x, KEY)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_identity_device_path_in_every_dtype(dtype: torch.dtype) -> None:
+    from tests.compressors.device_checks import check_device_decode, check_twin_bytes
+
+    codec = gradzip.create("identity")
+    x = (torch.randn(33, 65) * 3).to(dtype)
+    x.view(-1)[5] = -0.0
+    check_twin_bytes(codec, x, KEY)
+    check_device_decode(codec, x, KEY)

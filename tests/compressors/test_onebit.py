@@ -311,3 +311,93 @@ def test_encode_refuses_non_finite_input_in_its_packing_pass(bad: float) -> None
     x[2, 65] = bad
     with pytest.raises(NonFiniteInputError, match="NaN or Inf"):
         OneBit().encode(x)
+
+
+# -- the device path (issue 28): non-default configurations ---------------------------------
+DEVICE_CASES = [
+    ({}, (4097,)),
+    ({"group": "in"}, (33, 65)),
+    ({"group": "out"}, (3, 40, 7)),
+    ({"sample": True}, (6, 300)),
+    ({"sample": True, "group": "in"}, (300, 5)),
+    ({}, (300_001,)),  # three 2**12-word segments: the kernels' combined order
+]
+
+
+def _device_gradient(shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g) * torch.rand(shape, generator=g).pow(3)
+    x.view(-1)[::7] = 0.0
+    x.view(-1)[1::11] = -0.0
+    return x
+
+
+@pytest.mark.parametrize(("params", "shape"), DEVICE_CASES)
+def test_device_path_equals_host_path(params: dict, shape: tuple[int, ...]) -> None:
+    from tests.compressors.device_checks import check_device_decode, check_twin_bytes
+
+    codec = OneBit(**params)
+    assert codec.device_resident
+    x = _device_gradient(shape)
+    check_twin_bytes(codec, x, KEY)
+    check_device_decode(codec, x, KEY)
+
+
+@pytest.mark.parametrize(("params", "shape"), DEVICE_CASES[:5])
+def test_device_path_encodes_fake_cuda(params: dict, shape: tuple[int, ...]) -> None:
+    from tests.compressors.device_checks import encode_fake_cuda
+
+    codec = OneBit(**params)
+    assert encode_fake_cuda(codec, shape, KEY) == len(codec.encode(torch.randn(shape), KEY).payload)
+
+
+@pytest.mark.parametrize("packing", ["dense", "entropy"])
+def test_symbol_packings_stay_on_the_host(packing: str) -> None:
+    from gradzip.device.mode import forced_device_payloads
+
+    codec = OneBit(packing=packing)
+    assert not codec.device_resident
+    x = _device_gradient((1000,))
+    with forced_device_payloads():
+        payload = codec.encode(x, KEY).payload
+    assert not isinstance(payload, torch.Tensor)
+    assert bytes(payload) == bytes(codec.encode(x, KEY).payload)
+
+
+@pytest.mark.parametrize("group", ["out", "in"])
+@pytest.mark.parametrize("reconstruct", [False, True])
+def test_fused_feedback_on_device_equals_host(group: str, reconstruct: bool) -> None:
+    from gradzip.device.host_reads import count_host_reads
+    from gradzip.device.mode import forced_device_payloads
+
+    codec = OneBit(group=group)
+    v = _device_gradient((33, 65), seed=4)
+    host_v, dev_v = v.clone(), v.clone()
+    host = codec.encode_with_feedback(host_v, KEY, reconstruct=reconstruct)
+    with forced_device_payloads(), count_host_reads() as reads:
+        device = codec.encode_with_feedback(dev_v, KEY, reconstruct=reconstruct)
+    assert reads.count == 0, reads.describe()
+    assert host is not None and device is not None
+    assert isinstance(device[0].payload, torch.Tensor)
+    assert bytes(device[0].payload.numpy()) == bytes(host[0].payload)
+    assert torch.equal(dev_v.view(torch.int32), host_v.view(torch.int32))
+    if reconstruct:
+        assert host[1] is not None and device[1] is not None
+        assert torch.equal(device[1].view(torch.int32), host[1].view(torch.int32))
+    else:
+        assert device[1] is None
+
+
+def test_fused_feedback_on_device_flags_non_finite_and_keeps_v() -> None:
+    from gradzip.device.mode import forced_device_payloads
+
+    codec = OneBit()
+    v = _device_gradient((500,))
+    v[3] = float("inf")
+    before = v.clone()
+    with forced_device_payloads():
+        fused = codec.encode_with_feedback(v, KEY)
+    assert fused is not None
+    with pytest.raises(NonFiniteInputError):
+        fused[0].verify()
+    assert torch.equal(v, before)

@@ -188,3 +188,97 @@ def test_randk_wrong_body_size_raises() -> None:
         comp.decode(build_payload(header, [bytes(body[:-4])]))
     with pytest.raises(CorruptPayloadError):
         comp.decode(build_payload(header, [bytes(body) + b"\0\0\0\0"]))
+
+
+# -- the device path (issue 28): non-default configurations ---------------------------------
+DEVICE_CASES = [
+    ("topk", {"k": 1}, (1,)),
+    ("topk", {"k": 5}, (7,)),
+    ("topk", {"ratio": 1.0}, (100,)),
+    ("topk", {"ratio": 0.3}, (33, 65)),
+    ("topk", {"k": 300, "value_codec": "fp16"}, (4097,)),
+    ("topk", {"k": 300, "value_codec": "bf16"}, (2049,)),
+    ("topk", {"ratio": 0.01}, (70_000,)),  # 17-bit indices
+    ("randk", {"k": 1}, (1,)),
+    ("randk", {"ratio": 0.6}, (1000,)),  # most kept: the dropped set is drawn
+    ("randk", {"ratio": 0.1, "scaled": True}, (33, 65)),
+    ("randk", {"k": 40, "value_codec": "fp16"}, (999,)),
+    ("randk", {"k": 40, "value_codec": "bf16", "scaled": True}, (999,)),
+]
+
+
+def _device_gradient(shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g) * torch.rand(shape, generator=g).pow(3)
+    flat = x.view(-1)
+    flat[::5] = flat[0]  # ties at every magnitude: the smaller index wins
+    flat[1::9] = -0.0
+    return x
+
+
+@pytest.mark.parametrize(("name", "params", "shape"), DEVICE_CASES)
+def test_device_path_equals_host_path(name: str, params: dict, shape: tuple[int, ...]) -> None:
+    from tests.compressors.device_checks import check_device_decode, check_twin_bytes
+
+    codec = gradzip.create(name, **params)
+    assert codec.device_resident
+    x = _device_gradient(shape)
+    check_twin_bytes(codec, x, KEY)
+    check_device_decode(codec, x, KEY)
+
+
+@pytest.mark.parametrize(("name", "params", "shape"), DEVICE_CASES)
+def test_device_path_encodes_fake_cuda(name: str, params: dict, shape: tuple[int, ...]) -> None:
+    from tests.compressors.device_checks import encode_fake_cuda
+
+    codec = gradzip.create(name, **params)
+    assert encode_fake_cuda(codec, shape, KEY) == len(codec.encode(torch.randn(shape), KEY).payload)
+
+
+@pytest.mark.parametrize("name", ["topk", "randk"])
+def test_device_decode_add_keeps_negative_zero_where_nothing_is_kept(name: str) -> None:
+    from gradzip.device.mode import forced_device_payloads
+    from tests.compressors.device_checks import device_payload
+
+    codec = gradzip.create(name, ratio=0.1)
+    x = _device_gradient((500,))
+    payload = device_payload(codec, x, KEY)
+    host = bytes(codec.encode(x, KEY).payload)
+    out = torch.full((500,), -0.0)
+    want = codec.decode_add_(host, out.clone(), expected_key=KEY)
+    with forced_device_payloads():
+        got = codec.decode_add_(payload, out.clone(), expected_key=KEY)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    assert int((got.view(torch.int32) == torch.tensor(-0.0).view(torch.int32)).sum()) > 0
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("topk", {"ratio": 0.1, "index_coding": "rice"}),
+        ("topk", {"ratio": 0.1, "value_codec": "qsgd"}),
+        ("randk", {"ratio": 0.1, "value_codec": "dqsg"}),
+    ],
+)
+def test_host_codings_are_not_device_resident(name: str, params: dict) -> None:
+    assert not gradzip.create(name, **params).device_resident
+
+
+@pytest.mark.parametrize("value_codec", ["fp32", "fp16"])
+def test_corrupt_device_topk_indices_get_the_host_error(value_codec: str) -> None:
+    from gradzip.device.crc32 import crc32_bytes_device
+    from gradzip.device.mode import forced_device_payloads
+    from tests.compressors.device_checks import device_payload
+
+    codec = gradzip.create("topk", k=10, value_codec=value_codec)
+    x = _device_gradient((1000,))
+    payload = device_payload(codec, x, KEY).clone()
+    # swap two packed index bytes (indices no longer increasing) and re-seal the CRC
+    body_end = payload.numel() - 4
+    a, b = int(payload[body_end - 12]), int(payload[body_end - 2])
+    payload[body_end - 12], payload[body_end - 2] = b, a
+    resealed = torch.cat([payload[:body_end], crc32_bytes_device(payload[:body_end])])
+    with pytest.raises(CorruptPayloadError):
+        codec.decode(bytes(resealed.numpy()), expected_key=KEY, shape=x.shape)
+    with forced_device_payloads(), pytest.raises(CorruptPayloadError):
+        codec.decode(resealed, expected_key=KEY, shape=x.shape)

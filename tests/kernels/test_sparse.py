@@ -253,3 +253,41 @@ def test_topk_sampled_selection_equals_the_reference_where_the_sample_misleads()
     for name, x in cases.items():
         for k in (1, 37, d // 1000, d // 100, d // 50):
             assert np.array_equal(topk_select(x, k), topk_indices(x, k)), (name, k)
+
+
+@pytest.mark.parametrize("bits", [1, 3, 7, 8, 9, 17, 24, 31, 32])
+@pytest.mark.parametrize("n", [1, 7, 8, 13, 100])
+def test_device_index_packing_equals_the_kernel(bits: int, n: int) -> None:
+    from gradzip.kernels.sparse import pack_indices, unpack_indices
+    from gradzip.kernels.sparse_device import (
+        indices_valid_device,
+        pack_indices_device,
+        packed_size,
+        unpack_indices_device,
+    )
+
+    rng = np.random.default_rng(bits * 1000 + n)
+    d = 1 << bits
+    idx = np.sort(rng.choice(min(d, 1 << 20), size=min(n, d), replace=False)).astype(np.int64)
+    if bits == 32:
+        idx[-1] = d - 1  # the top bit set
+    out = np.empty(packed_size(idx.size, bits), dtype=np.uint8)
+    pack_indices(idx, bits, out)
+    device = pack_indices_device(torch.from_numpy(idx), bits)
+    assert bytes(device.numpy()) == out.tobytes()
+    back = unpack_indices_device(device, idx.size, bits)
+    assert torch.equal(back, torch.from_numpy(unpack_indices(out, idx.size, bits, d)[0]))
+    assert bool(indices_valid_device(device, back, bits, d))
+
+
+@pytest.mark.parametrize("k", [1, 5, 64, 999])
+def test_device_topk_select_equals_the_kernel(k: int) -> None:
+    from gradzip.kernels.sparse_device import topk_select_device
+
+    rng = np.random.default_rng(k)
+    x = rng.standard_normal(1000).astype(np.float32)
+    x[::3] = x[1]  # ties
+    x[::7] = -x[1]
+    x[::11] = 0.0
+    x[5::13] = -0.0
+    assert np.array_equal(topk_select_device(torch.from_numpy(x), k).numpy(), topk_select(x, k))

@@ -35,12 +35,17 @@ class BF16(Compressor):
 
     Parameters: none.
 
+    Device resident (every configuration; see :mod:`gradzip.device`): a tensor not on the CPU
+    is cast on its device into the same bytes (the same saturating clamp, then the cast), and a
+    device payload decodes there.
+
     References: Kalamkar et al., "A Study of BFLOAT16 for Deep Learning Training" (2019).
     """
 
     name = "bf16"
     codec_id = 3
     encodes_each_value_alone = True
+    device_resident = True
     example_params: ClassVar[dict[str, Any]] = {}
 
     def _encode_flat(
@@ -68,6 +73,21 @@ class BF16(Compressor):
         out = empty_output(header.numel)
         out.copy_(body_view(body, torch.bfloat16))  # the body is read once, into the output
         return out
+
+    def _encode_device(self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]) -> Body:
+        # clamping finite values that do not exceed the bound changes nothing, so the host
+        # path's conditional clamp and this unconditional one give the same bits
+        bits = 16 * x.numel()
+        return Body(
+            pieces=[x.clamp(-_BF16_MAX, _BF16_MAX).to(torch.bfloat16)],
+            paper_bits=float(bits),
+            side_bits=bits,
+        )
+
+    def _decode_device(
+        self, body: torch.Tensor, header: Header, side: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return body.view(torch.bfloat16).to(torch.float32), None
 
     def expected_body_bits(self, x: torch.Tensor) -> int:
         return 16 * x.numel()

@@ -17,12 +17,16 @@ class Identity(Compressor):
 
     Bits: ``8 * itemsize * n`` on the wire (32 per coordinate for float32), ``32 n`` paper bits.
     Variance: 0. Use it as the reference run against which compressed runs are compared.
+
+    Device resident (every dtype; see :mod:`gradzip.device`): the body of a tensor not on the
+    CPU is its own bytes, framed on its device, and a device payload decodes there.
     """
 
     name = "identity"
     codec_id = 1
     keeps_input_dtype = True
     encodes_each_value_alone = True
+    device_resident = True
 
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]
@@ -44,6 +48,18 @@ class Identity(Compressor):
         if header.numel:
             out.copy_(body_view(body, header.dtype))
         return out
+
+    def _encode_device(self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]) -> Body:
+        n = x.numel()
+        return Body(pieces=[x], paper_bits=32.0 * n, streams=(), side_bits=32 * n)
+
+    def _decode_device(
+        self, body: torch.Tensor, header: Header, side: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # as the host path: the values widened to float32 (float64 kept), then cast back to
+        # the payload's dtype by the caller; every widening and its inverse are exact
+        wide = torch.float64 if header.dtype == torch.float64 else torch.float32
+        return body.view(header.dtype).to(wide), None
 
     def expected_body_bits(self, x: torch.Tensor) -> int:
         return 8 * x.element_size() * x.numel()

@@ -29,7 +29,15 @@ from gradzip.compressors.base import (
     tensor_bytes,
 )
 from gradzip.compressors.registry import register
+from gradzip.device.mode import device_path
+from gradzip.device.payloads import frame_device_payload, poisoned
 from gradzip.errors import CorruptPayloadError, NonFiniteInputError, TruncatedPayloadError
+from gradzip.kernels.onebit_device import (
+    column_means_device,
+    expand_signs_device,
+    pack_signs_device,
+    sign_sums_device,
+)
 from gradzip.kernels.onebit_signs import (
     column_means,
     expand_add_signs,
@@ -48,6 +56,16 @@ def _unpacked_signs(packed: np.ndarray, rows: int) -> tuple[torch.Tensor]:
     """The sign stream ``1[V_ic >= 0]`` as ``(cols, rows)`` uint8, from the packed words."""
     bits = np.unpackbits(packed, axis=1, count=rows, bitorder="little")
     return (torch.from_numpy(bits),)
+
+
+def _false(device: torch.device) -> torch.Tensor:
+    """A 0-d False flag on ``device``."""
+    return torch.zeros((), dtype=torch.bool, device=device)
+
+
+def _device_signs(m: torch.Tensor) -> tuple[torch.Tensor]:
+    """The sign stream of a device encoding, ``(cols, rows)`` uint8 on its device, on request."""
+    return (torch.ge(m, 0).to(torch.uint8),)
 
 
 def _check_means(means: torch.Tensor) -> None:
@@ -89,6 +107,15 @@ class OneBit(Compressor):
             columns, at the cost of losing the exact column sums; the estimates are what is sent,
             so error feedback stays exact.
 
+    Device resident with ``packing="fixed"`` (the default; with or without ``sample``): a tensor
+    not on the CPU is encoded on its device into the host path's exact bytes (the float64
+    column sums in the kernels' order, see :mod:`gradzip.kernels.onebit_device`) and a device
+    payload decodes there; so does the fused error-feedback step
+    (:meth:`encode_with_feedback`) for a tensor on a device. [CHOICE] ``packing="dense"`` and
+    ``"entropy"`` stay on the host (their symbol coders are host code), as does ``sample``'s
+    draw of the rows: it depends on the key alone, so it is made on the host and sent to the
+    device (a host-to-device copy of ``128 cols`` indices, never a read of the gradient).
+
     References: Seide et al., "1-bit stochastic gradient descent and its application to
     data-parallel distributed training of speech DNNs", Interspeech 2014; Dryden et al.,
     "Communication Quantization for Data-parallel Training of Deep Neural Networks", MLHPC 2016.
@@ -111,6 +138,12 @@ class OneBit(Compressor):
 
     def wire_params(self) -> dict[str, ParamValue]:
         return {"group": self.group, "sample": self.sample, "packing": self.packing}
+
+    @property
+    def device_resident(self) -> bool:  # type: ignore[override]
+        """True for ``packing="fixed"`` (see the class docstring); the other packings encode
+        and decode on the host."""
+        return self.packing == "fixed"
 
     def expected_body_bits(self, x: torch.Tensor) -> int | None:
         g = Grouping.of(tuple(x.shape), self.group)
@@ -179,6 +212,88 @@ class OneBit(Compressor):
         )
         return body, means, finite
 
+    def _encode_device(self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]) -> Body:
+        return self._device_body(x, key, shape)[0]
+
+    def _device_body(
+        self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]
+    ) -> tuple[Body, torch.Tensor]:
+        """The fixed packing's body of ``x`` on its device and the ``(cols, 2)`` float32 means
+        it carries (the host path's :meth:`_encode_body`, nothing read back)."""
+        g = Grouping.of(shape, self.group)
+        m = g.matrix(x)
+        cols, rows = g.groups, g.size
+        packed, counts, sums = pack_signs_device(m)
+        means = column_means_device(counts, sums, rows)
+        if self.sample and rows > SAMPLE_ROWS:
+            # the host path's draw (from the key alone), sent to the device as a constant
+            picks = local_generator(key).integers(0, rows, size=(cols, SAMPLE_ROWS))
+            rows_t = torch.tensor(picks.tolist(), dtype=torch.int64, device=x.device)
+            stats = sample_rows(m, rows_t)
+            s_counts = (stats >= 0).to(torch.int64).sum(dim=1, keepdim=True)
+            means = column_means_device(s_counts, sign_sums_device(stats), SAMPLE_ROWS)
+        body = Body(
+            pieces=[torch.cat((means.view(torch.uint8), packed), dim=1)],
+            paper_bits=float(rows * cols + 64 * cols),
+            streams=partial(_device_signs, m),
+            side_bits=64 * cols,
+        )
+        return body, means
+
+    def _decode_device(
+        self, body: torch.Tensor, header: Header, side: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        g = Grouping.of(header.shape, self.group)
+        cols, rows = g.groups, g.size
+        width = 8 + 4 * -(-rows // 32)
+        if body.numel() != cols * width:  # a longer body: the host decoder says why
+            return torch.zeros(header.numel, device=body.device), _false(body.device)
+        raw = body.reshape(cols, width)
+        means = raw.narrow(1, 0, 8).clone(memory_format=torch.contiguous_format)
+        means = means.view(torch.float32)
+        values, padding_clear = expand_signs_device(raw.narrow(1, 8, width - 8), means, rows)
+        flat = values.reshape(-1) if g.axis == 1 else values.t().reshape(-1)
+        return flat, padding_clear & torch.isfinite(means).all()
+
+    def _feedback_on_device(
+        self, v: torch.Tensor, key: StreamKey, reconstruct: bool
+    ) -> tuple[Encoded, torch.Tensor | None]:
+        """:meth:`encode_with_feedback` for a ``v`` on a device: a device payload and
+        ``v - v_hat`` computed there, with nothing read back. [CHOICE] Whether ``v`` was finite
+        is not read either: for non-finite ``v`` the payload is poisoned (as
+        :meth:`Compressor.encode`'s), ``v`` keeps its values (a select on the device flag) and
+        the encoding's :meth:`~gradzip.accounting.Encoded.verify` raises."""
+        flat = v.reshape(-1)
+        shape = tuple(v.shape)
+        header = Header(
+            codec_id=self.codec_id,
+            dtype=v.dtype,
+            shape=shape,
+            bucket_size=self.bucket_size,
+            key=key,
+            params=encode_params(self.wire_params()),
+        )
+        body, means = self._device_body(flat, key, shape)
+        finite = torch.isfinite(flat).all()
+        payload = frame_device_payload(header, body.pieces, v.device)  # type: ignore[arg-type]
+        encoded = Encoded(
+            poisoned(payload, finite),
+            body.paper_bits,
+            body.streams,
+            body.side_bits,
+            finite=finite,
+            refuse=self.non_finite_input,
+        )
+        g = Grouping.of(shape, self.group)
+        m = g.matrix(flat)
+        # V_hat by v's own signs: the value expand_signs decodes from the payload's bits
+        v_hat = torch.where(m >= 0, means.narrow(1, 0, 1), means.narrow(1, 1, 1))
+        g.matrix(flat).copy_(torch.where(finite, m - v_hat, m))
+        if not reconstruct:
+            return encoded, None
+        flat_hat = v_hat.reshape(-1) if g.axis == 1 else v_hat.t().reshape(-1)
+        return encoded, flat_hat.reshape(shape)
+
     def encode_with_feedback(
         self, v: torch.Tensor, key: StreamKey, *, reconstruct: bool = False
     ) -> tuple[Encoded, torch.Tensor | None] | None:
@@ -192,12 +307,20 @@ class OneBit(Compressor):
         writes ``e = v - v_hat`` (and ``v_hat``) from ``v``'s signs and the means. Serves a
         contiguous float32 CPU ``v``; returns None, with ``v`` untouched, for anything else.
         Raises :class:`~gradzip.errors.NonFiniteInputError` (``v`` untouched) on NaN or Inf.
+
+        A contiguous float32 ``v`` on a device (or any, inside
+        :func:`~gradzip.device.mode.forced_device_payloads`) with the fixed packing is served
+        there (see :meth:`_feedback_on_device`): a device payload, ``v`` updated on its device.
         """
-        if v.dtype != torch.float32 or v.device.type != "cpu" or not v.is_contiguous():
+        if v.dtype != torch.float32 or not v.is_contiguous():
+            return None
+        if v.numel() == 0 or v.numel() > MAX_ELEMENTS:
+            return None  # the generic path answers both
+        if self.device_resident and device_path(v):
+            return self._feedback_on_device(v, key, reconstruct)
+        if v.device.type != "cpu":
             return None
         flat = v.reshape(-1)
-        if flat.numel() == 0 or flat.numel() > MAX_ELEMENTS:
-            return None  # the generic path answers both
         shape = tuple(v.shape)
         body, means, finite = self._encode_body(flat, key, shape)
         if not finite:

@@ -9,6 +9,13 @@ import torch
 from numpy.typing import NDArray
 
 from gradzip.compressors._decode_guards import check_finite_output
+from gradzip.compressors._device_sparse import (
+    decode_values_device,
+    encode_values_device,
+    false_flag,
+    values_on_device,
+    values_size,
+)
 from gradzip.compressors._sparse_coding import (
     ValueCodec,
     check_coding,
@@ -27,6 +34,14 @@ from gradzip.payload import Header
 from gradzip.rng import shared_words
 
 _F32_MAX = float(torch.finfo(torch.float32).max)
+
+
+def randk_indices_device(key: StreamKey, d: int, k: int, device: torch.device) -> torch.Tensor:
+    """:func:`randk_indices` as an int64 tensor on ``device``: drawn on the host from the key
+    alone and sent there (a host-to-device copy, no read of the gradient)."""
+    if k >= d:
+        return torch.arange(d, dtype=torch.int64, device=device)
+    return torch.tensor(randk_indices(key, d, k).tolist(), dtype=torch.int64, device=device)
 
 
 def randk_indices(key: StreamKey, d: int, k: int) -> NDArray[np.int64]:
@@ -69,6 +84,13 @@ class RandK(KeptValues):
     [CHOICE] The subset is drawn from the raw shared word stream with integer arithmetic only,
     so it is the same on every platform and NumPy version.
 
+    Device resident with ``value_codec`` ``"fp32"``, ``"fp16"`` or ``"bf16"``: a tensor not on
+    the CPU is gathered on its device into the host path's exact bytes, and a device payload
+    decodes there. [CHOICE] The subset is drawn on the host (its rejection loop is sequential
+    and depends on the key alone) and its ``k`` indices are copied to the device: nothing is
+    read back, but that copy is ``8 k`` bytes per message each way the payload is coded.
+    ``"qsgd"`` / ``"dqsg"`` value payloads stay on the host.
+
     References: Stich, Cordonnier, Jaggi, "Sparsified SGD with Memory" (NeurIPS 2018); Wangni et
     al., "Gradient Sparsification for Communication-Efficient Distributed Optimization" (2018).
     """
@@ -99,6 +121,36 @@ class RandK(KeptValues):
         params: dict[str, ParamValue] = {"k": self.k, "ratio": self.ratio, "scaled": self.scaled}
         params.update(coding_params("fixed", self.value_codec, self.value_levels))
         return params
+
+    @property
+    def device_resident(self) -> bool:  # type: ignore[override]
+        """True for float32, fp16 or bf16 values (see the class docstring)."""
+        return values_on_device(self._values)
+
+    def _encode_device(self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]) -> Body:
+        d = x.numel()
+        k = kept_count(self.k, self.ratio, d)
+        idx = randk_indices_device(key, d, k, x.device)
+        values = encode_values_device(self._values, x, idx, key)
+        piece = values.piece
+        return Body(pieces=[piece], paper_bits=values.paper_bits, side_bits=8 * piece.nbytes)
+
+    def _kept_device(
+        self, body: torch.Tensor, header: Header
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        d = header.numel
+        k = kept_count(self.k, self.ratio, d)
+        device = body.device
+        idx = randk_indices_device(header.key, d, k, device)
+        if body.numel() != values_size(self._values, k, header.key):  # the host names it
+            return idx, torch.zeros(k, dtype=torch.float32, device=device), false_flag(device)
+        values, ok = decode_values_device(self._values, body, k, header.key)
+        if self.scaled and k < d:
+            # as the host path: one float64 product, saturated, rounded once to float32
+            wide = values.to(torch.float64) * (d / k)
+            values = wide.clamp(-_F32_MAX, _F32_MAX).to(torch.float32)
+        valid = torch.ones((), dtype=torch.bool, device=device) if ok is None else ok
+        return idx, values, valid
 
     def _encode_flat(
         self, x: torch.Tensor, key: StreamKey, absmax: float, shape: tuple[int, ...]

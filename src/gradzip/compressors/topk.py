@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from typing import Any, ClassVar
+from functools import partial
+from typing import Any, ClassVar, NoReturn
 
 import numpy as np
 import torch
 
 from gradzip.codecs.bitpack import pack_bits, packed_bytes
 from gradzip.compressors._decode_guards import check_finite_output, fitted
+from gradzip.compressors._device_decode import DeviceDecoded, _diagnose
+from gradzip.compressors._device_sparse import (
+    decode_values_device,
+    encode_values_device,
+    false_flag,
+    values_on_device,
+    values_size,
+)
 from gradzip.compressors._sparse_coding import (
     SparseIndexCoding,
     ValueCodec,
@@ -24,6 +33,8 @@ from gradzip.compressors._sparse_coding import (
 )
 from gradzip.compressors.base import Body, Compressor, ParamValue
 from gradzip.compressors.registry import register
+from gradzip.device.ops import on_device
+from gradzip.device.payloads import body_of, crc_ok, read_device_header
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
 from gradzip.kernels.sparse import (
     pack_indices,
@@ -31,6 +42,13 @@ from gradzip.kernels.sparse import (
     topk_select,
     topk_select_torch,
     unpack_indices,
+)
+from gradzip.kernels.sparse_device import (
+    indices_valid_device,
+    pack_indices_device,
+    packed_size,
+    topk_select_device,
+    unpack_indices_device,
 )
 from gradzip.keys import StreamKey
 from gradzip.payload import Deferred, Header
@@ -99,6 +117,11 @@ def add_kept_(
     return out
 
 
+def _gaps(idx: torch.Tensor) -> tuple[torch.Tensor]:
+    """The index gaps ``idx_j - idx_(j-1) - 1`` (top-k's symbol stream), on ``idx``'s device."""
+    return (torch.diff(idx, prepend=idx.new_full((1,), -1)) - 1,)
+
+
 class KeptValues(Compressor):
     """Decoding shared by the sparsifiers whose payload is a set of kept ``(index, value)``
     pairs (top-k, rand-k): :meth:`_kept` returns the validated indices and finite float32 values,
@@ -107,6 +130,52 @@ class KeptValues(Compressor):
     @abstractmethod
     def _kept(self, body: memoryview, header: Header) -> tuple[torch.Tensor, torch.Tensor]:
         """The kept indices (int64) and float32 values, every check of a decode made."""
+
+    def _kept_device(
+        self, body: torch.Tensor, header: Header
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`_kept` on the device: the kept indices (int64, clamped into range so that a
+        malformed body scatters safely), the float32 values and a 0-d flag that is False for
+        a malformed body (the values' finiteness is the caller's check). Only where
+        ``device_resident``."""
+        raise NotImplementedError(f"{self.name} has no device decoder")
+
+    def _decode_device(
+        self, body: torch.Tensor, header: Header, side: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        idx, values, ok = self._kept_device(body, header)
+        out = torch.zeros(header.numel, dtype=torch.float32, device=body.device)
+        return out.index_copy(0, idx, values), ok  # a copy keeps a kept -0.0, as on the host
+
+    def _decode_add_device(
+        self,
+        payload: torch.Tensor,
+        out: torch.Tensor,
+        expected_key: StreamKey | None,
+        dtype: torch.dtype | None,
+    ) -> torch.Tensor:
+        """:meth:`decode_add_` of a device payload: only the kept values are added, as the host
+        path's :func:`add_kept_` adds them (a dense add would turn an ``out`` of ``-0.0`` at
+        an unkept place into ``+0.0``); one header read and one flag read."""
+        header, start = read_device_header(payload)
+        self._check_header(header, expected_key, out.shape, dtype)
+        body = body_of(payload, start)
+        self._check_body_size(header, body, payload.numel(), vouched=True)
+        if body.storage_offset() % 8:
+            body = body.clone()  # as decode_device_payload: viewable as wider words
+        idx, values, ok = self._kept_device(body, header)
+        kept = values.to(header.dtype)
+        cast = kept.to(out.dtype)
+        ok = ok & crc_ok(payload) & torch.isfinite(kept).all() & torch.isfinite(cast).all()
+
+        def diagnose() -> NoReturn:
+            _diagnose(self, payload, expected_key, out.shape, dtype, None)
+
+        DeviceDecoded(cast, ok, diagnose).checked()
+        flat = out.view(-1)
+        # distinct indices: one rounding per kept element, as the host scatter_add
+        flat.index_add_(0, on_device(idx, flat.device), on_device(cast, flat.device))
+        return out
 
     def _decode_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None
@@ -127,6 +196,8 @@ class KeptValues(Compressor):
     ) -> torch.Tensor:
         """Add the kept values straight into ``out`` (see :meth:`Compressor.decode_add_`): no
         dense buffer; every check of :meth:`decode` is made before ``out`` is touched."""
+        if isinstance(payload, torch.Tensor) and payload.numel() and self.device_resident:
+            return self._decode_add_device(payload, out, expected_key, dtype)
         if len(payload) == 0 or isinstance(payload, torch.Tensor):
             return super().decode_add_(payload, out, expected_key=expected_key, dtype=dtype)
         header, body, _ = self._parsed(payload, expected_key, out.shape, dtype, None)
@@ -156,6 +227,13 @@ class TopK(KeptValues):
     contracts less (``delta = k/d``), so error feedback needs more rounds to deliver the
     dropped mass.
 
+    Device resident with ``index_coding="fixed"`` and ``value_codec`` ``"fp32"``, ``"fp16"``
+    or ``"bf16"``: a tensor not on the CPU is selected, gathered and packed on its device into
+    the host path's exact bytes (:mod:`gradzip.kernels.sparse_device`,
+    :mod:`gradzip.compressors._device_sparse`), and a device payload decodes there. [CHOICE]
+    ``index_coding="rice"`` (a variable-length entropy code) and the ``"qsgd"`` / ``"dqsg"``
+    value payloads stay on the host.
+
     References: Stich, Cordonnier, Jaggi, "Sparsified SGD with Memory" (NeurIPS 2018);
     Karimireddy et al., "Error Feedback Fixes SignSGD" (ICML 2019); DQGAN seed, Thm 1.
     """
@@ -178,6 +256,12 @@ class TopK(KeptValues):
         self.index_coding, self.value_codec = index_coding, value_codec
         self.value_levels = value_levels
         self._values = value_compressor(value_codec, value_levels)
+
+    @property
+    def device_resident(self) -> bool:  # type: ignore[override]
+        """True for fixed-width indices with float32, fp16 or bf16 values (see the class
+        docstring)."""
+        return self.index_coding == "fixed" and values_on_device(self._values)
 
     @property
     def _original_wire(self) -> bool:
@@ -221,6 +305,43 @@ class TopK(KeptValues):
             streams=(gaps,),
             side_bits=8 * values.piece.nbytes,
         )
+
+    def _encode_device(self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]) -> Body:
+        d = x.numel()
+        k = kept_count(self.k, self.ratio, d)
+        bits = index_bits(d)
+        idx = topk_select_device(x, k)
+        values = encode_values_device(self._values, x, idx, key)
+        pieces = [values.piece]
+        if bits:
+            pieces.append(pack_indices_device(idx, bits))
+        return Body(
+            pieces=pieces,
+            paper_bits=values.paper_bits + float(k * bits),
+            streams=partial(_gaps, idx),
+            side_bits=8 * values.piece.nbytes,
+        )
+
+    def _kept_device(
+        self, body: torch.Tensor, header: Header
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        d = header.numel
+        k = kept_count(self.k, self.ratio, d)
+        bits = index_bits(d)
+        start = values_size(self._values, k, header.key)
+        size = packed_size(k, bits)
+        device = body.device
+        if body.numel() != start + size:  # the host decoder names the fault
+            zeros = torch.zeros(k, dtype=torch.int64, device=device)
+            return zeros, zeros.to(torch.float32), false_flag(device)
+        values, ok = decode_values_device(self._values, body, k, header.key)
+        valid = torch.ones((), dtype=torch.bool, device=device) if ok is None else ok
+        if not bits:  # d = 1: the one index is implied
+            return torch.zeros(1, dtype=torch.int64, device=device), values, valid
+        packed = body.narrow(0, start, size)
+        idx = unpack_indices_device(packed, k, bits)
+        valid = valid & indices_valid_device(packed, idx, bits, d)
+        return idx.clamp(0, d - 1), values, valid
 
     def _kept(self, body: memoryview, header: Header) -> tuple[torch.Tensor, torch.Tensor]:
         """The kept ``(indices, float32 values)`` of a body, validated: exact size, zero padding
