@@ -18,6 +18,8 @@ import torch
 
 from gradzip.accounting import Encoded
 from gradzip.compressors.base import Compressor, empty_output
+from gradzip.device.mode import device_path
+from gradzip.device.ops import on_device
 from gradzip.errors import CheckpointError
 from gradzip.keys import StreamKey
 
@@ -68,7 +70,8 @@ class ErrorFeedback:
     compressor with ``E||g||^2 <= G^2``, ``E||e_t||^2 <= 4 (1 - delta) / delta^2 * G^2``
     (Karimireddy et al., Lemma 3; spec 4.5 [RECON]); with ``delta = 1`` (identity) ``e = 0``.
 
-    [CHOICE] Residuals are kept on the CPU in float32, or in float64 for float64 gradients, and
+    [CHOICE] Residuals are kept on the CPU (on the gradient's device for a device-resident
+    compressor given tensors that are not on the CPU: see :mod:`gradzip.device`) in float32, or in float64 for float64 gradients, and
     ``v`` is encoded in that dtype: a float16/bfloat16 gradient is therefore sent as a float32
     tensor (the receiver gets float32 and casts as it needs), so that ``g + e`` is neither
     rounded to half precision nor overflows it.
@@ -137,11 +140,13 @@ class ErrorFeedback:
             slot, v = self._compensated(tensor, key)
             fused = inner.encode_with_feedback(v, key, reconstruct=reconstruct)
             if fused is not None:
+                fused[0].verify()  # a device payload's flag: raises before the residual changes
                 self._residuals[slot] = v  # now v - v_hat, computed by the encode pass
                 return fused
 
         def quantize(v: torch.Tensor) -> tuple[tuple[Encoded, torch.Tensor], torch.Tensor]:
             encoded = inner.encode(v, key)  # raises on non-finite v before any change
+            encoded.verify()  # (a device payload's encoder does not raise: its flag, read once)
             v_hat = inner.decode(
                 encoded.payload, expected_key=key, shape=v.shape, dtype=v.dtype, side=side
             )
@@ -178,6 +183,12 @@ class ErrorFeedback:
                 f"{tuple(residual.shape)}; call reset() if the model changed"
             )
         dtype = working_dtype(tensor.dtype)
+        if self.inner.device_resident and device_path(tensor):
+            # the device path: the residual lives where the gradient does, nothing crosses
+            g = tensor.detach().to(dtype)
+            if residual is None:
+                return slot, g.clone(memory_format=torch.contiguous_format)
+            return slot, torch.add(g, on_device(residual, g.device).to(dtype))
         g = tensor.detach().to(device="cpu", dtype=dtype)
         # recycled memory (gradzip.buffers): a fresh tensor of a large gradient costs more in
         # page faults than the addition that fills it

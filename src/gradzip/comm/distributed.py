@@ -27,8 +27,23 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gradzip.comm.transport import FLAG_DOWN_BIT, LENGTH_PREFIX_BYTES, Send, Transport
+from gradzip.comm.transport import FLAG_DOWN_BIT, LENGTH_PREFIX_BYTES, Payload, Send, Transport
+from gradzip.device.host_reads import host_read
+from gradzip.device.ops import bytes_tensor, on_device
 from gradzip.errors import GradzipError
+
+#: the header word's mark of a device payload: the receiver keeps it a tensor on its device
+DEVICE_PAYLOAD_BIT = 1 << 61
+
+
+def _joined_tensor(head_part: np.ndarray, tail: torch.Tensor, has_tail: bool) -> torch.Tensor:
+    """A received device payload: the bytes inlined in its head (host memory, gloo only) and
+    its tail, as one ``uint8`` tensor on the tail's device."""
+    if not head_part.size:
+        return tail
+    head = bytes_tensor(head_part.tobytes(), tail.device)
+    return torch.cat([head, tail]) if has_tail else head
+
 
 #: payload bytes that travel in a message's first part with gloo [CHOICE]: a scale vector, a
 #: flag or a small tensor's payload is one message (one round trip); a longer payload's tail
@@ -86,7 +101,9 @@ class DistributedTransport(Transport):
         return rank if self._group is None else dist.get_global_rank(self._group, rank)
 
     # -- the primitive --------------------------------------------------------------------------
-    def _transfer(self, sends: Sequence[Send], sources: Sequence[int]) -> list[tuple[bytes, bool]]:
+    def _transfer(
+        self, sends: Sequence[Send], sources: Sequence[int]
+    ) -> list[tuple[Payload, bool]]:
         """One message is a head (the 8-byte header word, then up to ``inline_bytes`` of the
         payload) and, for a longer payload, a tail with the rest:
 
@@ -119,12 +136,18 @@ class DistributedTransport(Transport):
             arrived = [self._tail_of(buf, work, src, keep) for src, buf, work in heads]
             for dst, tail in tails:
                 outgoing.append((dst, self._post(dist.isend, tail, dst, "send")))
-            out = []
-            for src, (head_part, tail_in, work, ok) in zip(sources, arrived, strict=True):
+            out: list[tuple[Payload, bool]] = []
+            for src, (head_part, tail_in, work, ok, on_device) in zip(
+                sources, arrived, strict=True
+            ):
+                if work is not None:
+                    self._wait(work, src, "receive")
+                if on_device:  # a device payload stays a tensor where it arrived
+                    out.append((_joined_tensor(head_part, tail_in, work is not None), ok))
+                    continue
                 if work is None:
                     out.append((head_part.tobytes(), ok))
                     continue
-                self._wait(work, src, "receive")
                 parts = (head_part.data, tail_in.cpu().numpy().data)
                 out.append((b"".join(parts), ok))  # one copy
             for dst, work in outgoing:
@@ -138,12 +161,14 @@ class DistributedTransport(Transport):
 
     def _tail_of(
         self, head: torch.Tensor, work: dist.Work, src: int, keep: list[torch.Tensor]
-    ) -> tuple[np.ndarray, torch.Tensor, dist.Work | None, bool]:
+    ) -> tuple[np.ndarray, torch.Tensor, dist.Work | None, bool, bool]:
         """Wait for a head; the payload bytes it holds, the buffer of the tail it announces
-        with that tail's posted receive (None without a tail), and the sender's flag."""
+        with that tail's posted receive (None without a tail), the sender's flag, and whether
+        the payload is a device payload. With NCCL the head is the 8-byte word alone, so that
+        word is the only thing read on the host."""
         self._wait(work, src, "receive")
-        head_bytes = head.cpu().numpy()
-        size, ok = self._parse_header(head_bytes[:LENGTH_PREFIX_BYTES], src)
+        head_bytes = host_read(head)
+        size, ok, on_device = self._parse_header(head_bytes[:LENGTH_PREFIX_BYTES], src)
         inline = min(size, self.inline_bytes)
         try:
             tail = torch.empty(size - inline, dtype=torch.uint8, device=self.device)
@@ -154,10 +179,21 @@ class DistributedTransport(Transport):
             ) from err
         keep.append(tail)
         tail_work = self._post(dist.irecv, tail, src, "receive") if size > inline else None
-        return head_bytes[LENGTH_PREFIX_BYTES : LENGTH_PREFIX_BYTES + inline], tail, tail_work, ok
+        head_part = head_bytes[LENGTH_PREFIX_BYTES : LENGTH_PREFIX_BYTES + inline]
+        return head_part, tail, tail_work, ok, on_device
 
-    def _frame(self, data: bytes, ok: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """The head and the tail (possibly empty) of one message, from one copy of ``data``."""
+    def _frame(self, data: Payload, ok: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The head and the tail (possibly empty) of one message, from one copy of ``data``.
+        A device payload is framed where it lives (copied only when the group's device is
+        another: a CUDA payload through a gloo group), its header word marked so the receiver
+        keeps it a tensor."""
+        if isinstance(data, torch.Tensor):
+            size = data.numel()
+            word = (size if ok else size | FLAG_DOWN_BIT) | DEVICE_PAYLOAD_BIT
+            head = bytes_tensor(word.to_bytes(8, "little"), self.device)
+            whole = torch.cat([head, on_device(data.reshape(-1), self.device)])
+            split = LENGTH_PREFIX_BYTES + min(size, self.inline_bytes)
+            return whole.narrow(0, 0, split), whole.narrow(0, split, whole.numel() - split)
         size = len(data)
         frame = np.empty(LENGTH_PREFIX_BYTES + size, dtype=np.uint8)
         word = size if ok else size | FLAG_DOWN_BIT
@@ -167,10 +203,11 @@ class DistributedTransport(Transport):
         split = LENGTH_PREFIX_BYTES + min(size, self.inline_bytes)
         return whole[:split], whole[split:]
 
-    def _parse_header(self, header: np.ndarray, src: int) -> tuple[int, bool]:
-        """The payload length and the sender's flag of a header word; a word with bit 63 set
-        (no header :meth:`_frame` writes: lengths stay below bit 62, the flag) breaks the
-        transport with a :class:`~gradzip.errors.GradzipError` before anything is allocated."""
+    def _parse_header(self, header: np.ndarray, src: int) -> tuple[int, bool, bool]:
+        """The payload length, the sender's flag and the device-payload mark of a header word;
+        a word with bit 63 set (no header :meth:`_frame` writes: lengths stay below bit 61, the
+        device mark, then the flag at bit 62) breaks the transport with a
+        :class:`~gradzip.errors.GradzipError` before anything is allocated."""
         word = int.from_bytes(header.tobytes(), "little")
         if word >= 2 * FLAG_DOWN_BIT:
             self._broken = (
@@ -178,7 +215,8 @@ class DistributedTransport(Transport):
                 "is a length below 2**62 and the flag bit 62)"
             )
             raise GradzipError(f"rank {self.rank}: {self._broken}")
-        return word & ~FLAG_DOWN_BIT, not word & FLAG_DOWN_BIT
+        size = word & ~(FLAG_DOWN_BIT | DEVICE_PAYLOAD_BIT)
+        return size, not word & FLAG_DOWN_BIT, bool(word & DEVICE_PAYLOAD_BIT)
 
     def _post(
         self, op: Callable[..., dist.Work | None], tensor: torch.Tensor, peer: int, operation: str

@@ -13,7 +13,9 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar, cast
 
-from gradzip.comm.transport import Send, Transport
+import torch
+
+from gradzip.comm.transport import Payload, Send, Transport
 from gradzip.errors import GradzipError
 
 T = TypeVar("T")
@@ -33,8 +35,18 @@ class _Done:
         return None
 
 
-class _FlagDown(bytes):
+class _FlagDown:
     """A payload whose sender's flag is down (the header bit of a real message)."""
+
+    def __init__(self, payload: Payload) -> None:
+        self.payload = payload if isinstance(payload, torch.Tensor) else bytes(payload)
+
+
+def _unwrapped(item: Payload | _FlagDown) -> tuple[Payload, bool]:
+    """A queued message as ``(payload, the sender's flag)``."""
+    if isinstance(item, _FlagDown):
+        return item.payload, False
+    return item, True
 
 
 class _Wake:
@@ -57,7 +69,7 @@ class LocalGroup:
         # later message to or from them fails, even one already queued
         self.broken: set[int] = set()
         self._queues = {
-            (src, dst): queue.SimpleQueue[bytes | _Wake]()
+            (src, dst): queue.SimpleQueue[Payload | _FlagDown | _Wake]()
             for src in range(world_size)
             for dst in range(world_size)
         }
@@ -85,20 +97,22 @@ class LocalTransport(Transport):
         super().__init__(rank, group.world_size)
         self._group = group
 
-    def _transfer(self, sends: Sequence[Send], sources: Sequence[int]) -> list[tuple[bytes, bool]]:
+    def _transfer(
+        self, sends: Sequence[Send], sources: Sequence[int]
+    ) -> list[tuple[Payload, bool]]:
         # a send into an unbounded queue completes at once, so sending first cannot deadlock
         for dst, data, ok in sends:
             self._start_send(dst, data if ok else _FlagDown(data)).wait()
         received = [self._recv(src) for src in sources]
-        return [
-            (bytes(item), False) if isinstance(item, _FlagDown) else (item, True)
-            for item in received
-        ]
+        return [_unwrapped(item) for item in received]
 
-    def _start_send(self, dst: int, data: bytes) -> _Done:
-        """Queue one message for ``dst`` (the point a recording subclass may watch)."""
+    def _start_send(self, dst: int, data: Payload | _FlagDown) -> _Done:
+        """Queue one message for ``dst`` (the point a recording subclass may watch). A device
+        payload travels as the tensor it is (the ranks share the process), host bytes as an
+        immutable copy."""
         self._check_usable(dst)
-        self._group._queues[self.rank, dst].put(data if type(data) is _FlagDown else bytes(data))
+        item = data if isinstance(data, _FlagDown | torch.Tensor) else bytes(data)
+        self._group._queues[self.rank, dst].put(item)
         return _Done()
 
     def _check_usable(self, peer: int) -> None:
@@ -113,7 +127,7 @@ class LocalTransport(Transport):
                 "the group"
             )
 
-    def _recv(self, src: int) -> bytes:
+    def _recv(self, src: int) -> Payload | _FlagDown:
         self._check_usable(src)
         box = self._group._queues[src, self.rank]
         try:

@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import ParamSpec, TypeVar, cast
 
+import torch
+
 from gradzip.comm.meter import ByteMeter
 
 #: bytes of the header every message carries: its length (and the sender's flag bit)
@@ -33,8 +35,24 @@ LENGTH_PREFIX_BYTES = 8
 #: the bit of the header word that says the sender's flag is down (lengths stay below it)
 FLAG_DOWN_BIT = 1 << 62
 
+#: a message's payload: host bytes, or a device payload (a 1-D ``uint8`` tensor on the device
+#: where it was encoded, see :mod:`gradzip.device`), which travels as it is
+Payload = bytes | bytearray | memoryview | torch.Tensor
+
+
+def host_bytes(payload: Payload) -> bytes:
+    """A message's bytes in host memory, for the schemes whose messages are built and parsed on
+    the host (the integer sums, the ring, the parameter server): a device payload is read back
+    here (:func:`~gradzip.device.host_reads.host_read`, counted)."""
+    if isinstance(payload, torch.Tensor):
+        from gradzip.device.host_reads import host_read
+
+        return host_read(payload).tobytes()
+    return bytes(payload)
+
+
 #: one message to send: ``(destination rank, payload, the sender's flag)``
-Send = tuple[int, bytes, bool]
+Send = tuple[int, Payload, bool]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -59,32 +77,35 @@ class Transport(ABC):
 
     # -- the primitive (supplied by the concrete transports) ------------------------------------
     @abstractmethod
-    def _transfer(self, sends: Sequence[Send], sources: Sequence[int]) -> list[tuple[bytes, bool]]:
+    def _transfer(
+        self, sends: Sequence[Send], sources: Sequence[int]
+    ) -> list[tuple[Payload, bool]]:
         """Send every message of ``sends`` and receive the next message from each rank of
         ``sources`` (in that order): ``(payload, flag)`` per source. Receives are posted
-        before the sends start; returns once every send has completed."""
+        before the sends start; returns once every send has completed. A device payload
+        arrives as a device payload (a tensor), host bytes as bytes."""
 
     # -- point to point -------------------------------------------------------------------------
-    def send_bytes(self, dst: int, data: bytes, collective: str = "send") -> None:
+    def send_bytes(self, dst: int, data: Payload, collective: str = "send") -> None:
         """Send ``data`` to rank ``dst`` (counted under ``collective``)."""
         self._check_peer(dst)
         self._transfer([(dst, data, True)], ())
         self.meter.record(collective, len(data) + LENGTH_PREFIX_BYTES, 0)
 
-    def recv_bytes(self, src: int, collective: str = "recv") -> bytes:
+    def recv_bytes(self, src: int, collective: str = "recv") -> Payload:
         """Receive the next message from rank ``src`` (counted under ``collective``)."""
         self._check_peer(src)
         [(data, _)] = self._transfer((), [src])
         self.meter.record(collective, 0, len(data) + LENGTH_PREFIX_BYTES)
         return data
 
-    def exchange_bytes(self, dst: int, data: bytes, src: int, collective: str) -> bytes:
+    def exchange_bytes(self, dst: int, data: Payload, src: int, collective: str) -> Payload:
         """Send ``data`` to ``dst`` while receiving one message from ``src`` (one ring round)."""
         return self._exchange(dst, data, True, src, collective)[0]
 
     def _exchange(
-        self, dst: int, data: bytes, ok: bool, src: int, collective: str
-    ) -> tuple[bytes, bool]:
+        self, dst: int, data: Payload, ok: bool, src: int, collective: str
+    ) -> tuple[Payload, bool]:
         self._check_peer(dst)
         self._check_peer(src)
         [(received, flag)] = self._transfer([(dst, data, ok)], [src])
@@ -94,7 +115,7 @@ class Transport(ABC):
         return received, flag
 
     # -- collectives --------------------------------------------------------------------------
-    def all_gather_bytes(self, payload: bytes, collective: str = "all_gather") -> list[bytes]:
+    def all_gather_bytes(self, payload: Payload, collective: str = "all_gather") -> list[Payload]:
         """Every rank's payload, in rank order, on every rank (a ring: P - 1 rounds, each rank
         forwarding what it received last). Per rank: receives every payload but its own once,
         and sends every payload but its successor's once (plus 8 bytes per message); counted
@@ -102,13 +123,13 @@ class Transport(ABC):
         return self.all_gather_flagged(payload, True, collective)[0]
 
     def all_gather_flagged(
-        self, payload: bytes, ok: bool, collective: str = "all_gather"
-    ) -> tuple[list[bytes], list[int]]:
+        self, payload: Payload, ok: bool, collective: str = "all_gather"
+    ) -> tuple[list[Payload], list[int]]:
         """:meth:`all_gather_bytes` that also tells every rank which ranks' ``ok`` was False
         (ascending): the flag rides in each payload's header, forwarded with it, so it costs
         no byte and no round of its own."""
         size = self.world_size
-        out: list[bytes | None] = [None] * size
+        out: list[Payload | None] = [None] * size
         down = [False] * size
         out[self.rank], down[self.rank] = payload, not ok
         nxt, prv = (self.rank + 1) % size, (self.rank - 1) % size
@@ -119,7 +140,7 @@ class Transport(ABC):
             out[owner], down[owner] = current, not flag
         return [p for p in out if p is not None], [r for r in range(size) if down[r]]
 
-    def broadcast_bytes(self, payload: bytes | None, root: int) -> bytes:
+    def broadcast_bytes(self, payload: Payload | None, root: int) -> Payload:
         """``root``'s payload on every rank (the root sends it to each other rank, all at
         once)."""
         self._check_peer(root)
@@ -133,7 +154,7 @@ class Transport(ABC):
             return payload
         return self.recv_bytes(root, "broadcast")
 
-    def gather_bytes(self, payload: bytes, root: int) -> list[bytes] | None:
+    def gather_bytes(self, payload: Payload, root: int) -> list[Payload] | None:
         """Every rank's payload, in rank order, on ``root`` (None elsewhere); the root posts
         every receive at once."""
         self._check_peer(root)

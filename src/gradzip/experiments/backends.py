@@ -10,7 +10,7 @@ from typing import Any
 
 from gradzip.comm.pool import RankPool
 from gradzip.comm.signals import Interrupted, signal_name
-from gradzip.comm.transport import Transport
+from gradzip.comm.transport import Transport, host_bytes
 from gradzip.errors import CheckpointError
 from gradzip.experiments import checkpoint
 from gradzip.experiments.config import ConfigError, TrainConfig
@@ -169,7 +169,7 @@ def train_env(config: TrainConfig, force: bool, resume: bool) -> dict[str, Any]:
             verdict = {"out": claimed.out}
         except (ConfigError, CheckpointError) as err:  # every rank stops with rank 0's error
             verdict = {"error": str(err), "checkpoint": isinstance(err, CheckpointError)}
-    shared = json.loads(transport.broadcast_bytes(json.dumps(verdict).encode(), root=0))
+    shared = json.loads(host_bytes(transport.broadcast_bytes(json.dumps(verdict).encode(), root=0)))
     if "error" in shared:
         raise (CheckpointError if shared["checkpoint"] else ConfigError)(shared["error"])
     config = replace(config, out=shared["out"])

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from gradzip import state_file
-from gradzip.comm.transport import Transport
+from gradzip.comm.transport import Transport, host_bytes
 from gradzip.errors import CheckpointError
 from gradzip.experiments.config import RUN_NEUTRAL, ConfigError, TrainConfig
 from gradzip.experiments.resolved_config import run_record, validate
@@ -118,7 +118,7 @@ def save_rank(
         blobs = transport.gather_bytes(buffer.getvalue(), root=0)
     if blobs is not None:
         assert directory is not None, "rank 0 writes the checkpoint"
-        ranks = [torch.load(io.BytesIO(blob), weights_only=True) for blob in blobs]
+        ranks = [torch.load(io.BytesIO(host_bytes(blob)), weights_only=True) for blob in blobs]
         _write(directory, _run_state(trainer, ranks))
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from gradzip.comm.transport import Payload
 from gradzip.integrations._layout import BucketLayout, Unit
 from gradzip.schemes.base import Outgoing
 
@@ -67,4 +68,4 @@ class BucketPart:
     #: nothing is to be decoded)
     outgoing: Outgoing | None = None
     unit_outgoing: tuple[Outgoing, ...] = ()
-    payloads: list[bytes] | None = None
+    payloads: list[Payload] | None = None

@@ -47,7 +47,7 @@ Not supported: DDP's ``join()`` for uneven inputs, and sparse gradients.
 """
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager as ContextManager
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
@@ -60,7 +60,8 @@ import torch
 from torch.distributed import GradBucket  # type: ignore[attr-defined]  # re-exported by torch
 
 from gradzip.comm.distributed import DistributedTransport
-from gradzip.comm.transport import Transport
+from gradzip.comm.transport import Payload, Transport
+from gradzip.device.batch import join_device_payloads, split_device_payloads
 from gradzip.errors import GradzipError
 from gradzip.integrations._checkpoint import HookCheckpoint
 from gradzip.integrations._job import BucketJob, BucketPart
@@ -93,6 +94,23 @@ _ADVICE = (
     ". DDP will refuse the next forward pass of this wrapper: wrap the module again and "
     "register this hook state on it, or resume from a checkpoint"
 )
+
+
+def _joined(per_unit: Sequence[Outgoing], device: torch.device) -> Payload:
+    """One message of the units' payloads: device payloads joined on the device, host bytes
+    on the host (a bucket's units all take the same path: one compressor, one device)."""
+    payloads = [outgoing.payload for outgoing in per_unit]
+    tensors = [p for p in payloads if isinstance(p, torch.Tensor)]
+    if tensors:
+        return join_device_payloads(tensors, device)
+    return join_payloads([p for p in payloads if not isinstance(p, torch.Tensor)])
+
+
+def _split(message: Payload, numels: Sequence[int]) -> Sequence[Payload]:
+    """The payloads of one rank's message (:func:`_joined`)."""
+    if isinstance(message, torch.Tensor):
+        return split_device_payloads(message, numels)
+    return split_payloads(message, numels)
 
 
 def _where(job: BucketJob) -> str:
@@ -397,8 +415,7 @@ class GradzipHookState:
             if not outgoing.finite:
                 return Outgoing(b"", False, outgoing.dtype), ()
             per_unit.append(outgoing)
-        joined = join_payloads([outgoing.payload for outgoing in per_unit])
-        return Outgoing(joined, True, per_unit[0].dtype), tuple(per_unit)
+        return Outgoing(_joined(per_unit, flat.device), True, per_unit[0].dtype), tuple(per_unit)
 
     def _exchange(self, piece: BucketPart) -> None:
         assert piece.outgoing is not None
@@ -414,14 +431,16 @@ class GradzipHookState:
         job = piece.job
         assert piece.payloads is not None
         numels = [unit.numel for unit in piece.units]
-        messages = [split_payloads(message, numels) for message in piece.payloads]
+        messages = [_split(message, numels) for message in piece.payloads]
         rank = self.transport.rank
         for k, (unit, mine) in enumerate(zip(piece.units, piece.unit_outgoing, strict=True)):
             place = job.buffer[unit.lo : unit.hi]
             # [CHOICE] the mean is built in the bucket itself where it fits: DDP then finds it
             # in the gradients (they are views of the bucket) instead of copying the whole
             # model's means after the last bucket, on the step's critical path
-            into = place if place.device.type == "cpu" else None
+            # (on its device too: device payloads average where the bucket lives, and host
+            # payloads decode into it there)
+            into = place
             mean = self.scheme.average(
                 [message[k] for message in messages],
                 self.step,

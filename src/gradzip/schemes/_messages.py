@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 
 from gradzip.codecs.bitpack import pack_bits, unpack_bits
-from gradzip.comm.transport import Transport
+from gradzip.comm.transport import Payload, Transport
 from gradzip.compressors.base import tensor_bytes
 from gradzip.errors import (
     CorruptPayloadError,
@@ -95,11 +95,11 @@ class ServerAbortError(GradzipError):
 
 def serve(
     transport: Transport,
-    payload: bytes,
+    payload: Payload,
     server: int,
-    reply: Callable[[list[bytes]], bytes],
+    reply: Callable[[list[Payload]], Payload],
     key: StreamKey,
-) -> bytes:
+) -> Payload:
     """Gather ``payload`` at ``server``, which broadcasts ``reply(payloads)``; returns that reply
     on every rank.
 
@@ -118,7 +118,9 @@ def serve(
             transport.broadcast_bytes(build_payload(header, [reason]), server)
             raise
     received = transport.broadcast_bytes(message, server)
-    if len(received) > _CODEC_BYTE and received[_CODEC_BYTE] == ABORT_CODEC:
+    if not isinstance(received, torch.Tensor) and (
+        len(received) > _CODEC_BYTE and received[_CODEC_BYTE] == ABORT_CODEC
+    ):  # an abort notice is host bytes (a device payload is a compressor's, never one)
         header, body = parse_payload(received)
         raise ServerAbortError(
             f"rank {transport.rank}: the server (rank {server}) abandoned step {header.key.step}, "

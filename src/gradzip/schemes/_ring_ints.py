@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from gradzip.comm.transport import Transport
+from gradzip.comm.transport import Transport, host_bytes
 from gradzip.keys import StreamKey
 from gradzip.schemes._messages import bits_for, pack_ints, unpack_ints
 from gradzip.schemes._slices import slice_bounds
@@ -46,13 +46,13 @@ def ring_allreduce_ints(
             nxt, pack_ints(acc[lo:hi], bits, key(rank, send)), prv, "allreduce"
         )
         lo, hi = bounds[recv]
-        acc[lo:hi] += unpack_ints(got, hi - lo, bits, key(prv, recv))
+        acc[lo:hi] += unpack_ints(host_bytes(got), hi - lo, bits, key(prv, recv))
     bits = bits_for(size * max_value)
     owned = (rank + 1) % size  # the slice whose sum this rank completed
     lo, hi = bounds[owned]
     message = pack_ints(acc[lo:hi], bits, key(rank, size + owned))
     for k in range(size - 1):
-        message = transport.exchange_bytes(nxt, message, prv, "allreduce")
+        message = host_bytes(transport.exchange_bytes(nxt, message, prv, "allreduce"))
         piece = (rank - k) % size
         lo, hi = bounds[piece]
         acc[lo:hi] = unpack_ints(message, hi - lo, bits, key((piece - 1) % size, size + piece))

@@ -6,13 +6,18 @@ from collections.abc import Sequence
 
 import torch
 
-from gradzip.comm.transport import Transport, in_step_scope
+from gradzip.comm.transport import Payload, Transport, in_step_scope
 from gradzip.compressors.base import empty_output
 from gradzip.errors import NonFiniteInputError
 from gradzip.feedback import working_dtype
 from gradzip.schemes.base import Outgoing, Piece, Scheme, row_pieces
 
 __all__ = ["AllGatherDecode", "Outgoing"]
+
+
+def payload_device(payloads: Sequence[Payload]) -> torch.device | None:
+    """The device of the first device payload among ``payloads`` (None: all host bytes)."""
+    return next((p.device for p in payloads if isinstance(p, torch.Tensor)), None)
 
 
 class AllGatherDecode(Scheme):
@@ -32,6 +37,13 @@ class AllGatherDecode(Scheme):
     Every rank's payload is decoded with the key the receiver expects (run seed, sender rank,
     step, tensor index), so a payload of another step or run raises
     :class:`~gradzip.errors.KeyMismatchError` instead of being averaged in.
+
+    On the device (a device-resident compressor and tensors not on the CPU, see
+    :mod:`gradzip.device`): the payloads are device tensors on the wire, decoded and averaged
+    where they live. Host reads per tensor and rank: the encoding's finite flag, with error
+    feedback the sender's own decode (a header and a flag), and a header and a flag per
+    payload averaged: at most ``2P + 3`` reads of at most 128 bytes each
+    (``tests/schemes/test_device_allgather.py`` counts them).
 
     References: spec 3.3 (a) and Alg. 1 of the DQSG paper (server decode and average).
     """
@@ -129,7 +141,7 @@ class AllGatherDecode(Scheme):
     def exchange(
         self,
         transport: Transport,
-        payload: bytes,
+        payload: Payload,
         step: int,
         tensor_index: int,
         shape: torch.Size,
@@ -141,7 +153,7 @@ class AllGatherDecode(Scheme):
 
     def average(
         self,
-        payloads: Sequence[bytes | bytearray | memoryview],
+        payloads: Sequence[Payload],
         step: int,
         tensor_index: int,
         shape: torch.Size,
@@ -171,7 +183,13 @@ class AllGatherDecode(Scheme):
         # this rank's reconstruction stands in for its payload where it fits the sum
         known = {} if own is None or own[1].dtype != work or own[1].shape != shape else dict([own])
         if out is None or out.dtype != work or not out.is_contiguous():
-            out = empty_output(shape.numel(), work)
+            device = payload_device(payloads)
+            # device payloads average where they live; host bytes in recycled host memory
+            out = (
+                empty_output(shape.numel(), work)
+                if device is None
+                else (torch.empty(shape.numel(), dtype=work, device=device))
+            )
         # rank 0's values written into the sum itself: no fresh tensor and no copy
         total = out.view(shape)
         if 0 in known:

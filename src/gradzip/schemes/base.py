@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import torch
 
 from gradzip.accounting import Encoded
-from gradzip.comm.transport import Transport, in_step_scope
+from gradzip.comm.transport import Payload, Transport, in_step_scope
 from gradzip.compressors.base import Compressor
 from gradzip.errors import CheckpointError
 from gradzip.feedback import ErrorFeedback, Slot
@@ -67,7 +67,7 @@ class Outgoing:
     reconstruction: bitwise what decoding the payload gives, so :meth:`Scheme.average` adds it
     instead of decoding the payload again."""
 
-    payload: bytes
+    payload: Payload
     finite: bool
     dtype: torch.dtype
     own: torch.Tensor | None = None
@@ -162,7 +162,7 @@ class Scheme(ABC):
     @in_step_scope
     def gather_flagged(
         self, transport: Transport, outgoing: Outgoing, step: int
-    ) -> tuple[list[bytes], list[int]]:
+    ) -> tuple[list[Payload], list[int]]:
         """Stage 2 of a pipelined reduction (communication only): every rank's payload, and
         the ranks whose flag is down (ascending; when there are any, the payloads are not to
         be decoded)."""
@@ -170,7 +170,7 @@ class Scheme(ABC):
 
     def average(
         self,
-        payloads: Sequence[bytes | bytearray | memoryview],
+        payloads: Sequence[Payload],
         step: int,
         tensor_index: int,
         shape: torch.Size,
@@ -286,7 +286,7 @@ class Scheme(ABC):
     # -- helpers for subclasses ---------------------------------------------------------------
     def encode_own(
         self, role: str, tensor: torch.Tensor, key: StreamKey
-    ) -> tuple[bytes, torch.dtype]:
+    ) -> tuple[Payload, torch.dtype]:
         """This rank's payload for ``tensor`` (through the ``role`` residual when error feedback
         is on) and the dtype a receiver decodes it as: error feedback encodes ``g + e`` in the
         working dtype, so half-precision gradients travel as float32 then."""
@@ -295,7 +295,7 @@ class Scheme(ABC):
 
     def encode_own_reconstructed(
         self, role: str, tensor: torch.Tensor, key: StreamKey
-    ) -> tuple[bytes, torch.dtype, torch.Tensor]:
+    ) -> tuple[Payload, torch.dtype, torch.Tensor]:
         """:meth:`encode_own`, also returning what a receiver decodes from the payload (bitwise
         :meth:`decode` with ``key``, ``tensor.shape`` and the dtype): error feedback computes it
         on the way (in the compressor's own pass where it offers one), otherwise it is decoded."""
@@ -306,21 +306,25 @@ class Scheme(ABC):
 
     def _encode_own(
         self, role: str, tensor: torch.Tensor, key: StreamKey, *, reconstruct: bool
-    ) -> tuple[bytes, torch.dtype, torch.Tensor | None]:
+    ) -> tuple[Payload, torch.dtype, torch.Tensor | None]:
         feedback = self.feedback.get(role)
         v_hat = None
         if feedback is None:
             encoded, dtype = self.compressor.encode(tensor, key), tensor.dtype
+            # a device payload's finite flag, read once here: NonFiniteInputError as a host
+            # encoder raises it (error feedback has read it before changing its residual)
+            encoded.verify()
         elif reconstruct:
             encoded, v_hat = feedback.round_trip(tensor, key)
             dtype = working_dtype(tensor.dtype)
         else:
             encoded, dtype = feedback.encode(tensor, key), working_dtype(tensor.dtype)
         self.produced[role, key.tensor_index, key.chunk] = encoded
-        return bytes(encoded.payload), dtype, v_hat
+        payload = encoded.payload
+        return payload if isinstance(payload, torch.Tensor) else bytes(payload), dtype, v_hat
 
     def decode(
-        self, payload: bytes, key: StreamKey, shape: torch.Size, dtype: torch.dtype
+        self, payload: Payload, key: StreamKey, shape: torch.Size, dtype: torch.dtype
     ) -> torch.Tensor:
         """Decode a received payload, checking it carries ``key`` and ``shape``."""
         return self.compressor.decode(payload, expected_key=key, shape=shape, dtype=dtype)

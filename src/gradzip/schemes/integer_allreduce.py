@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from gradzip.comm.transport import Transport
+from gradzip.comm.transport import Transport, host_bytes
 from gradzip.schemes._grid_scheme import GridScheme
 from gradzip.schemes._messages import pack_floats, unpack_floats
 from gradzip.schemes._ring_ints import ring_allreduce_ints
@@ -55,7 +55,7 @@ class IntegerAllreduce(GridScheme):
         gathered = transport.all_gather_bytes(mine)
         n = statistic.numel()
         every = [
-            unpack_floats(message, n, self.key(rank, step, tensor_index))
+            unpack_floats(host_bytes(message), n, self.key(rank, step, tensor_index))
             for rank, message in enumerate(gathered)
         ]
         return torch.stack(every).amax(dim=0)

@@ -9,7 +9,7 @@ from typing import Literal
 import torch
 
 from gradzip.choices import check_choice, choices_of
-from gradzip.comm.transport import Transport, in_step_scope
+from gradzip.comm.transport import Payload, Transport, host_bytes, in_step_scope
 from gradzip.compressors.base import Compressor, empty_output
 from gradzip.compressors.dqsg import DQSG
 from gradzip.compressors.identity import Identity
@@ -127,14 +127,15 @@ class NestedScheme(Scheme):
         key = self.key(rank, step, tensor_index)
         encoded = own.encode(tensor, key)
         self.produced["worker", key.tensor_index, key.chunk] = encoded
-        payload = bytes(encoded.payload)
+        payload = host_bytes(encoded.payload)
         if self.topology == "allgather":
-            return self._decode_all(transport.all_gather_bytes(payload), tensor, step, tensor_index)
+            gathered = [host_bytes(p) for p in transport.all_gather_bytes(payload)]
+            return self._decode_all(gathered, tensor, step, tensor_index)
         down_key = self.key(size, step, tensor_index)
 
-        def reply(gathered: list[bytes]) -> bytes:
-            mean = self._decode_all(gathered, tensor, step, tensor_index)
-            return bytes(self._down.encode(mean, down_key).payload)
+        def reply(gathered: list[Payload]) -> Payload:
+            mean = self._decode_all([host_bytes(p) for p in gathered], tensor, step, tensor_index)
+            return host_bytes(self._down.encode(mean, down_key).payload)
 
         received = serve(transport, payload, self.server, reply, down_key)
         work = working_dtype(tensor.dtype)

@@ -7,7 +7,7 @@ from typing import Literal
 import torch
 
 from gradzip.choices import check_choice, choices_of
-from gradzip.comm.transport import Transport, in_step_scope
+from gradzip.comm.transport import Payload, Transport, in_step_scope
 from gradzip.compressors.base import Compressor
 from gradzip.compressors.identity import Identity
 from gradzip.feedback import working_dtype
@@ -76,7 +76,7 @@ class ParameterServer(Scheme):
         down_key = self.key(size, step, tensor_index)
         down_dtype = working_dtype(dtype)
 
-        def reply(gathered: list[bytes]) -> bytes:
+        def reply(gathered: list[Payload]) -> Payload:
             total = torch.zeros(shape, dtype=down_dtype)
             for rank, received in enumerate(gathered):
                 total += self.decode(received, self.key(rank, step, tensor_index), shape, dtype)

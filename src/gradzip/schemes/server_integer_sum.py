@@ -7,7 +7,7 @@ from typing import Literal
 import torch
 
 from gradzip.choices import check_choice, choices_of
-from gradzip.comm.transport import Transport
+from gradzip.comm.transport import Payload, Transport, host_bytes
 from gradzip.compressors.base import Compressor
 from gradzip.errors import CorruptPayloadError
 from gradzip.rng import local_uniform
@@ -78,15 +78,15 @@ class ServerIntegerSum(GridScheme):
         n = statistic.numel()
         down = self.key(transport.world_size, step, tensor_index)
 
-        def reply(gathered: list[bytes]) -> bytes:
+        def reply(gathered: list[Payload]) -> Payload:
             every = [
-                unpack_floats(m, n, self.key(rank, step, tensor_index))
+                unpack_floats(host_bytes(m), n, self.key(rank, step, tensor_index))
                 for rank, m in enumerate(gathered)
             ]
             return pack_floats(torch.stack(every).amax(dim=0), down)
 
         mine = pack_floats(statistic, self.key(transport.rank, step, tensor_index))
-        return unpack_floats(serve(transport, mine, self.server, reply, down), n, down)
+        return unpack_floats(host_bytes(serve(transport, mine, self.server, reply, down)), n, down)
 
     def _mean(
         self,
@@ -102,10 +102,10 @@ class ServerIntegerSum(GridScheme):
         top = s + 1 if self.grid.grid_offsets(down, 1) is not None else s  # re-quantized grid
         sum_bits, requant_bits = bits_for(2 * s * size), bits_for(2 * top)
 
-        def reply(gathered: list[bytes]) -> bytes:
+        def reply(gathered: list[Payload]) -> Payload:
             sums = torch.zeros(n, dtype=torch.int32)
             for rank, m in enumerate(gathered):
-                sums += unpack_ints(m, n, up_bits, self.key(rank, step, tensor_index))
+                sums += unpack_ints(host_bytes(m), n, up_bits, self.key(rank, step, tensor_index))
             if self.downlink == "sum":
                 return pack_ints(sums, sum_bits, down)
             keys = [self.key(p, step, tensor_index) for p in range(size)]
@@ -114,7 +114,7 @@ class ServerIntegerSum(GridScheme):
             return pack_ints(rounded.add_(top).to(torch.int32), requant_bits, down)
 
         mine = pack_ints(symbols, up_bits, self.key(transport.rank, step, tensor_index))
-        received = serve(transport, mine, self.server, reply, down)
+        received = host_bytes(serve(transport, mine, self.server, reply, down))
         if self.downlink == "sum":
             sums = unpack_ints(received, n, sum_bits, down)
             if n and int(sums.max()) > 2 * s * size:

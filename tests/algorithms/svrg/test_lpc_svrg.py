@@ -182,8 +182,8 @@ class Recording(LocalTransport):
         super().__init__(group, rank)
         self.sent: list[bytes] = []
 
-    def _start_send(self, dst: int, data: bytes) -> Any:
-        self.sent.append(bytes(data))
+    def _start_send(self, dst: int, data: Any) -> Any:
+        self.sent.append(bytes(getattr(data, "payload", data)))  # a flagged-down one too
         return super()._start_send(dst, data)
 
 

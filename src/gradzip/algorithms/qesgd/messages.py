@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from gradzip.comm.transport import Transport
+from gradzip.comm.transport import Transport, host_bytes
 from gradzip.compressors.identity import Identity
 from gradzip.errors import NonFiniteInputError
 from gradzip.keys import StreamKey
@@ -71,7 +71,7 @@ class ServerLink:
 
     def receive(self, stream: int) -> bytes:
         """On a worker: the server's next message on ``stream``; a failure notice raises."""
-        message = self.transport.recv_bytes(self.server, _COLLECTIVE[stream])
+        message = host_bytes(self.transport.recv_bytes(self.server, _COLLECTIVE[stream]))
         if message[:1] == _FAIL:
             raise NonFiniteInputError(message[1:].decode(errors="replace"))
         return message
@@ -117,7 +117,7 @@ class ServerLink:
             if src == self.server:
                 vectors.append(vector)
                 continue
-            message = t.recv_bytes(src, _COLLECTIVE[stream])
+            message = host_bytes(t.recv_bytes(src, _COLLECTIVE[stream]))
             if message[:1] == _FAIL:
                 bad.append(src)
                 continue

@@ -29,7 +29,7 @@ import torch
 from gradzip.algorithms.svrg.problems import FiniteSum
 from gradzip.choices import check_choice, choices_of
 from gradzip.codecs.symbols import Packing
-from gradzip.comm.transport import Transport
+from gradzip.comm.transport import Transport, host_bytes
 from gradzip.compressors.identity import Identity
 from gradzip.compressors.lpc import LPC
 from gradzip.keys import StreamKey
@@ -119,7 +119,7 @@ class Channel:
         key = StreamKey(self.run_seed, t.rank, step, FULL_TENSOR_INDEX)
         payload = bytes(self._fp32.encode(part.to(torch.float32), key).payload)
         with t.step_scope(step):
-            payloads = t.all_gather_bytes(payload, FULL_GRADIENT)
+            payloads = [host_bytes(p) for p in t.all_gather_bytes(payload, FULL_GRADIENT)]
         total = torch.zeros(x.shape, dtype=torch.float64)
         for rank, payload in enumerate(payloads):
             expected = StreamKey(self.run_seed, rank, step, FULL_TENSOR_INDEX)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from gradzip.comm.transport import Transport
+from gradzip.comm.transport import Transport, host_bytes
 from gradzip.errors import ConfigError
 
 if TYPE_CHECKING:  # the trainer imports torch-heavy modules; only its types are needed here
@@ -120,7 +120,8 @@ def gather_metrics(
         "stop": stop.requested,
     }
     every = [
-        json.loads(m) for m in transport.all_gather_bytes(json.dumps(mine).encode(), "metrics")
+        json.loads(host_bytes(m))
+        for m in transport.all_gather_bytes(json.dumps(mine).encode(), "metrics")
     ]
     return {
         "bits": [e["bits"] for e in every],
