@@ -73,7 +73,7 @@ def test_processes_count_the_same_headers() -> None:
 #: header words with bit 63 set: alone, with the flag bit and a length, every bit
 MALFORMED = [1 << 63, (1 << 63) | (1 << 62) | 7, 2**64 - 1]
 #: well-formed header words announcing more bytes than any machine holds (2 EiB, 4 EiB - 1)
-ABSURD = [1 << 61, (1 << 62) - 1]
+ABSURD = [1 << 60, (1 << 61) - 1]  # lengths stay below bit 61 (the device-payload mark)
 
 
 def malformed_headers(

@@ -32,7 +32,8 @@ from gradzip.comm.meter import ByteMeter
 
 #: bytes of the header every message carries: its length (and the sender's flag bit)
 LENGTH_PREFIX_BYTES = 8
-#: the bit of the header word that says the sender's flag is down (lengths stay below it)
+#: the bit of the header word that says the sender's flag is down (lengths stay below bit 61,
+#: which marks a device payload: see DistributedTransport)
 FLAG_DOWN_BIT = 1 << 62
 
 #: a message's payload: host bytes, or a device payload (a 1-D ``uint8`` tensor on the device
