@@ -76,8 +76,10 @@ class GradientSync:
         return self.scheme.run_seed
 
     def synchronize(self, gradients: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
-        """The rank-average of each gradient (same order, shapes and dtypes; on the CPU), or
-        ``None`` when ``on_nonfinite="skip"`` and some rank's gradients are not finite."""
+        """The rank-average of each gradient (same order, shapes and dtypes; on the CPU, or on
+        the gradients' device where the compressor is device resident and the scheme averages
+        there, see :mod:`gradzip.device`), or ``None`` when ``on_nonfinite="skip"`` and some
+        rank's gradients are not finite."""
         saved = self.scheme.snapshot()
         try:
             means = reduce_all_finite(

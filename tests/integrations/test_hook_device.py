@@ -37,7 +37,8 @@ def hooked(codec: str, ef: bool, device: bool) -> list[list[list[torch.Tensor]]]
 
 
 @pytest.mark.parametrize(
-    ("codec", "ef"), [("fp16", False), ("dqsg", False), ("qsgd", True), ("onebit", True), ("topk", True)]
+    ("codec", "ef"),
+    [("fp16", False), ("dqsg", False), ("qsgd", True), ("onebit", True), ("topk", True)],
 )
 def test_hook_device_path_equals_host_path(codec: str, ef: bool) -> None:
     host, device = hooked(codec, ef, False), hooked(codec, ef, True)

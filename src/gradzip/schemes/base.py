@@ -231,8 +231,8 @@ class Scheme(ABC):
     def reduce(
         self, transport: Transport, tensor: torch.Tensor, step: int, tensor_index: int = 0
     ) -> torch.Tensor:
-        """The average over ranks (float32, float64 for float64 input; on the CPU; the shape of
-        ``tensor``), bit-identical on every rank."""
+        """The average over ranks (float32, float64 for float64 input; on the CPU, or where
+        device payloads live; the shape of ``tensor``), bit-identical on every rank."""
 
     @in_step_scope
     def reduce_if_all_finite(
