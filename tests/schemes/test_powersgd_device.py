@@ -3,6 +3,8 @@ path's factors, means and state bit for bit, and read nothing gradient-sized on 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -104,23 +106,27 @@ def test_powersgds_own_device_work_reads_nothing_on_the_host() -> None:
         run_local(1, run)
 
 
-@pytest.mark.xfail(
-    reason="AllGatherDecode still frames device payloads as host bytes on this branch "
-    "(schemes/base.py _encode_own: bytes(encoded.payload)); i28-schemes removes that detour",
-    strict=False,
-)
 def test_one_reduction_on_the_device_reads_only_headers_and_flags() -> None:
-    """Bound, with P ranks: per factor message (two), P headers and one flag."""
+    """Bound, with P ranks: per factor message (two) and rank, the encoding's flag and a header
+    and a flag per payload averaged (the all-gather's ``2P + 1`` without error feedback on the
+    factors), each at most 128 bytes; counted over every rank of the second step (the first
+    draws the warm-start Q)."""
     grads = [torch.randn(100, 257), torch.randn(64, 27)]
+    ranks, messages = 2, 2
+    schemes = [
+        PowerSGD(gradzip.create("fp16"), run_seed=5, error_feedback=True, rank=2)
+        for _ in range(ranks)
+    ]
 
-    def run(t: Transport) -> int:
-        scheme = PowerSGD(gradzip.create("fp16"), run_seed=5, error_feedback=True, rank=2)
-        scheme.reduce_many_if_all_finite(t, grads, [0, 1], 0, True)  # first Q drawn on host
-        with count_host_reads() as reads:
-            scheme.reduce_many_if_all_finite(t, grads, [0, 1], 1, True)
-        assert reads.largest <= 128, reads.describe()
-        return reads.count
+    def step(number: int) -> Callable[[Transport], None]:
+        def run(t: Transport) -> None:
+            schemes[t.rank].reduce_many_if_all_finite(t, grads, [0, 1], number, True)
+
+        return run
 
     with forced_device_payloads():
-        counts = run_local(2, run)
-    assert all(c <= 2 * (2 + 1) for c in counts), counts
+        run_local(ranks, step(0))
+        with count_host_reads() as reads:
+            run_local(ranks, step(1))
+    assert reads.largest <= 128, reads.describe()
+    assert 0 < reads.count <= ranks * messages * (2 * ranks + 1), reads.describe()
