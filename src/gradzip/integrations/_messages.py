@@ -30,7 +30,8 @@ def joined(payloads: Sequence[AnyPayload], device: torch.device) -> AnyPayload:
     host (a bucket's units all take the same path: one compressor, one device)."""
     tensors = [p for p in payloads if isinstance(p, torch.Tensor)]
     if tensors:
-        if len(tensors) != len(payloads):
+        # an empty tensor's payload is empty host bytes on either path: it adds nothing
+        if any(not isinstance(p, torch.Tensor) and len(p) for p in payloads):
             raise TypeError("a message mixes device payloads and host bytes")
         return join_device_payloads(tensors, device)
     return join_payloads([p for p in payloads if not isinstance(p, torch.Tensor)])
