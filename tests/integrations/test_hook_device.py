@@ -185,3 +185,63 @@ def test_messages_of_device_payloads_split_into_the_same_bytes() -> None:
     assert pieces[1].numel() == 0
     with pytest.raises(TypeError):
         joined([device[0], host[0]], torch.device("cpu"))
+
+
+# -- a real DDP run over gloo: the forced device path trains exactly like the host path --------
+DDP_CASES = [
+    ("allgather", "fp16", True),
+    ("allgather", "identity", False),
+    ("tensor-allgather", "fp16", False),
+    ("ps", "identity", False),
+]
+DDP_STEPS = 3
+
+
+def _ddp_model() -> torch.nn.Module:
+    net = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.4)
+    return net
+
+
+def _ddp_train(transport: Transport, case: tuple[str, str, bool], forced: bool) -> bytes:
+    from torch.nn.parallel import DistributedDataParallel
+
+    from gradzip.integrations.ddp import register_gradzip_hook
+
+    net = _ddp_model()
+    ddp = DistributedDataParallel(net, bucket_cap_mb=0.0001)  # several buckets
+    state = register_gradzip_hook(ddp, _scheme(*case), transport)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    with forced_device_payloads() if forced else nullcontext():
+        for step in range(DDP_STEPS):
+            gen = torch.Generator().manual_seed(1000 + 10 * step + transport.rank)
+            x = torch.randn(12, 6, generator=gen)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(ddp(x), x.sum(dim=1, keepdim=True).sin()).backward()
+            opt.step()
+    state.close()
+    assert state.step == DDP_STEPS
+    return b"".join(p.detach().numpy().tobytes() for p in net.parameters())
+
+
+def _ddp_runs(transport: Transport) -> dict[Any, bytes]:
+    return {
+        (case, forced): _ddp_train(transport, case, forced)
+        for case in DDP_CASES
+        for forced in (False, True)
+    }
+
+
+@pytest.mark.distributed
+def test_ddp_over_gloo_on_the_forced_device_path_equals_the_host_path() -> None:
+    from gradzip.comm.spawn import run_processes
+
+    for runs in run_processes(2, _ddp_runs, timeout=30.0, run_timeout=240.0):
+        for case in DDP_CASES:
+            assert runs[case, True] == runs[case, False], case
+            assert runs[case, True] != b"".join(
+                p.detach().numpy().tobytes() for p in _ddp_model().parameters()
+            )
