@@ -41,6 +41,15 @@ pipeline). The step's all-or-nothing bookkeeping lives in
 :mod:`gradzip.integrations._transaction`, the checkpoint's format and checks in
 :mod:`gradzip.integrations._checkpoint`.
 
+[CHOICE] Device buckets (issue 28): with a device-resident codec the bucket never leaves its
+device in the hook. Its payloads are joined and split on the device
+(:mod:`gradzip.integrations._messages`), the mean is averaged into the bucket there, a scheme
+that does not pipeline gets one finite flag for the whole bucket
+(:mod:`gradzip.integrations._finite`), and every stage runs on the CUDA stream backward handed
+the bucket over on (:mod:`gradzip.integrations._streams`). The hook's own reads back to the
+host: one 12-byte length prefix per payload of every rank's message (pipelined), or one
+one-byte flag per bucket (not pipelined). CPU buckets take the host path unchanged.
+
 The user guide's page "The DDP hook and GradientSync" (docs/guide/ddp-hook-and-gradientsync.md)
 explains the pipeline, the state, checkpoints, buffers (BatchNorm) and every failure mode.
 Not supported: DDP's ``join()`` for uneven inputs, and sparse gradients.
