@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -26,6 +27,9 @@ class BucketJob:
     future: torch.futures.Future[torch.Tensor]
     threads: int
     error: BaseException | None = None
+    #: the CUDA stream DDP's backward ran on when it handed the bucket over (None off CUDA):
+    #: every stage runs the bucket's work on it (:mod:`gradzip.integrations._streams`)
+    stream: Any = None
     #: the error of this bucket's reduction (in whichever stage it happened)
     outcome: BaseException | None = None
     #: whether the encode stage has handed on the bucket's last piece
@@ -68,4 +72,4 @@ class BucketPart:
     #: nothing is to be decoded)
     outgoing: Outgoing | None = None
     unit_outgoing: tuple[Outgoing, ...] = ()
-    payloads: list[Payload] | None = None
+    payloads: list[Payload] | None = None  # bytes, or device payloads (uint8 tensors)

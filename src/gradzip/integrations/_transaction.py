@@ -22,6 +22,13 @@ class StepTransaction:
     advances and every bucket's future gets its mean) only when no bucket failed; otherwise the
     scheme's state returns to the restore point, the counter stays and every future gets the
     step's error. A skipped step also restores the state, and its futures get zeros.
+
+    [CHOICE] The restore point holds the residual tensors themselves, wherever they live (on
+    the gradient's device on the device path), not copies: error feedback replaces a residual
+    with a new tensor instead of writing into it, so the old one is intact for a rollback, and
+    a step costs no clone of every residual (on a GPU, a device-to-device copy of the model's
+    size per step). A scheme that wrote residuals in place would have to clone them on their
+    device in :meth:`~gradzip.schemes.base.Scheme.snapshot`.
     """
 
     def __init__(self, scheme: Scheme) -> None:

@@ -41,13 +41,22 @@ pipeline). The step's all-or-nothing bookkeeping lives in
 :mod:`gradzip.integrations._transaction`, the checkpoint's format and checks in
 :mod:`gradzip.integrations._checkpoint`.
 
+[CHOICE] Device buckets (issue 28): with a device-resident codec the bucket never leaves its
+device in the hook. Its payloads are joined and split on the device
+(:mod:`gradzip.integrations._messages`), the mean is averaged into the bucket there, a scheme
+that does not pipeline gets one finite flag for the whole bucket
+(:mod:`gradzip.integrations._finite`), and every stage runs on the CUDA stream backward handed
+the bucket over on (:mod:`gradzip.integrations._streams`). The hook's own reads back to the
+host: one 12-byte length prefix per payload of every rank's message (pipelined), or one
+one-byte flag per bucket (not pipelined). CPU buckets take the host path unchanged.
+
 The user guide's page "The DDP hook and GradientSync" (docs/guide/ddp-hook-and-gradientsync.md)
 explains the pipeline, the state, checkpoints, buffers (BatchNorm) and every failure mode.
 Not supported: DDP's ``join()`` for uneven inputs, and sparse gradients.
 """
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager as ContextManager
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
@@ -60,16 +69,18 @@ import torch
 from torch.distributed import GradBucket  # type: ignore[attr-defined]  # re-exported by torch
 
 from gradzip.comm.distributed import DistributedTransport
-from gradzip.comm.transport import Payload, Transport
-from gradzip.device.batch import join_device_payloads, split_device_payloads
+from gradzip.comm.transport import Transport
+from gradzip.device.mode import device_path
 from gradzip.errors import GradzipError
 from gradzip.integrations._checkpoint import HookCheckpoint
+from gradzip.integrations._finite import bucket_finite
 from gradzip.integrations._job import BucketJob, BucketPart
 from gradzip.integrations._layout import BucketLayout, Unit
+from gradzip.integrations._messages import joined, split
 from gradzip.integrations._pipeline import DECODE, ENCODE, TRANSFER, StagePipeline
+from gradzip.integrations._streams import capture, running_on
 from gradzip.integrations._timeline import Timeline
 from gradzip.integrations._transaction import StepTransaction
-from gradzip.payload_batch import join_payloads, split_payloads
 from gradzip.schemes.base import Outgoing, Piece, Scheme
 from gradzip.stepping import (
     OnNonfinite,
@@ -96,25 +107,22 @@ _ADVICE = (
 )
 
 
-def _joined(per_unit: Sequence[Outgoing], device: torch.device) -> Payload:
-    """One message of the units' payloads: device payloads joined on the device, host bytes
-    on the host (a bucket's units all take the same path: one compressor, one device)."""
-    payloads = [outgoing.payload for outgoing in per_unit]
-    tensors = [p for p in payloads if isinstance(p, torch.Tensor)]
-    if tensors:
-        return join_device_payloads(tensors, device)
-    return join_payloads([p for p in payloads if not isinstance(p, torch.Tensor)])
-
-
-def _split(message: Payload, numels: Sequence[int]) -> Sequence[Payload]:
-    """The payloads of one rank's message (:func:`_joined`)."""
-    if isinstance(message, torch.Tensor):
-        return split_device_payloads(message, numels)
-    return split_payloads(message, numels)
-
-
 def _where(job: BucketJob) -> str:
     return f", DDP bucket {job.position}"
+
+
+def _on_bucket_stream(
+    handle: Callable[[Any, Any], None],
+) -> Callable[[Any, Any], None]:
+    """``handle`` (a stage) run on the stream of the item's bucket
+    (:mod:`gradzip.integrations._streams`: a no-op for CPU buckets)."""
+
+    def staged(owner: Any, item: BucketJob | BucketPart) -> None:
+        job = item if isinstance(item, BucketJob) else item.job
+        with running_on(job.stream):
+            handle(owner, item)
+
+    return staged
 
 
 def _match_threads(job: BucketJob) -> None:
@@ -193,9 +201,9 @@ class GradzipHookState:
         self._stages = StagePipeline(
             self,
             (
-                GradzipHookState._encode_stage,
-                GradzipHookState._transfer_stage,
-                GradzipHookState._decode_stage,
+                _on_bucket_stream(GradzipHookState._encode_stage),
+                _on_bucket_stream(GradzipHookState._transfer_stage),
+                _on_bucket_stream(GradzipHookState._decode_stage),
             ),
             "gradzip-ddp-hook",
         )
@@ -263,6 +271,7 @@ class GradzipHookState:
             layout=None,
             future=torch.futures.Future(devices=devices),
             threads=torch.get_num_threads(),
+            stream=capture(buffer),
         )
         try:
             job.layout = self._layout_of(bucket, buffer)
@@ -407,7 +416,7 @@ class GradzipHookState:
         for unit in units:
             outgoing = self.scheme.encode_flagged(
                 rank,
-                flat[unit.lo : unit.hi].view(unit.shape),
+                flat.narrow(0, unit.lo, unit.numel).view(unit.shape),
                 self.step,
                 unit.param,
                 chunk=unit.piece,
@@ -415,7 +424,9 @@ class GradzipHookState:
             if not outgoing.finite:
                 return Outgoing(b"", False, outgoing.dtype), ()
             per_unit.append(outgoing)
-        return Outgoing(_joined(per_unit, flat.device), True, per_unit[0].dtype), tuple(per_unit)
+        # device payloads are joined on the device (:mod:`gradzip.integrations._messages`)
+        message = joined([outgoing.payload for outgoing in per_unit], flat.device)
+        return Outgoing(message, True, per_unit[0].dtype), tuple(per_unit)
 
     def _exchange(self, piece: BucketPart) -> None:
         assert piece.outgoing is not None
@@ -426,22 +437,24 @@ class GradzipHookState:
             self._step.skip()
 
     def _average(self, piece: BucketPart) -> None:
-        """Each unit's mean, built in its place in the bucket where it fits (CPU, the working
-        dtype), else copied there."""
+        """Each unit's mean, built in its place in the bucket where it fits (the working
+        dtype; on the CPU, or on the bucket's device for device payloads), else copied there."""
         job = piece.job
         assert piece.payloads is not None
         numels = [unit.numel for unit in piece.units]
-        messages = [_split(message, numels) for message in piece.payloads]
+        messages = [split(message, numels) for message in piece.payloads]
         rank = self.transport.rank
         for k, (unit, mine) in enumerate(zip(piece.units, piece.unit_outgoing, strict=True)):
-            place = job.buffer[unit.lo : unit.hi]
+            place = job.buffer.narrow(0, unit.lo, unit.numel)
             # [CHOICE] the mean is built in the bucket itself where it fits: DDP then finds it
             # in the gradients (they are views of the bucket) instead of copying the whole
-            # model's means after the last bucket, on the step's critical path
-            # (on its device too: device payloads average where the bucket lives, and host
-            # payloads decode into it there)
-            into = place
+            # model's means after the last bucket, on the step's critical path. Device payloads
+            # average on the bucket's device, so their mean goes into the bucket there too;
+            # host payloads of a bucket off the CPU average on the CPU and are copied over
+            on_host = not isinstance(messages[0][k], torch.Tensor)
+            into = place if place.device.type == "cpu" or not on_host else None
             mean = self.scheme.average(
+                # (device payloads too: the Scheme API widens to them on the device path)
                 [message[k] for message in messages],
                 self.step,
                 unit.param,
@@ -478,17 +491,10 @@ class GradzipHookState:
             else [([t], (i,)) for t, i in zip(tensors, params, strict=True)]
         )
         means: list[torch.Tensor] = []
+        # the device path: the whole bucket checked at once, one flag read (see _finite)
+        finite = bucket_finite(flat) if device_path(flat) else None
         for group, indices in groups:
-            got = reduce_all_finite(
-                self.transport,
-                self.scheme,
-                group,
-                indices,
-                self.step,
-                self.on_nonfinite,
-                _where(job),
-                _ADVICE,
-            )
+            got = self._reduce_group(job, group, indices, finite)
             if got is None:  # some rank's bucket is not finite and on_nonfinite="skip"
                 self._step.skip()
                 return
@@ -500,6 +506,35 @@ class GradzipHookState:
         # (resident memory, not a fresh concatenation of the bucket), in its dtype and device
         for tensor, mean in zip(tensors, means, strict=True):
             tensor.copy_(mean.reshape(tensor.shape))  # a scheme may return the mean flat
+
+    def _reduce_group(
+        self,
+        job: BucketJob,
+        group: list[torch.Tensor],
+        indices: tuple[int, ...],
+        finite: bool | None,
+    ) -> list[torch.Tensor] | None:
+        """The scheme's means of ``group`` once every rank agreed it is finite (None: skip the
+        step). ``finite``: this rank's flag, already known for the whole bucket on the device
+        path; None on the host path, where :func:`~gradzip.stepping.reduce_all_finite` scans."""
+        if finite is None:
+            return reduce_all_finite(
+                self.transport,
+                self.scheme,
+                group,
+                indices,
+                self.step,
+                self.on_nonfinite,
+                _where(job),
+                _ADVICE,
+            )
+        means, down = self.scheme.reduce_many_if_all_finite(
+            self.transport, group, indices, self.step, finite
+        )
+        if down:
+            nonfinite_verdict(down, self.step, self.on_nonfinite, _where(job), _ADVICE)
+            return None
+        return means
 
     def _deliver(self, job: BucketJob, mean: torch.Tensor) -> None:
         if (mean.dtype, mean.device) == (job.buffer.dtype, job.buffer.device):
