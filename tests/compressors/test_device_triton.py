@@ -43,6 +43,13 @@ CASES: list[tuple[str, dict[str, Any], tuple[int, ...], tuple[str, ...]]] = [
     ("qsgd", {"s": 200, "bucket_size": None}, (9,), ("symmetric_encode", "symmetric_decode")),
     ("terngrad", {"bucket_size": 512}, (33, 65), ("symmetric_encode", "symmetric_decode")),
     ("terngrad", {"bucket_size": None}, (1,), ("symmetric_encode", "symmetric_decode")),
+    (
+        "half_dither",
+        {"M": 1, "dither_sum": 2, "bucket_size": 300},
+        (700,),
+        ("encode", "decode_affine"),
+    ),
+    ("lpc", {"b": 3, "theta": 0.5}, (300,), ("symmetric_encode", "symmetric_decode")),
     ("onebit", {"group": "out"}, (33, 65), ("pack", "expand")),
     ("onebit", {"group": "in"}, (5, 7), ("pack", "expand")),
 ]
@@ -134,6 +141,18 @@ def test_triton_device_payload_and_decode_equal_host(
     assert same_bits(got, want)
     want_added = codec.decode_add_(host, base.clone(), expected_key=KEY)
     assert same_bits(added, want_added)
+
+
+def test_triton_ndqsg_encode_equals_host(launches: Counter[str]) -> None:
+    """NDQSG's encode takes the dithered kernel too (its nested decode stays torch operations)."""
+    codec = make("ndqsg", {"L1": 3, "k": 3, "alpha": 1.0, "bucket_size": 256})
+    x = gradient((600,), seed=2)
+    host = bytes(codec.encode(x, KEY).payload)
+    with forced_device_payloads(), count_host_reads() as reads:
+        payload = codec.encode(x, KEY).payload
+    assert reads.count == 0, reads.describe()
+    assert launches["encode"] == 1, launches
+    assert isinstance(payload, torch.Tensor) and bytes(payload.numpy()) == host
 
 
 def test_triton_decode_flags_bad_streams(launches: Counter[str]) -> None:
