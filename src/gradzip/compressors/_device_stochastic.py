@@ -24,6 +24,7 @@ from gradzip.kernels.stochastic_device import (
     twos_values_device,
     unpack_bits_device,
 )
+from gradzip.kernels.triton_device import symmetric_encoded, symmetric_values, use_triton
 
 _HALF_TOPS = {
     torch.float16: float(torch.finfo(torch.float16).max),
@@ -43,10 +44,15 @@ def symmetric_device_body(
 ) -> Body:
     """The fixed-packed body ``[float32 scales, packed symbols]`` of the symmetric grid (the
     host path's :func:`~gradzip.compressors._scaled_stochastic.symmetric_body`); ``finite``:
-    the input's finiteness flag where the scales already say it (max-abs scales)."""
+    the input's finiteness flag where the scales already say it (max-abs scales). One fused
+    Triton launch where :func:`~gradzip.kernels.triton_device.use_triton` says so, else the
+    torch operations (the reference)."""
     alphabet = 2 * s + 1
-    symbols = symmetric_symbols_device(x, scales, bucket_size, per, s, clip, seed)
-    packed = pack_bits_device(symbols, symbol_bits(alphabet))
+    if use_triton(x):
+        symbols, packed = symmetric_encoded(x, scales, bucket_size, per, s, clip, seed)
+    else:
+        symbols = symmetric_symbols_device(x, scales, bucket_size, per, s, clip, seed)
+        packed = pack_bits_device(symbols, symbol_bits(alphabet))
     side = 32 * scales.numel()
     return Body(
         pieces=[scales.to(torch.float32), packed],
@@ -89,7 +95,10 @@ def symmetric_device_values(
     packed: torch.Tensor, n: int, mults: torch.Tensor, s: int, bucket_size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``f32(symbol - s) * mult`` per bucket and the flag: padding bits zero and every symbol in
-    the alphabet ``[0, 2s]``."""
+    the alphabet ``[0, 2s]``. One Triton launch where
+    :func:`~gradzip.kernels.triton_device.use_triton` says so, else the torch operations."""
+    if use_triton(packed):
+        return symmetric_values(packed, n, mults, s, bucket_size)
     symbols, clean = unpack_bits_device(packed, n, symbol_bits(2 * s + 1))
     ok = clean & (symbols.amax() <= 2 * s)
     return symmetric_values_device(symbols, mults, bucket_size, s), ok

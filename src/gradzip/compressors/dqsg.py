@@ -8,9 +8,9 @@ import torch
 
 from gradzip.codecs.symbols import Packing, check_packing
 from gradzip.compressors._device_scaled import (
+    affine_device_values,
     clamp_to_dtype_device,
-    read_scaled_device_body,
-    scaled_device_body,
+    dithered_device_body,
 )
 from gradzip.compressors._scaled_body import (
     check_scales,
@@ -37,8 +37,6 @@ from gradzip.compressors.registry import register
 from gradzip.kernels.backend import use_torch_ops
 from gradzip.kernels.dithered import fused_decode_affine
 from gradzip.kernels.dithered_device import (
-    decode_affine_device,
-    encode_symbols_device,
     scales_device,
     single_absmax,
 )
@@ -261,20 +259,17 @@ class DQSG(Compressor):
             scales = scales_device(x, bs)
             finite = torch.isfinite(scales).all()
         args = _encode_args(self.M, self.seed_schedule.shared_seed(key))
-        symbols = encode_symbols_device(x, scales, bs, **args)
-        return scaled_device_body(scales, symbols, self.alphabet, finite)
+        return dithered_device_body(x, scales, bs, args, self.alphabet, finite)
 
     def _decode_device(
         self, body: torch.Tensor, header: Header, side: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         n = header.numel
         bs = self.bucket_size_for(n)
-        scales, symbols, ok = read_scaled_device_body(body, n, num_buckets(n, bs), self.alphabet)
         seed = self.seed_schedule.shared_seed(header.key)
-        out = decode_affine_device(
-            symbols, scales, bs, float(self.M), 1.5 - self.M, True, seed, SHARED_UNIFORM,
-            self.M > _FLOAT32_MAX_LEVEL,
-        )  # fmt: skip
+        wide = self.M > _FLOAT32_MAX_LEVEL
+        affine = (bs, float(self.M), 1.5 - self.M, True, seed, SHARED_UNIFORM, wide)
+        out, ok = affine_device_values(body, n, self.alphabet, affine)
         return clamp_to_dtype_device(out, header.dtype), ok
 
     # -- decode --------------------------------------------------------------------------------

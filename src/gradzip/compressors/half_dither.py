@@ -9,9 +9,9 @@ import torch
 
 from gradzip.codecs.symbols import Packing, check_packing
 from gradzip.compressors._device_scaled import (
+    affine_device_values,
     clamp_to_dtype_device,
-    read_scaled_device_body,
-    scaled_device_body,
+    dithered_device_body,
 )
 from gradzip.compressors._scaled_body import (
     check_scales,
@@ -37,8 +37,6 @@ from gradzip.compressors.registry import register
 from gradzip.kernels.backend import use_torch_ops
 from gradzip.kernels.dithered import fused_decode_affine
 from gradzip.kernels.dithered_device import (
-    decode_affine_device,
-    encode_symbols_device,
     scales_device,
 )
 from gradzip.kernels.dithered_torch import decode_affine_torch, encode_symbols_torch
@@ -187,15 +185,15 @@ class HalfDither(Compressor):
     def _encode_device(self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]) -> Body:
         """The fixed-packed body on ``x``'s device: the fused kernel's bytes."""
         scales = scales_device(x, self._bucket_size)
-        symbols = encode_symbols_device(x, scales, self._bucket_size, **self._encode_args(key))
-        return scaled_device_body(scales, symbols, self.alphabet, torch.isfinite(scales).all())
+        args = self._encode_args(key)
+        finite = torch.isfinite(scales).all()
+        return dithered_device_body(x, scales, self._bucket_size, args, self.alphabet, finite)
 
     def _decode_device(
         self, body: torch.Tensor, header: Header, side: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        n, bs = header.numel, self._bucket_size
-        scales, symbols, ok = read_scaled_device_body(body, n, num_buckets(n, bs), self.alphabet)
-        out = decode_affine_device(symbols, *self._affine_args(scales))
+        affine = self._affine_args(body)[1:]  # all but the scales, which are read from the body
+        out, ok = affine_device_values(body, header.numel, self.alphabet, affine)
         return clamp_to_dtype_device(out, header.dtype), ok
 
     def _decode_flat(

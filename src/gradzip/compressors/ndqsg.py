@@ -11,8 +11,8 @@ from gradzip.codecs.symbols import Packing, check_packing
 from gradzip.compressors._decode_guards import check_finite_output
 from gradzip.compressors._device_scaled import (
     clamp_to_dtype_device,
+    dithered_device_body,
     read_scaled_device_body,
-    scaled_device_body,
 )
 from gradzip.compressors._nested import (
     chebyshev_failure_bound,
@@ -47,7 +47,6 @@ from gradzip.kernels.backend import use_torch_ops
 from gradzip.kernels.dithered import fused_decode_nested
 from gradzip.kernels.dithered_device import (
     decode_nested_device,
-    encode_symbols_device,
     scales_device,
 )
 from gradzip.kernels.dithered_torch import decode_nested_torch, encode_symbols_torch
@@ -236,8 +235,9 @@ class NDQSG(Compressor):
     def _encode_device(self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]) -> Body:
         """The fixed-packed body on ``x``'s device: the fused kernel's bytes."""
         scales = scales_device(x, self._bucket_size)
-        symbols = encode_symbols_device(x, scales, self._bucket_size, **self._encode_args(key))
-        return scaled_device_body(scales, symbols, self.k, torch.isfinite(scales).all())
+        args = self._encode_args(key)
+        finite = torch.isfinite(scales).all()
+        return dithered_device_body(x, scales, self._bucket_size, args, self.k, finite)
 
     def _decode_device(
         self, body: torch.Tensor, header: Header, side: torch.Tensor | None

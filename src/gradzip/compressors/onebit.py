@@ -36,6 +36,7 @@ from gradzip.kernels.onebit_device import (
     column_means_device,
     expand_signs_device,
     pack_signs_device,
+    residual_device,
     sign_sums_device,
 )
 from gradzip.kernels.onebit_signs import (
@@ -287,9 +288,9 @@ class OneBit(Compressor):
         g = Grouping.of(shape, self.group)
         m = g.matrix(flat)
         # V_hat by v's own signs: the value expand_signs decodes from the payload's bits
-        v_hat = torch.where(m >= 0, means.narrow(1, 0, 1), means.narrow(1, 1, 1))
-        g.matrix(flat).copy_(torch.where(finite, m - v_hat, m))
-        if not reconstruct:
+        residual, v_hat = residual_device(m, means, reconstruct)
+        g.matrix(flat).copy_(torch.where(finite, residual, m))
+        if v_hat is None:
             return encoded, None
         flat_hat = v_hat.reshape(-1) if g.axis == 1 else v_hat.t().reshape(-1)
         return encoded, flat_hat.reshape(shape)

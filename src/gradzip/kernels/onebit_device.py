@@ -6,6 +6,11 @@ defines), :func:`column_means_device` and :func:`expand_signs_device`. Unlike th
 torch twins (``pack_signs_torch``, ``expand_signs_torch``), nothing here slices a tensor in
 Python or reads a value back to the host, so they also run on fake CUDA tensors.
 
+Where :func:`~gradzip.kernels.triton_device.use_triton` says so (a CUDA tensor with Triton),
+packing, expansion and the error-feedback residual are Triton launches instead
+(:mod:`gradzip.kernels.triton_signs`), with the same bits and sums; these torch operations stay
+the reference and the fallback.
+
 [CHOICE] The float64 sums follow the kernels' order exactly: a column is padded with ``+0.0``
 to a power-of-two count of 32-entry words, each lane is summed over the words by the tree of
 adjacent pairs, then the 32 lane sums by the same tree; every level is one separate IEEE
@@ -16,6 +21,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F  # noqa: N812
+
+from gradzip.kernels.triton_device import signs_expanded, signs_packed, signs_residual, use_triton
 
 _LANES = 32
 
@@ -51,6 +58,8 @@ def pack_signs_device(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torc
     """``(packed, counts, sums)`` of the ``(cols, rows)`` float32 ``m`` (any strides), as
     :func:`gradzip.kernels.onebit_signs.pack_signs`: ``(cols, 4*ceil(rows/32))`` uint8 words
     LSB-first, int64 counts of the entries ``>= 0`` and ``< 0``, float64 sums."""
+    if use_triton(m):
+        return signs_packed(m)
     cols, rows = m.shape
     words = -(-rows // _LANES)
     dev = m.device
@@ -80,6 +89,8 @@ def expand_signs_device(
     """``V_hat`` (``(cols, rows)`` float32: ``mu+`` where the bit is set, else ``mu-``) from the
     ``(cols, 4*ceil(rows/32))`` uint8 ``packed`` and ``(cols, 2)`` float32 ``means``, and a 0-d
     bool: whether every padding bit is zero."""
+    if use_triton(packed):
+        return signs_expanded(packed, means, rows)
     cols, width = packed.shape
     shifts = torch.arange(8, dtype=torch.int64, device=packed.device)
     bits = ((packed.to(torch.int64).unsqueeze(2) >> shifts) & 1).reshape(cols, 8 * width)
@@ -90,9 +101,22 @@ def expand_signs_device(
     return values, padding_clear
 
 
+def residual_device(
+    m: torch.Tensor, means: torch.Tensor, keep: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Error feedback's ``(m - V_hat, V_hat if keep)``, out of place, with ``V_hat`` selected
+    by ``m``'s own signs (``mu+`` where ``m >= 0``, else ``mu-``: what the payload's bits
+    decode to); ``(cols, rows)`` float32 ``m``, ``(cols, 2)`` float32 ``means``."""
+    if use_triton(m):
+        return signs_residual(m, means, keep)
+    v_hat = torch.where(m >= 0, means.narrow(1, 0, 1), means.narrow(1, 1, 1))
+    return m - v_hat, v_hat if keep else None
+
+
 __all__ = [
     "column_means_device",
     "expand_signs_device",
     "pack_signs_device",
+    "residual_device",
     "sign_sums_device",
 ]

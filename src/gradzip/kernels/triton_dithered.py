@@ -1,7 +1,8 @@
 """Triton kernels of the dithered quantizers (DQSG, NDQSG, half dithering): the fused encode
 (dither, quantize, pack) and the affine decode (unpack, dither, reconstruct; or add into).
 
-Which function replaces which torch-ops path (for the integrator; nothing calls these yet):
+Which function replaces which torch-ops path (the device codecs launch these kernels through
+:mod:`gradzip.kernels.triton_device`, which reads nothing back):
 
 * :func:`triton_dithered_encode` ``(x, scales, bucket_size, numer, seed, stream, nsum, c, top,
   modk, fast_ok, bits)`` returns the ``uint8`` packed symbols on ``x``'s device; it equals

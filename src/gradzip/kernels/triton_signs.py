@@ -1,7 +1,8 @@
 """Triton kernels of one-bit quantization's sign passes (spec 5.1): packing the signs with their
 counts and float64 sums, expanding them back (or adding into), and error feedback's residual.
 
-Which function replaces which torch-ops path (for the integrator; nothing calls these yet):
+Which function replaces which torch-ops path (the device codecs launch these kernels through
+:mod:`gradzip.kernels.triton_device`, which reads nothing back):
 
 * :func:`triton_pack_signs` ``(m)`` returns ``(packed, counts, sums)`` on ``m``'s device, equal
   to :func:`gradzip.kernels.onebit_signs.pack_signs_torch` ``(m)`` and to the arrays of

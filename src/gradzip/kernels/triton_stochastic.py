@@ -2,7 +2,8 @@
 the fused encode (local uniforms, rounding, symbols and packing) and the decode (unpack and
 rescale, or add into).
 
-Which function replaces which torch-ops path (for the integrator; nothing calls these yet):
+Which function replaces which torch-ops path (the device codecs launch these kernels through
+:mod:`gradzip.kernels.triton_device`, which reads nothing back):
 
 * :func:`triton_symmetric_encode` ``(x, scales, bucket_size, per, s, clip, seed, bits)``
   returns ``(symbols, packed)`` on ``x``'s device: ``symbols`` equals
