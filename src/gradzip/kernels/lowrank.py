@@ -4,19 +4,17 @@ A rank-``r`` approximation of an ``n x m`` float32 matrix ``M`` needs ``P = M Q`
 the orthogonalisation of ``P``'s columns and ``P Q^T``. BLAS computes such products in an order
 that depends on the instruction set, the blocking and the thread count, so two machines (or one
 machine with another thread count) get different bits, and ranks or a simulated run and a real
-one would drift apart; so does the device (torch.matmul's order on CUDA is another). Here every output element is a sum in an order fixed by this code:
+one would drift apart. Here every output element is a sum in an order fixed by this code:
 
-* dot products (``P = M Q``, the Gram-Schmidt projections and norms): the products folded
-  (second half added onto the first, an odd last element carried, until one is left);
-* ``Q = M^T P``: for each output element, a pairwise tree over the rows (adjacent pairs,
-  level by level, an odd last one carried);
+* dot products (``P = M Q``, the Gram-Schmidt projections and norms): eight partial sums over
+  the indices ``j = l (mod 8)``, combined as ``((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 +
+  s7))``, then the last ``len % 8`` terms in order;
+* ``Q = M^T P``: for each output element, the rows ``i = 0, 1, ...`` in order;
 * ``P Q^T``: the ``r`` terms in order.
 
 Every product and sum is its own IEEE float32 operation (numba without ``fastmath`` neither
 reorders nor contracts into fused multiply-adds). Rows (or columns) run in parallel, which
-changes no element's order, so the bits do not depend on the thread count or the CPU. The orders are trees of
-logarithmic depth so that :mod:`gradzip.kernels.lowrank_torch` computes the same bits with
-torch operations on any device (issue 28: the factors of a CUDA rank equal a CPU rank's).
+changes no element's order, so the bits do not depend on the thread count or the CPU.
 
 Factors are stored transposed, ``(r, n)`` and ``(r, m)``, so each column is contiguous.
 
@@ -39,32 +37,25 @@ COLUMN_BLOCK = 256
 
 @njit(inline="always", nogil=True, cache=True)
 def dot(a, b):  # type: ignore[no-untyped-def]
-    """``sum(a * b)`` of two float32 vectors in the module's fixed order (float32): the products,
-    then *folded* (each level adds its second half onto its first, an odd last element carried)
-    until one value is left (:func:`gradzip.kernels.lowrank_torch.fold` is the same order)."""
+    """``sum(a * b)`` of two float32 vectors in the module's fixed order (float32)."""
     n = a.size
-    if n == 0:
-        return np.float32(0.0)
-    h = n // 2
-    buf = np.empty(h + 1, dtype=np.float32)
-    for i in range(h):
-        buf[i] = a[i] * b[i] + a[i + h] * b[i + h]
-    length = h
-    if n & 1:
-        buf[h] = a[2 * h] * b[2 * h]
-        length = h + 1
-    if n == 1:
-        return buf[0]
-    while length > 1:
-        h = length // 2
-        for i in range(h):
-            buf[i] = buf[i] + buf[i + h]
-        if length & 1:
-            buf[h] = buf[2 * h]
-            length = h + 1
-        else:
-            length = h
-    return buf[0]
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0.0)
+    j = 0
+    while j + 8 <= n:
+        s0 += a[j] * b[j]
+        s1 += a[j + 1] * b[j + 1]
+        s2 += a[j + 2] * b[j + 2]
+        s3 += a[j + 3] * b[j + 3]
+        s4 += a[j + 4] * b[j + 4]
+        s5 += a[j + 5] * b[j + 5]
+        s6 += a[j + 6] * b[j + 6]
+        s7 += a[j + 7] * b[j + 7]
+        j += 8
+    total = ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7))
+    while j < n:
+        total += a[j] * b[j]
+        j += 1
+    return total
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -80,54 +71,23 @@ def project(m, qt, pt):  # type: ignore[no-untyped-def]
 
 @njit(nogil=True, cache=True, parallel=True)
 def back_project(m, pt, qt, block):  # type: ignore[no-untyped-def]
-    """``qt[c, j] = sum_i m[i, j] * pt[c, i]``: ``Q = M^T P``, transposed, each element's sum
-    a *pairwise* tree over the rows (adjacent pairs level by level, an odd last one carried:
-    :func:`gradzip.kernels.lowrank_torch.pairwise`), computed streaming with a stack of
-    partial sums (a binary counter: the same tree). Columns in parallel blocks of ``block``."""
+    """``qt[c, j] = sum_i m[i, j] * pt[c, i]`` over ``i`` in order: ``Q = M^T P``, transposed.
+    Columns in parallel blocks of ``block``; each element's sum runs over the rows in order."""
     n, cols = m.shape
     r = pt.shape[0]
     for b in prange((cols + block - 1) // block):
         lo = b * block
         hi = min(cols, lo + block)
-        width = hi - lo
-        stack = np.empty((65, width), dtype=np.float32)
         for c in range(r):
-            p = pt[c]
-            top = 0
-            # adjacent rows summed at once (the tree's first level), then a binary counter
-            for pair in range(n // 2):
-                i = 2 * pair
-                row0 = m[i, lo:hi]
-                row1 = m[i + 1, lo:hi]
-                w0 = p[i]
-                w1 = p[i + 1]
-                cur = stack[top]
-                for j in range(width):
-                    cur[j] = row0[j] * w0 + row1[j] * w1
-                top += 1
-                k = pair + 1
-                while k & 1 == 0:
-                    left = stack[top - 2]
-                    right = stack[top - 1]
-                    for j in range(width):
-                        left[j] = left[j] + right[j]
-                    top -= 1
-                    k >>= 1
-            if n & 1:
-                row0 = m[n - 1, lo:hi]
-                w0 = p[n - 1]
-                cur = stack[top]
-                for j in range(width):
-                    cur[j] = row0[j] * w0
-                top += 1
             out = qt[c, lo:hi]
-            pending = stack[top - 1]
-            for j in range(width):
-                out[j] = pending[j]
-            for t in range(top - 2, -1, -1):
-                left = stack[t]
-                for j in range(width):
-                    out[j] = left[j] + out[j]
+            for j in range(hi - lo):
+                out[j] = np.float32(0.0)
+            p = pt[c]
+            for i in range(n):
+                row = m[i, lo:hi]
+                w = p[i]
+                for j in range(hi - lo):
+                    out[j] += row[j] * w
 
 
 @njit(nogil=True, cache=True)

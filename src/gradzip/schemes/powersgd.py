@@ -15,11 +15,9 @@ import torch
 from gradzip.choices import check_choice, choices_of
 from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor, empty_output
-from gradzip.device.mode import device_path
-from gradzip.device.ops import on_device
 from gradzip.errors import CheckpointError, GradzipError
 from gradzip.feedback import Slot, working_dtype
-from gradzip.kernels import lowrank, lowrank_torch
+from gradzip.kernels import lowrank
 from gradzip.keys import StreamKey
 from gradzip.rng import shared_uniform
 from gradzip.schemes.allgather_decode import AllGatherDecode
@@ -50,15 +48,11 @@ class _Factors:
     pt: torch.Tensor  # (r, n): this rank's P, then the orthonormalised mean
 
 
-def _joined(
-    parts: list[torch.Tensor], dtype: torch.dtype, device: torch.device | None = None
-) -> torch.Tensor:
-    """The parts flattened into one contiguous tensor of ``dtype`` on ``device`` (the CPU
-    unless given: the device path keeps them where they are)."""
-    target = torch.device("cpu") if device is None else device
+def _joined(parts: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """The parts flattened into one contiguous tensor of ``dtype``."""
     if not parts:
-        return torch.empty(0, dtype=dtype, device=target)
-    return torch.cat([on_device(p.reshape(-1), target).to(dtype) for p in parts])
+        return torch.empty(0, dtype=dtype)
+    return torch.cat([p.reshape(-1).to("cpu", dtype) for p in parts])
 
 
 def _split(flat: torch.Tensor, numels: list[int]) -> list[torch.Tensor]:
@@ -104,12 +98,7 @@ class PowerSGD(Scheme):
     Determinism [CHOICE]: the products and the orthonormalisation are numba kernels with a
     fixed order of operations (:mod:`gradzip.kernels.lowrank`), not BLAS, whose order depends on
     the CPU and the thread count; the same inputs give the same bits on every machine, so a
-    simulated run equals a real one and a resumed run its uninterrupted twin. On a device (a
-    tensor not on the CPU, or inside :func:`~gradzip.device.mode.forced_device_payloads`) the
-    same operations run as torch operations in the same order
-    (:mod:`gradzip.kernels.lowrank_torch`, never ``torch.matmul``), on the tensors' device:
-    the factors, means and residuals equal the CPU's bit for bit and only the factor scheme's
-    headers and flags are read back. The first ``Q`` is
+    simulated run equals a real one and a resumed run its uninterrupted twin. The first ``Q`` is
     uniform rather than normal (PyTorch's) [CHOICE]: any full-rank random start serves the power
     iteration, and a uniform one is exact arithmetic on the shared Philox stream.
 
@@ -232,20 +221,13 @@ class PowerSGD(Scheme):
         ]
         whole = [t for t, f in zip(tensors, sets, strict=True) if f is None]
         approximated = [f for f in sets if f is not None]
-        # the device path (issue 28): torch operations in the numba kernels' order, on the
-        # tensors' device; nothing gradient-sized is read back
-        on_dev = device_path(tensors[0])
-        device = tensors[0].device if on_dev else None
         if finite:
             for f in approximated:
-                if on_dev:
-                    f.pt = lowrank_torch.project(f.matrix, f.qt)
-                else:
-                    lowrank.project_into(f.matrix, f.qt, f.pt)
+                lowrank.project_into(f.matrix, f.qt, f.pt)
         # [CHOICE] the first message is float64 where a tensor sent whole is (its exact mean)
         dtype = torch.float64 if any(t.dtype == torch.float64 for t in whole) else torch.float32
         first = _joined(
-            [t.detach().reshape(-1) for t in whole] + [f.pt for f in approximated], dtype, device
+            [t.detach().reshape(-1) for t in whole] + [f.pt for f in approximated], dtype
         )
         mean, down = self._average(transport, first, step, key_index, FIRST, finite)
         if down:
@@ -255,16 +237,12 @@ class PowerSGD(Scheme):
         )
         whole_means = [next(parts).view(t.shape).to(working_dtype(t.dtype)) for t in whole]
         for f in approximated:
-            if on_dev:
-                f.pt = lowrank_torch.orthonormalize(next(parts).to(torch.float32).view(f.pt.shape))
-                f.qt = lowrank_torch.back_project(f.matrix, f.pt)
-                continue
             f.pt = next(parts).to(torch.float32).view(f.pt.shape).contiguous()
             lowrank.orthonormalize_(f.pt)
             f.qt = torch.empty_like(f.qt)
             lowrank.back_project_into(f.matrix, f.pt, f.qt)
         if approximated:
-            second = _joined([f.qt for f in approximated], torch.float32, device)
+            second = _joined([f.qt for f in approximated], torch.float32)
             mean, down = self._average(transport, second, step, key_index, SECOND, True)
             if down:
                 raise GradzipError(
@@ -278,16 +256,13 @@ class PowerSGD(Scheme):
                 f.qt = qt.view(f.qt.shape).contiguous()
         approximations = []
         for f in approximated:
-            if on_dev:
-                approximations.append(lowrank_torch.reconstruct(f.pt, f.qt))
-                continue
             approx = empty_output(f.matrix.numel()).view(f.matrix.shape)
             lowrank.reconstruct_into(f.pt, f.qt, approx)
             approximations.append(approx)
         # the state changes only now, after every exchange has succeeded
         for f, approx in zip(approximated, approximations, strict=True):
             if self.keeps_residuals:
-                self._residuals[f.index] = f.matrix.sub_(approx)  # a fresh M + e: no alias
+                self._residuals[f.index] = f.matrix.sub_(approx)
             self._q[f.index] = f.qt
         whole_iter, approx_iter = iter(whole_means), iter(approximations)
         means = [
@@ -304,22 +279,6 @@ class PowerSGD(Scheme):
         n = tensor.shape[0]
         m = tensor.numel() // n
         r = min(self.rank, n, m)
-        if device_path(tensor):
-            # on the device: M + e where the gradient is (a fresh tensor, never the residual)
-            gradient = tensor.detach().to(torch.float32).reshape(n, m)
-            residual = self._residuals.get(tensor_index)
-            if residual is not None and residual.shape == (n, m):
-                dev_matrix = gradient + on_device(residual, tensor.device)
-            else:
-                dev_matrix = gradient.clone()
-            qt = self._q.get(tensor_index)
-            if qt is None or qt.shape != (r, m):
-                # [CHOICE] the first Q is drawn on the host (the shared stream) and copied to the
-                # device once per tensor: a host-to-device copy, never a read back
-                qt = on_device(self.initial_q(tensor_index, r, m), tensor.device)
-            return _Factors(
-                tensor_index, dev_matrix, on_device(qt, tensor.device), gradient.new_empty(r, n)
-            )
         gradient = tensor.detach().to("cpu", torch.float32).reshape(n, m)
         # [CHOICE] M + e in a recycled array (gradzip.buffers): a fresh 64 MB tensor a step
         # costs about 20 ms of page faults; the old residual is not touched (a failed step
