@@ -21,8 +21,10 @@ class LowRankOps(Protocol):
     """The products of one power-iteration step (factors transposed: ``pt`` ``(r, n)``, ``qt``
     ``(r, m)``)."""
 
-    def matrix(self, n: int, m: int, like: torch.Tensor) -> torch.Tensor:
-        """Room for ``M + e`` (float32, ``(n, m)``) where the ops compute."""
+    def matrix(self, gradient: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+        """``M + e`` (``gradient + residual``, or a copy of ``gradient``; float32 ``(n, m)``)
+        in fresh room where the ops compute: the residual is not touched (a failed step keeps
+        it)."""
         ...
 
     def gradient(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -41,10 +43,13 @@ class LowRankOps(Protocol):
 class HostOps:
     """The numba kernels on contiguous float32 CPU tensors (the host path, as before)."""
 
-    def matrix(self, n: int, m: int, like: torch.Tensor) -> torch.Tensor:
+    def matrix(self, gradient: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
         # [CHOICE] a recycled array (gradzip.buffers): a fresh 64 MB tensor a step costs about
         # 20 ms of page faults
-        return empty_output(n * m).view(n, m)
+        matrix = empty_output(gradient.numel()).view(gradient.shape)
+        if residual is None:
+            return matrix.copy_(gradient)
+        return torch.add(gradient, residual, out=matrix)
 
     def gradient(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor.detach().to("cpu", torch.float32)
@@ -74,8 +79,10 @@ class DeviceOps:
     """The torch twins on the gradient's device: nothing read back, nothing moved to the host
     (the rules of :mod:`gradzip.device`)."""
 
-    def matrix(self, n: int, m: int, like: torch.Tensor) -> torch.Tensor:
-        return torch.empty(n, m, dtype=torch.float32, device=like.device)
+    def matrix(self, gradient: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+        if residual is None:
+            return gradient.clone(memory_format=torch.contiguous_format)
+        return torch.add(gradient, residual)
 
     def gradient(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor.detach().to(torch.float32)

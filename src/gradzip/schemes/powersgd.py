@@ -296,12 +296,12 @@ class PowerSGD(Scheme):
         device = gradient.device
         # M + e in fresh room (on the host a recycled array): the old residual is not touched
         # (a failed step restores it) and is dropped once replaced
-        matrix = ops.matrix(n, m, gradient)
         residual = self._residuals.get(tensor_index)
-        if residual is not None and residual.shape == matrix.shape:
-            torch.add(gradient, on_device(residual, device), out=matrix)
+        if residual is not None and residual.shape == gradient.shape:
+            residual = on_device(residual, device)
         else:
-            matrix.copy_(gradient)
+            residual = None
+        matrix = ops.matrix(gradient, residual)
         qt = self._q.get(tensor_index)
         if qt is None or qt.shape != (r, m):
             qt = self.initial_q(tensor_index, r, m, device)
