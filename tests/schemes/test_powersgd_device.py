@@ -164,7 +164,9 @@ def test_factors_and_encode_run_on_fake_cuda(codec: str, ef: bool) -> None:
         grads = [torch.randn(64, 3, 3, 3, device="cuda"), torch.randn(33, 130, device="cuda")]
         if ef:  # a residual from an earlier step
             for i, g in enumerate(grads):
-                scheme._residuals[i] = torch.randn(g.shape[0], g.numel() // g.shape[0], device="cuda")
+                scheme._residuals[i] = torch.randn(
+                    g.shape[0], g.numel() // g.shape[0], device="cuda"
+                )
         sets = [scheme._factor_set(g, i, DEVICE_OPS) for i, g in enumerate(grads)]
         for f in sets:
             f.pt = DEVICE_OPS.project(f.matrix, f.qt)

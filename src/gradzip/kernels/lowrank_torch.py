@@ -28,7 +28,8 @@ def pairwise_sum(x: torch.Tensor, dim: int) -> torch.Tensor:
     length = x.shape[dim]
     while length > 1:
         half = length // 2
-        pairs = x.narrow(dim, 0, 2 * half).unflatten(dim, (half, 2))
+        head = x.narrow(dim, 0, 2 * half)
+        pairs = head.reshape(*x.shape[:dim], half, 2, *x.shape[dim + 1 :])
         summed = pairs.select(dim + 1, 0) + pairs.select(dim + 1, 1)
         if length % 2:
             summed = torch.cat([summed, x.narrow(dim, length - 1, 1)], dim)
@@ -66,9 +67,7 @@ def project(matrix: torch.Tensor, qt: torch.Tensor) -> torch.Tensor:
 def back_project(matrix: torch.Tensor, pt: torch.Tensor) -> torch.Tensor:
     """``Q^T`` of ``Q = M^T P`` (``pt = P^T`` ``(r, n)``): ``(r, m)``, each element the pairwise
     tree over the rows."""
-    columns = [
-        pairwise_sum(matrix * pt.select(0, c).unsqueeze(1), 0) for c in range(pt.shape[0])
-    ]
+    columns = [pairwise_sum(matrix * pt.select(0, c).unsqueeze(1), 0) for c in range(pt.shape[0])]
     return torch.stack(columns)
 
 

@@ -8,6 +8,7 @@ keeping gradient-sized data where the gradient lives, never about results.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import torch
@@ -104,7 +105,7 @@ HOST_OPS = HostOps()
 DEVICE_OPS = DeviceOps()
 
 
-def lowrank_ops(tensors: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> LowRankOps:
+def lowrank_ops(tensors: Sequence[torch.Tensor]) -> LowRankOps:
     """The device ops when any of ``tensors`` takes the device path
     (:func:`~gradzip.device.mode.device_path`: not on the CPU, or forced), else the host
     kernels. [CHOICE] One choice per group: a bucket's tensors share a device in practice."""
