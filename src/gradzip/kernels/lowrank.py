@@ -59,28 +59,32 @@ def dot(a, b, stack):  # type: ignore[no-untyped-def]
     n = a.size
     groups = n // 8
     top = 0
-    # eight groups (64 products) at a time: their three lowest tree levels in registers
-    for q in range(groups // 8):
-        j = 64 * q
+    # sixteen groups (128 products) at a time: their four lowest tree levels in registers
+    for q in range(groups // 16):
+        j = 128 * q
         for k in range(8):
-            p0 = a[j + k] * b[j + k]
-            p1 = a[j + 8 + k] * b[j + 8 + k]
-            p2 = a[j + 16 + k] * b[j + 16 + k]
-            p3 = a[j + 24 + k] * b[j + 24 + k]
-            p4 = a[j + 32 + k] * b[j + 32 + k]
-            p5 = a[j + 40 + k] * b[j + 40 + k]
-            p6 = a[j + 48 + k] * b[j + 48 + k]
-            p7 = a[j + 56 + k] * b[j + 56 + k]
-            stack[top, k] = ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
+            h0 = (a[j + k] * b[j + k] + a[j + 8 + k] * b[j + 8 + k]) + (
+                a[j + 16 + k] * b[j + 16 + k] + a[j + 24 + k] * b[j + 24 + k]
+            )
+            h1 = (a[j + 32 + k] * b[j + 32 + k] + a[j + 40 + k] * b[j + 40 + k]) + (
+                a[j + 48 + k] * b[j + 48 + k] + a[j + 56 + k] * b[j + 56 + k]
+            )
+            h2 = (a[j + 64 + k] * b[j + 64 + k] + a[j + 72 + k] * b[j + 72 + k]) + (
+                a[j + 80 + k] * b[j + 80 + k] + a[j + 88 + k] * b[j + 88 + k]
+            )
+            h3 = (a[j + 96 + k] * b[j + 96 + k] + a[j + 104 + k] * b[j + 104 + k]) + (
+                a[j + 112 + k] * b[j + 112 + k] + a[j + 120 + k] * b[j + 120 + k]
+            )
+            stack[top, k] = (h0 + h1) + (h2 + h3)
         c = q
-        while c & 1:  # close the pairs this octet completes (a binary counter)
+        while c & 1:  # close the pairs these groups complete (a binary counter)
             for k in range(8):
                 stack[top - 1, k] = stack[top - 1, k] + stack[top, k]
             top -= 1
             c >>= 1
         top += 1
-    # the last groups (fewer than eight) one at a time, the counter going on
-    for g in range(8 * (groups // 8), groups):
+    # the last groups (fewer than sixteen) one at a time, the counter going on
+    for g in range(16 * (groups // 16), groups):
         j = 8 * g
         for k in range(8):
             stack[top, k] = a[j + k] * b[j + k]
