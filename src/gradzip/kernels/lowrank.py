@@ -4,13 +4,26 @@ A rank-``r`` approximation of an ``n x m`` float32 matrix ``M`` needs ``P = M Q`
 the orthogonalisation of ``P``'s columns and ``P Q^T``. BLAS computes such products in an order
 that depends on the instruction set, the blocking and the thread count, so two machines (or one
 machine with another thread count) get different bits, and ranks or a simulated run and a real
-one would drift apart. Here every output element is a sum in an order fixed by this code:
+one would drift apart. Here every output element
+is a sum in an order fixed by this code, the same order as the torch-operation twins of
+:mod:`gradzip.kernels.lowrank_torch` (the device path), so a CPU rank and a GPU rank get the same
+factor bits:
 
-* dot products (``P = M Q``, the Gram-Schmidt projections and norms): eight partial sums over
-  the indices ``j = l (mod 8)``, combined as ``((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 +
-  s7))``, then the last ``len % 8`` terms in order;
-* ``Q = M^T P``: for each output element, the rows ``i = 0, 1, ...`` in order;
+* the *pairwise tree* of a sequence ``x_0 .. x_{L-1}``: adjacent pairs ``x_0 + x_1, x_2 + x_3,
+  ...`` summed level by level, an odd last element passing to the next level unchanged, until
+  one value is left (no padding, no zero added). Computed here in one streaming pass with a
+  stack of partial sums (a binary counter: the same tree), on the device with ``reshape`` and
+  one addition of the two halves of each pair per level;
+* dot products (``P = M Q``, the Gram-Schmidt projections and norms): the first ``8 (L // 8)``
+  products in eight lanes (index ``j = l (mod 8)``), each lane summed by the pairwise tree,
+  the lanes combined as ``((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7))`` (``+0.0`` each
+  when ``L < 8``), then the last ``L % 8`` terms added in order;
+* ``Q = M^T P``: for each output element, the pairwise tree over the rows ``i``;
 * ``P Q^T``: the ``r`` terms in order.
+
+[CHOICE] Trees rather than sequential sums: a sequential sum over ``n`` rows is ``n``
+dependent steps on a GPU, a tree ``log2 n`` vectorised ones, while the streaming stack keeps
+the CPU kernels at one pass over ``M`` as before (timings in the CHANGELOG of issue 28).
 
 Every product and sum is its own IEEE float32 operation (numba without ``fastmath`` neither
 reorders nor contracts into fused multiply-adds). Rows (or columns) run in parallel, which
@@ -35,26 +48,65 @@ from gradzip.kernels._threads import call_parallel
 COLUMN_BLOCK = 256
 
 
+#: depth of the pairwise tree's stack: enough for 2**STACK terms
+STACK = 48
+
+
 @njit(inline="always", nogil=True, cache=True)
-def dot(a, b):  # type: ignore[no-untyped-def]
-    """``sum(a * b)`` of two float32 vectors in the module's fixed order (float32)."""
+def dot(a, b, stack):  # type: ignore[no-untyped-def]
+    """``sum(a * b)`` of two float32 vectors in the module's fixed order (float32); ``stack``
+    is a ``(STACK, 8)`` float32 scratch array (the eight lanes' pairwise trees)."""
     n = a.size
-    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0.0)
-    j = 0
-    while j + 8 <= n:
-        s0 += a[j] * b[j]
-        s1 += a[j + 1] * b[j + 1]
-        s2 += a[j + 2] * b[j + 2]
-        s3 += a[j + 3] * b[j + 3]
-        s4 += a[j + 4] * b[j + 4]
-        s5 += a[j + 5] * b[j + 5]
-        s6 += a[j + 6] * b[j + 6]
-        s7 += a[j + 7] * b[j + 7]
-        j += 8
-    total = ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7))
-    while j < n:
+    groups = n // 8
+    top = 0
+    # sixteen groups (128 products) at a time: their four lowest tree levels in registers
+    for q in range(groups // 16):
+        j = 128 * q
+        for k in range(8):
+            h0 = (a[j + k] * b[j + k] + a[j + 8 + k] * b[j + 8 + k]) + (
+                a[j + 16 + k] * b[j + 16 + k] + a[j + 24 + k] * b[j + 24 + k]
+            )
+            h1 = (a[j + 32 + k] * b[j + 32 + k] + a[j + 40 + k] * b[j + 40 + k]) + (
+                a[j + 48 + k] * b[j + 48 + k] + a[j + 56 + k] * b[j + 56 + k]
+            )
+            h2 = (a[j + 64 + k] * b[j + 64 + k] + a[j + 72 + k] * b[j + 72 + k]) + (
+                a[j + 80 + k] * b[j + 80 + k] + a[j + 88 + k] * b[j + 88 + k]
+            )
+            h3 = (a[j + 96 + k] * b[j + 96 + k] + a[j + 104 + k] * b[j + 104 + k]) + (
+                a[j + 112 + k] * b[j + 112 + k] + a[j + 120 + k] * b[j + 120 + k]
+            )
+            stack[top, k] = (h0 + h1) + (h2 + h3)
+        c = q
+        while c & 1:  # close the pairs these groups complete (a binary counter)
+            for k in range(8):
+                stack[top - 1, k] = stack[top - 1, k] + stack[top, k]
+            top -= 1
+            c >>= 1
+        top += 1
+    # the last groups (fewer than sixteen) one at a time, the counter going on
+    for g in range(16 * (groups // 16), groups):
+        j = 8 * g
+        for k in range(8):
+            stack[top, k] = a[j + k] * b[j + k]
+        c = g
+        while c & 1:
+            for k in range(8):
+                stack[top - 1, k] = stack[top - 1, k] + stack[top, k]
+            top -= 1
+            c >>= 1
+        top += 1
+    if top == 0:
+        for k in range(8):
+            stack[0, k] = np.float32(0.0)
+        top = 1
+    while top > 1:  # the unpaired partial sums, right to left
+        for k in range(8):
+            stack[top - 2, k] = stack[top - 2, k] + stack[top - 1, k]
+        top -= 1
+    s = stack[0]
+    total = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]))
+    for j in range(8 * (n // 8), n):
         total += a[j] * b[j]
-        j += 1
     return total
 
 
@@ -64,46 +116,96 @@ def project(m, qt, pt):  # type: ignore[no-untyped-def]
     n = m.shape[0]
     r = qt.shape[0]
     for i in prange(n):
+        stack = np.empty((STACK, 8), dtype=np.float32)
         row = m[i]
         for c in range(r):
-            pt[c, i] = dot(row, qt[c])
+            pt[c, i] = dot(row, qt[c], stack)
 
 
 @njit(nogil=True, cache=True, parallel=True)
 def back_project(m, pt, qt, block):  # type: ignore[no-untyped-def]
-    """``qt[c, j] = sum_i m[i, j] * pt[c, i]`` over ``i`` in order: ``Q = M^T P``, transposed.
-    Columns in parallel blocks of ``block``; each element's sum runs over the rows in order."""
+    """``qt[c, j] = sum_i m[i, j] * pt[c, i]`` by the pairwise tree over ``i``: ``Q = M^T P``,
+    transposed. Columns in parallel blocks of ``block``; one streaming pass over the rows
+    with a stack of partial rows per factor column."""
     n, cols = m.shape
     r = pt.shape[0]
     for b in prange((cols + block - 1) // block):
         lo = b * block
         hi = min(cols, lo + block)
+        w = hi - lo
+        stack = np.empty((STACK, w), dtype=np.float32)
         for c in range(r):
-            out = qt[c, lo:hi]
-            for j in range(hi - lo):
-                out[j] = np.float32(0.0)
             p = pt[c]
-            for i in range(n):
+            top = 0
+            # eight rows at a time: their three lowest tree levels in one pass
+            for q in range(n // 8):
+                i = 8 * q
+                r0, r1, r2, r3 = m[i, lo:hi], m[i + 1, lo:hi], m[i + 2, lo:hi], m[i + 3, lo:hi]
+                r4, r5, r6, r7 = m[i + 4, lo:hi], m[i + 5, lo:hi], m[i + 6, lo:hi], m[i + 7, lo:hi]
+                x0, x1, x2, x3 = p[i], p[i + 1], p[i + 2], p[i + 3]
+                x4, x5, x6, x7 = p[i + 4], p[i + 5], p[i + 6], p[i + 7]
+                new = stack[top]
+                for j in range(w):
+                    new[j] = ((r0[j] * x0 + r1[j] * x1) + (r2[j] * x2 + r3[j] * x3)) + (
+                        (r4[j] * x4 + r5[j] * x5) + (r6[j] * x6 + r7[j] * x7)
+                    )
+                k = q
+                while k & 1:  # close the pairs these rows complete (a binary counter)
+                    left = stack[top - 1]
+                    for j in range(w):
+                        left[j] = left[j] + new[j]
+                    new = left
+                    top -= 1
+                    k >>= 1
+                top += 1
+            # the last rows (fewer than eight) one at a time, the counter going on
+            for i in range(8 * (n // 8), n):
                 row = m[i, lo:hi]
-                w = p[i]
-                for j in range(hi - lo):
-                    out[j] += row[j] * w
+                x = p[i]
+                new = stack[top]
+                for j in range(w):
+                    new[j] = row[j] * x
+                k = i
+                while k & 1:
+                    left = stack[top - 1]
+                    for j in range(w):
+                        left[j] = left[j] + new[j]
+                    new = left
+                    top -= 1
+                    k >>= 1
+                top += 1
+            while top > 1:
+                left = stack[top - 2]
+                right = stack[top - 1]
+                for j in range(w):
+                    left[j] = left[j] + right[j]
+                top -= 1
+            out = qt[c, lo:hi]
+            if top == 0:
+                for j in range(w):
+                    out[j] = np.float32(0.0)
+            else:
+                first = stack[0]
+                for j in range(w):
+                    out[j] = first[j]
 
 
 @njit(nogil=True, cache=True)
 def orthonormalize(pt):  # type: ignore[no-untyped-def]
     """Gram-Schmidt on the rows of ``pt`` (the columns of ``P``), in place, in order: each row
-    loses its projections on the earlier ones, then is divided by its norm; a row whose norm is
-    0 stays 0 (a zero gradient has no direction to keep)."""
+    loses its projections on the earlier ones (``x - c * b``: a product, then a difference),
+    then is divided by its norm; a row whose norm is 0 stays 0 (a zero gradient has no
+    direction to keep)."""
     r = pt.shape[0]
+    stack = np.empty((STACK, 8), dtype=np.float32)
     for c in range(r):
         col = pt[c]
         for prev in range(c):
             base = pt[prev]
-            coef = dot(base, col)
+            coef = dot(base, col, stack)
             for i in range(col.size):
                 col[i] -= coef * base[i]
-        norm = np.float32(np.sqrt(dot(col, col)))
+        norm = np.float32(np.sqrt(dot(col, col, stack)))
         if norm > np.float32(0.0):
             for i in range(col.size):
                 col[i] = col[i] / norm

@@ -62,7 +62,7 @@ def philox_words_torch(
     )
     flat = torch.stack(words, dim=1).reshape(-1)
     start = offset % 4
-    return flat[start : start + n]
+    return flat.narrow(0, start, n)
 
 
 def one_plus_uniform_from_halves(halves: torch.Tensor) -> torch.Tensor:
@@ -84,4 +84,4 @@ def philox_one_plus_uniform_torch(
     words = philox_words_torch(seed, stream, first, count, device)
     halves = torch.stack((words & _LOW16, words >> 16), dim=1).reshape(-1)
     start = offset % 2
-    return one_plus_uniform_from_halves(halves[start : start + n])
+    return one_plus_uniform_from_halves(halves.narrow(0, start, n))

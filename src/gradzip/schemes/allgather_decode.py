@@ -203,4 +203,7 @@ class AllGatherDecode(Scheme):
                 continue
             key = self.key(rank, step, tensor_index, chunk)
             self.compressor.decode_add_(payloads[rank], total, expected_key=key, dtype=dtype)
-        return total.div_(len(payloads)) if len(payloads) > 1 else total
+        if len(payloads) == 1:
+            return total
+        # by a tensor on the sum's device: CUDA divides by a host scalar through its reciprocal
+        return total.div_(torch.full((), len(payloads), dtype=total.dtype, device=total.device))

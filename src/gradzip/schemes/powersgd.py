@@ -14,12 +14,13 @@ import torch
 
 from gradzip.choices import check_choice, choices_of
 from gradzip.comm.transport import Transport
-from gradzip.compressors.base import Compressor, empty_output
+from gradzip.compressors.base import Compressor
+from gradzip.device.ops import on_device
 from gradzip.errors import CheckpointError, GradzipError
 from gradzip.feedback import Slot, working_dtype
-from gradzip.kernels import lowrank
 from gradzip.keys import StreamKey
 from gradzip.rng import shared_uniform
+from gradzip.schemes._powersgd_ops import HOST_OPS, LowRankOps, lowrank_ops
 from gradzip.schemes.allgather_decode import AllGatherDecode
 from gradzip.schemes.base import Scheme
 from gradzip.schemes.integer_allreduce import IntegerAllreduce
@@ -48,11 +49,14 @@ class _Factors:
     pt: torch.Tensor  # (r, n): this rank's P, then the orthonormalised mean
 
 
-def _joined(parts: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
-    """The parts flattened into one contiguous tensor of ``dtype``."""
+def _joined(parts: list[torch.Tensor], dtype: torch.dtype, on_host: bool) -> torch.Tensor:
+    """The parts flattened into one contiguous tensor of ``dtype``: on the CPU for the host
+    path, where the parts are for the device path."""
     if not parts:
         return torch.empty(0, dtype=dtype)
-    return torch.cat([p.reshape(-1).to("cpu", dtype) for p in parts])
+    if on_host:
+        return torch.cat([p.reshape(-1).to("cpu", dtype) for p in parts])
+    return torch.cat([p.reshape(-1).to(dtype) for p in parts])
 
 
 def _split(flat: torch.Tensor, numels: list[int]) -> list[torch.Tensor]:
@@ -98,7 +102,18 @@ class PowerSGD(Scheme):
     Determinism [CHOICE]: the products and the orthonormalisation are numba kernels with a
     fixed order of operations (:mod:`gradzip.kernels.lowrank`), not BLAS, whose order depends on
     the CPU and the thread count; the same inputs give the same bits on every machine, so a
-    simulated run equals a real one and a resumed run its uninterrupted twin. The first ``Q`` is
+    simulated run equals a real one and a resumed run its uninterrupted twin.
+
+    On the device (tensors not on the CPU, or inside
+    :func:`~gradzip.device.mode.forced_device_payloads`): ``M + e``, the products, the
+    orthonormalisation, ``P Q^T`` and the residual are torch operations on the gradient's
+    device in the same order (:mod:`gradzip.kernels.lowrank_torch`: the same bits as the CPU
+    kernels), and the factors travel as device payloads of a device-resident factor codec
+    (fp16, bf16, identity) through the all-gather: nothing gradient-sized reaches the host.
+    Host reads per bucket and rank with ``"allgather"``: the reads of the all-gather's two
+    reductions (each: the encode's flag, a header and a flag per rank's payload;
+    ``tests/schemes/test_powersgd_device.py`` bounds them); the ``"allreduce"`` factor scheme
+    reads its messages on the host. The first ``Q`` is
     uniform rather than normal (PyTorch's) [CHOICE]: any full-rank random start serves the power
     iteration, and a uniform one is exact arithmetic on the shared Philox stream.
 
@@ -215,19 +230,23 @@ class PowerSGD(Scheme):
         key_index = indices[0]
         # before start_step every tensor travels whole and the state stays as it is
         approximating = step >= self.start_step
+        ops = lowrank_ops(tensors)
+        on_host = ops is HOST_OPS
         sets = [
-            self._factor_set(t, i) if approximating and self.compresses(t.shape) else None
+            self._factor_set(t, i, ops) if approximating and self.compresses(t.shape) else None
             for t, i in zip(tensors, indices, strict=True)
         ]
         whole = [t for t, f in zip(tensors, sets, strict=True) if f is None]
         approximated = [f for f in sets if f is not None]
         if finite:
             for f in approximated:
-                lowrank.project_into(f.matrix, f.qt, f.pt)
+                f.pt = ops.project(f.matrix, f.qt)
         # [CHOICE] the first message is float64 where a tensor sent whole is (its exact mean)
         dtype = torch.float64 if any(t.dtype == torch.float64 for t in whole) else torch.float32
         first = _joined(
-            [t.detach().reshape(-1) for t in whole] + [f.pt for f in approximated], dtype
+            [t.detach().reshape(-1) for t in whole] + [f.pt for f in approximated],
+            dtype,
+            on_host,
         )
         mean, down = self._average(transport, first, step, key_index, FIRST, finite)
         if down:
@@ -237,12 +256,10 @@ class PowerSGD(Scheme):
         )
         whole_means = [next(parts).view(t.shape).to(working_dtype(t.dtype)) for t in whole]
         for f in approximated:
-            f.pt = next(parts).to(torch.float32).view(f.pt.shape).contiguous()
-            lowrank.orthonormalize_(f.pt)
-            f.qt = torch.empty_like(f.qt)
-            lowrank.back_project_into(f.matrix, f.pt, f.qt)
+            f.pt = ops.orthonormalized(next(parts).view(f.pt.shape))
+            f.qt = ops.back_project(f.matrix, f.pt)
         if approximated:
-            second = _joined([f.qt for f in approximated], torch.float32)
+            second = _joined([f.qt for f in approximated], torch.float32, on_host)
             mean, down = self._average(transport, second, step, key_index, SECOND, True)
             if down:
                 raise GradzipError(
@@ -254,11 +271,7 @@ class PowerSGD(Scheme):
                 approximated, _split(mean, [f.qt.numel() for f in approximated]), strict=True
             ):
                 f.qt = qt.view(f.qt.shape).contiguous()
-        approximations = []
-        for f in approximated:
-            approx = empty_output(f.matrix.numel()).view(f.matrix.shape)
-            lowrank.reconstruct_into(f.pt, f.qt, approx)
-            approximations.append(approx)
+        approximations = [ops.reconstruct(f.pt, f.qt) for f in approximated]
         # the state changes only now, after every exchange has succeeded
         for f, approx in zip(approximated, approximations, strict=True):
             if self.keeps_residuals:
@@ -273,32 +286,35 @@ class PowerSGD(Scheme):
         ]
         return means, []
 
-    def _factor_set(self, tensor: torch.Tensor, tensor_index: int) -> _Factors:
-        """The tensor's ``n x m`` matrix plus its residual (float32, a recycled array), the
-        warm start ``Q^T`` and room for ``P^T``."""
+    def _factor_set(self, tensor: torch.Tensor, tensor_index: int, ops: LowRankOps) -> _Factors:
+        """The tensor's ``n x m`` matrix plus its residual (float32, where ``ops`` computes),
+        the warm start ``Q^T`` and room for ``P^T``."""
         n = tensor.shape[0]
         m = tensor.numel() // n
         r = min(self.rank, n, m)
-        gradient = tensor.detach().to("cpu", torch.float32).reshape(n, m)
-        # [CHOICE] M + e in a recycled array (gradzip.buffers): a fresh 64 MB tensor a step
-        # costs about 20 ms of page faults; the old residual is not touched (a failed step
-        # restores it) and returns to the pool once replaced
-        matrix = empty_output(n * m).view(n, m)
+        gradient = ops.gradient(tensor).reshape(n, m)
+        device = gradient.device
+        # M + e in fresh room (on the host a recycled array): the old residual is not touched
+        # (a failed step restores it) and is dropped once replaced
         residual = self._residuals.get(tensor_index)
-        if residual is not None and residual.shape == matrix.shape:
-            torch.add(gradient, residual, out=matrix)
+        if residual is not None and residual.shape == gradient.shape:
+            residual = on_device(residual, device)
         else:
-            matrix.copy_(gradient)
+            residual = None
+        matrix = ops.matrix(gradient, residual)
         qt = self._q.get(tensor_index)
         if qt is None or qt.shape != (r, m):
-            qt = self.initial_q(tensor_index, r, m)
-        return _Factors(tensor_index, matrix, qt, torch.empty(r, n, dtype=torch.float32))
+            qt = self.initial_q(tensor_index, r, m, device)
+        pt = torch.empty(r, n, dtype=torch.float32, device=device)
+        return _Factors(tensor_index, matrix, on_device(qt, device), pt)
 
-    def initial_q(self, tensor_index: int, r: int, m: int) -> torch.Tensor:
+    def initial_q(
+        self, tensor_index: int, r: int, m: int, device: torch.device | None = None
+    ) -> torch.Tensor:
         """The first ``Q^T`` of a tensor: ``2u - 1`` for shared uniforms ``u`` (exact), the same
-        on every rank."""
+        on every rank and device (drawn there: :func:`~gradzip.rng.shared_uniform`)."""
         key = StreamKey(self.run_seed, 0, 0, tensor_index, _INIT_CHUNK)
-        return shared_uniform(key, r * m).mul_(2.0).sub_(1.0).view(r, m)
+        return shared_uniform(key, r * m, device).mul_(2.0).sub_(1.0).view(r, m)
 
     def _average(
         self,

@@ -1,0 +1,112 @@
+"""Where PowerSGD computes: the numba kernels on host tensors, torch twins on the device.
+
+:class:`~gradzip.schemes.powersgd.PowerSGD` asks :func:`lowrank_ops` for the four products of a
+reduction. Both sets give the same bits (:mod:`gradzip.kernels.lowrank` defines the order,
+:mod:`gradzip.kernels.lowrank_torch` repeats it), so the choice is about speed and about
+keeping gradient-sized data where the gradient lives, never about results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch
+
+from gradzip.compressors.base import empty_output
+from gradzip.device.mode import device_path
+from gradzip.kernels import lowrank, lowrank_torch
+
+
+class LowRankOps(Protocol):
+    """The products of one power-iteration step (factors transposed: ``pt`` ``(r, n)``, ``qt``
+    ``(r, m)``)."""
+
+    def matrix(self, gradient: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+        """``M + e`` (``gradient + residual``, or a copy of ``gradient``; float32 ``(n, m)``)
+        in fresh room where the ops compute: the residual is not touched (a failed step keeps
+        it)."""
+        ...
+
+    def gradient(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` as float32 where the ops compute (no copy where it is already)."""
+        ...
+
+    def project(self, matrix: torch.Tensor, qt: torch.Tensor) -> torch.Tensor: ...
+
+    def orthonormalized(self, pt: torch.Tensor) -> torch.Tensor: ...
+
+    def back_project(self, matrix: torch.Tensor, pt: torch.Tensor) -> torch.Tensor: ...
+
+    def reconstruct(self, pt: torch.Tensor, qt: torch.Tensor) -> torch.Tensor: ...
+
+
+class HostOps:
+    """The numba kernels on contiguous float32 CPU tensors (the host path, as before)."""
+
+    def matrix(self, gradient: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+        # [CHOICE] a recycled array (gradzip.buffers): a fresh 64 MB tensor a step costs about
+        # 20 ms of page faults
+        matrix = empty_output(gradient.numel()).view(gradient.shape)
+        if residual is None:
+            return matrix.copy_(gradient)
+        return torch.add(gradient, residual, out=matrix)
+
+    def gradient(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.detach().to("cpu", torch.float32)
+
+    def project(self, matrix: torch.Tensor, qt: torch.Tensor) -> torch.Tensor:
+        pt = torch.empty(qt.shape[0], matrix.shape[0], dtype=torch.float32)
+        lowrank.project_into(matrix, qt, pt)
+        return pt
+
+    def orthonormalized(self, pt: torch.Tensor) -> torch.Tensor:
+        pt = pt.to(torch.float32).contiguous()
+        lowrank.orthonormalize_(pt)
+        return pt
+
+    def back_project(self, matrix: torch.Tensor, pt: torch.Tensor) -> torch.Tensor:
+        qt = torch.empty(pt.shape[0], matrix.shape[1], dtype=torch.float32)
+        lowrank.back_project_into(matrix, pt, qt)
+        return qt
+
+    def reconstruct(self, pt: torch.Tensor, qt: torch.Tensor) -> torch.Tensor:
+        out = empty_output(pt.shape[1] * qt.shape[1]).view(pt.shape[1], qt.shape[1])
+        lowrank.reconstruct_into(pt, qt, out)
+        return out
+
+
+class DeviceOps:
+    """The torch twins on the gradient's device: nothing read back, nothing moved to the host
+    (the rules of :mod:`gradzip.device`)."""
+
+    def matrix(self, gradient: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+        if residual is None:
+            return gradient.clone(memory_format=torch.contiguous_format)
+        return torch.add(gradient, residual)
+
+    def gradient(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.detach().to(torch.float32)
+
+    def project(self, matrix: torch.Tensor, qt: torch.Tensor) -> torch.Tensor:
+        return lowrank_torch.project(matrix, qt)
+
+    def orthonormalized(self, pt: torch.Tensor) -> torch.Tensor:
+        return lowrank_torch.orthonormalized(pt.to(torch.float32))
+
+    def back_project(self, matrix: torch.Tensor, pt: torch.Tensor) -> torch.Tensor:
+        return lowrank_torch.back_project(matrix, pt)
+
+    def reconstruct(self, pt: torch.Tensor, qt: torch.Tensor) -> torch.Tensor:
+        return lowrank_torch.reconstruct(pt, qt)
+
+
+HOST_OPS = HostOps()
+DEVICE_OPS = DeviceOps()
+
+
+def lowrank_ops(tensors: Sequence[torch.Tensor]) -> LowRankOps:
+    """The device ops when any of ``tensors`` takes the device path
+    (:func:`~gradzip.device.mode.device_path`: not on the CPU, or forced), else the host
+    kernels. [CHOICE] One choice per group: a bucket's tensors share a device in practice."""
+    return DEVICE_OPS if any(device_path(t) for t in tensors) else HOST_OPS
