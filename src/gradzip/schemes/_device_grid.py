@@ -88,7 +88,7 @@ class _DQSGGrid:
 
     def offsets(self, key: StreamKey, n: int, device: torch.device) -> torch.Tensor | None:
         from gradzip.kernels.dithered_device import one_plus_uniform_device
-        from gradzip.rng import SHARED_UNIFORM
+        from gradzip.kernels.philox import SHARED_UNIFORM
 
         seed = self.codec.seed_schedule.shared_seed(key)
         return one_plus_uniform_device(seed, SHARED_UNIFORM, n, device) - 1.5

@@ -52,7 +52,7 @@ def ring_allreduce_ints_device(
     if size == 1:
         return acc.clone()
     bounds = slice_bounds(acc.numel(), size)
-    parts = list(acc.split([hi - lo for lo, hi in bounds]))
+    parts = list(torch.split(acc, [hi - lo for lo, hi in bounds]))
     nxt, prv = (rank + 1) % size, (rank - 1) % size
     for k in range(size - 1):
         send, recv = (rank - k) % size, (rank - k - 1) % size
@@ -63,7 +63,9 @@ def ring_allreduce_ints_device(
         parts[recv] = parts[recv] + unpack_ints_device(got, n, bits, key(prv, recv), checks)
     bits = bits_for(size * max_value)
     owned = (rank + 1) % size  # the slice whose sum this rank completed
-    message = spoiled(pack_ints_device(parts[owned], bits, key(rank, size + owned)), checks.all_ok())
+    message = spoiled(
+        pack_ints_device(parts[owned], bits, key(rank, size + owned)), checks.all_ok()
+    )
     for k in range(size - 1):
         message = _exchange(transport, nxt, message, prv)
         piece = (rank - k) % size

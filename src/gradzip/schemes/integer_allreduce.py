@@ -93,7 +93,7 @@ class IntegerAllreduce(GridScheme):
         mine = pack_floats_device(statistic, self.key(transport.rank, step, tensor_index))
         gathered = transport.all_gather_bytes(mine)  # type: ignore[arg-type]
         n = statistic.numel()
-        every = []
+        every: list[torch.Tensor] = []
         for rank, message in enumerate(gathered):
             if not isinstance(message, torch.Tensor):
                 raise TypeError(
