@@ -156,3 +156,31 @@ def test_non_finite_input_is_refused_before_anything_is_updated() -> None:
     assert "rank 0: NonFiniteInputError" in message
     assert "rank 1: CorruptPayloadError" in message and "NaN or Inf" in message
     assert isinstance(info.value.__cause__, NonFiniteInputError)
+
+
+@pytest.mark.parametrize(("name", "params"), CODECS)
+def test_the_device_steps_run_on_fake_cuda(name: str, params: dict[str, Any]) -> None:
+    """Every device step of one rank (scale message, symbols, ring message, mean) on fake CUDA
+    tensors, where a host read or a forbidden indexing would raise."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from gradzip.schemes._device_grid import net_levels_device, values_device
+    from gradzip.schemes._device_messages import spoiled, unpack_floats_device
+
+    c = codec(name, params)
+    grid = device_grid(c)
+    common = c.common_grid()
+    assert grid is not None and common is not None
+    key = StreamKey(3, 0, 0, 0, 0)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x = grid.prepare(torch.randn(91, device="cuda"))
+        checks = Checks(x.device)
+        scales = unpack_floats_device(
+            pack_floats_device(grid.statistic(x), key), grid.statistic(x).numel(), key, checks
+        )
+        symbols = grid.symbols(x, scales, key).to(torch.int32)
+        message = spoiled(pack_ints_device(symbols, 12, key), checks.all_ok())
+        sums = unpack_ints_device(message, 91, 12, key, checks)
+        levels = net_levels_device(grid, sums, [key, key], common.grid_levels(), False)
+        mean = values_device(grid, levels, scales, 2, common.grid_bucket_size(91))
+        assert mean.device.type == "cuda" and mean.shape == (91,)
