@@ -184,3 +184,31 @@ def test_the_device_steps_run_on_fake_cuda(name: str, params: dict[str, Any]) ->
         levels = net_levels_device(grid, sums, [key, key], common.grid_levels(), False)
         mean = values_device(grid, levels, scales, 2, common.grid_bucket_size(91))
         assert mean.device.type == "cuda" and mean.shape == (91,)
+
+
+RING_CODECS = [*CODECS, ("fp16", {}), ("onebit", {}), ("topk", {"ratio": 0.25})]
+
+
+def ring_steps(
+    transport: Transport, name: str, params: dict[str, Any], ef: bool = False
+) -> list[torch.Tensor]:
+    scheme = make_scheme("ring", codec(name, params), run_seed=3, error_feedback=ef)
+    return [scheme.reduce(transport, gradient(transport.rank, s), s, 0) for s in range(2)]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("ef", [False, True])
+@pytest.mark.parametrize(("name", "params"), RING_CODECS)
+def test_device_ring_equals_the_host_path_bit_for_bit(
+    name: str, params: dict[str, Any], world_size: int, ef: bool
+) -> None:
+    c = codec(name, params)
+    if not c.device_resident:
+        pytest.skip(f"{c.describe()} is not device resident")
+    host = run_local(world_size, lambda t: ring_steps(t, name, params, ef))
+    with forced_device_payloads():
+        device = run_local(world_size, lambda t: ring_steps(t, name, params, ef))
+    for host_rank, device_rank in zip(host, device, strict=True):
+        for h, d in zip(host_rank, device_rank, strict=True):
+            assert d.dtype == h.dtype and d.shape == h.shape
+            assert torch.equal(bits(d), bits(h))

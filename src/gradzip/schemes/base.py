@@ -317,6 +317,9 @@ class Scheme(ABC):
         else:
             encoded, dtype = feedback.encode(tensor, key), working_dtype(tensor.dtype)
         self.produced[role, key.tensor_index, key.chunk] = encoded
+        if isinstance(encoded.payload, torch.Tensor):  # a device payload travels as it is
+            encoded.verify()  # its encoder does not refuse non-finite input itself
+            return encoded.payload, dtype, v_hat  # type: ignore[return-value]
         return bytes(encoded.payload), dtype, v_hat
 
     def decode(
