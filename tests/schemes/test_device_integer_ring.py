@@ -212,3 +212,31 @@ def test_device_ring_equals_the_host_path_bit_for_bit(
         for h, d in zip(host_rank, device_rank, strict=True):
             assert d.dtype == h.dtype and d.shape == h.shape
             assert torch.equal(bits(d), bits(h))
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_ring_host_reads_per_call(world_size: int) -> None:
+    """Per rank and call: one finiteness flag per own payload (``P``: ``P - 1`` reduce-scatter
+    slices and the summed slice), a header prefix and a flag per decoded payload (``2 (P - 1)``
+    received, plus the owner's own summed slice): ``5P - 2`` reads, none over 128 bytes."""
+    with forced_device_payloads(), count_host_reads() as reads:
+        run_local(world_size, lambda t: ring_steps(t, "dqsg", {"M": 3}))
+    assert reads.count == (5 * world_size - 2) * world_size * 2, reads.describe()
+    assert reads.largest <= 128, reads.describe()
+
+
+def test_a_corrupt_ring_message_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = LocalTransport.exchange_bytes
+
+    def flip(self: LocalTransport, dst: int, data: Any, src: int, collective: str) -> Any:
+        got = original(self, dst, data, src, collective)
+        if self.rank == 1 and collective == "reduce_scatter" and isinstance(got, torch.Tensor):
+            got = got.clone()
+            got[got.numel() - 6] ^= 0x5A  # a body byte, CRC left as sent
+        return got
+
+    monkeypatch.setattr(LocalTransport, "exchange_bytes", flip)
+    with forced_device_payloads(), pytest.raises(GradzipError) as info:
+        run_local(3, lambda t: ring_steps(t, "dqsg", {"M": 3}), timeout=10)
+    assert isinstance(info.value.__cause__, CorruptPayloadError), info.value
+    assert "rank 1" in str(info.value)
