@@ -10,9 +10,12 @@ from gradzip.comm.transport import Transport, in_step_scope
 from gradzip.compressors.base import Compressor
 from gradzip.compressors.buckets import per_element
 from gradzip.compressors.grid import CommonGrid
+from gradzip.device.mode import device_path
 from gradzip.errors import NonFiniteInputError
 from gradzip.feedback import working_dtype
 from gradzip.keys import StreamKey
+from gradzip.schemes._device_grid import DeviceGrid, device_grid
+from gradzip.schemes._device_messages import Checks
 from gradzip.schemes.base import Scheme
 
 #: the largest integer up to which every integer is exact in float32
@@ -53,6 +56,11 @@ class GridScheme(Scheme):
         self, transport: Transport, tensor: torch.Tensor, step: int, tensor_index: int = 0
     ) -> torch.Tensor:
         self.check_sum_range(transport.world_size)
+        twin = device_grid(self.compressor) if self.device_capable else None
+        if twin is not None and device_path(tensor):
+            from gradzip.schemes._device_grid_reduce import reduce_on_device
+
+            return reduce_on_device(self, twin, transport, tensor, step, tensor_index)
         n = tensor.numel()
         own_key = self.key(transport.rank, step, tensor_index)
         feedback = self.feedback.get("worker")
@@ -126,6 +134,33 @@ class GridScheme(Scheme):
         n = levels.numel()
         steps = (self.grid.grid_steps(scales) / count).to(levels.dtype)
         return levels.mul_(per_element(steps, n, self.grid.grid_bucket_size(n)))
+
+    #: whether the subclass implements :meth:`_agree_device` and :meth:`_mean_device`
+    device_capable = False
+
+    def _agree_device(
+        self,
+        transport: Transport,
+        statistic: torch.Tensor,
+        step: int,
+        tensor_index: int,
+        checks: Checks,
+    ) -> torch.Tensor:
+        """:meth:`_agree` with device messages, their flags into ``checks``."""
+        raise NotImplementedError(f"{self.name} has no device path")
+
+    def _mean_device(
+        self,
+        grid: DeviceGrid,
+        transport: Transport,
+        symbols: torch.Tensor,
+        scales: torch.Tensor,
+        step: int,
+        tensor_index: int,
+        checks: Checks,
+    ) -> torch.Tensor:
+        """:meth:`_mean` with device messages, their flags into ``checks``."""
+        raise NotImplementedError(f"{self.name} has no device path")
 
     @abstractmethod
     def _agree(

@@ -5,6 +5,10 @@ from __future__ import annotations
 import torch
 
 from gradzip.comm.transport import Transport, host_bytes
+from gradzip.schemes._device_grid import DeviceGrid
+from gradzip.schemes._device_grid_reduce import decode_sum_device
+from gradzip.schemes._device_messages import Checks, pack_floats_device, unpack_floats_device
+from gradzip.schemes._device_ring_ints import ring_allreduce_ints_device
 from gradzip.schemes._grid_scheme import GridScheme
 from gradzip.schemes._messages import pack_floats, unpack_floats
 from gradzip.schemes._ring_ints import ring_allreduce_ints
@@ -47,6 +51,10 @@ class IntegerAllreduce(GridScheme):
     """
 
     name = "allreduce"
+    #: device tensors (and :func:`~gradzip.device.mode.forced_device_payloads`) run every step
+    #: on the device for the codecs with a device grid (see :mod:`gradzip.schemes.
+    #: _device_grid_reduce`); the transport must pass ``uint8`` tensors through as they are
+    device_capable = True
 
     def _agree(
         self, transport: Transport, statistic: torch.Tensor, step: int, tensor_index: int
@@ -73,3 +81,46 @@ class IntegerAllreduce(GridScheme):
             transport, symbols, top, lambda rank, chunk: self.key(rank, step, tensor_index, chunk)
         )
         return self._decode_sum(sums, scales, step, tensor_index, transport.world_size)
+
+    def _agree_device(
+        self,
+        transport: Transport,
+        statistic: torch.Tensor,
+        step: int,
+        tensor_index: int,
+        checks: Checks,
+    ) -> torch.Tensor:
+        mine = pack_floats_device(statistic, self.key(transport.rank, step, tensor_index))
+        gathered = transport.all_gather_bytes(mine)
+        n = statistic.numel()
+        every: list[torch.Tensor] = []
+        for rank, message in enumerate(gathered):
+            if not isinstance(message, torch.Tensor):
+                raise TypeError(
+                    "the transport turned a device message into host bytes; it must pass uint8 "
+                    "tensors through as they are"
+                )
+            key = self.key(rank, step, tensor_index)
+            every.append(unpack_floats_device(message, n, key, checks))
+        return torch.stack(every).amax(dim=0)
+
+    def _mean_device(
+        self,
+        grid: DeviceGrid,
+        transport: Transport,
+        symbols: torch.Tensor,
+        scales: torch.Tensor,
+        step: int,
+        tensor_index: int,
+        checks: Checks,
+    ) -> torch.Tensor:
+        top = 2 * self.grid.grid_levels()
+        sums = ring_allreduce_ints_device(
+            transport,
+            symbols,
+            top,
+            lambda rank, chunk: self.key(rank, step, tensor_index, chunk),
+            checks,
+        )
+        keys = [self.key(p, step, tensor_index) for p in range(transport.world_size)]
+        return decode_sum_device(self, grid, sums, scales, keys)

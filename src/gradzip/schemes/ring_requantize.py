@@ -6,7 +6,10 @@ from __future__ import annotations
 import torch
 
 from gradzip.comm.transport import Transport, in_step_scope
+from gradzip.device.mode import device_path
+from gradzip.device.ops import on_device
 from gradzip.feedback import working_dtype
+from gradzip.schemes._device_grid import divided
 from gradzip.schemes._slices import slice_bounds
 from gradzip.schemes.base import Scheme
 
@@ -62,7 +65,10 @@ class RingRequantize(Scheme):
     ) -> torch.Tensor:
         size, rank = transport.world_size, transport.rank
         work = working_dtype(tensor.dtype)
-        x = tensor.detach().to("cpu")
+        # [CHOICE] a device-resident codec keeps a device tensor where it is: its payloads are
+        # device payloads, its slices views (narrow), and the result stays on the device
+        resident = self.compressor.device_resident and device_path(tensor)
+        x = tensor.detach() if resident else tensor.detach().to("cpu")
         # slices along the first axis; a vector stays a vector, so per-row codecs (onebit)
         # group its slices as they would the whole vector
         rows = x.reshape(1) if x.dim() == 0 else x
@@ -70,7 +76,7 @@ class RingRequantize(Scheme):
 
         def piece(t: torch.Tensor, part: int) -> torch.Tensor:
             lo, hi = bounds[part]
-            return t[lo:hi]
+            return t.narrow(0, lo, hi - lo)
 
         acc = piece(rows, rank).to(work, copy=True)
         for k in range(1, size):
@@ -83,17 +89,23 @@ class RingRequantize(Scheme):
             # bitwise acc += decode(...) in the working dtype, without the dense temporary's
             # separate cast
             self.compressor.decode_add_(got, acc, expected_key=key, dtype=dtype)
-        out = torch.empty(rows.shape, dtype=work)
+        parts: list[torch.Tensor | None] = [None] * size
         own_key = self.key(rank, step, tensor_index, size + rank)
         # the owner's reconstruction of its summed slice comes with the encode (error feedback
         # computes it anyway): no decode of its own message
         message, dtype, own = self.encode_own_reconstructed("allgather", acc, own_key)
-        piece(out, rank).copy_(own)
+        parts[rank] = own
         nxt, prv = (rank + 1) % size, (rank - 1) % size
         for k in range(size - 1):
             message = transport.exchange_bytes(nxt, message, prv, "allgather")
             part = (rank - k - 1) % size
-            target = piece(out, part)
             key = self.key(part, step, tensor_index, size + part)
-            target.copy_(self.decode(message, key, target.shape, dtype))
+            shape = piece(rows, part).shape
+            parts[part] = self.decode(message, key, shape, dtype)
+        # every part in the working dtype, concatenated: the host path's copies into ``out``
+        home = x.device if resident else torch.device("cpu")
+        out = torch.cat([on_device(p, home).to(work) for p in parts if p is not None])
+        if resident:
+            # a true division on the device (CUDA divides by a host scalar via its reciprocal)
+            return divided(out, float(size)).reshape(tensor.shape)
         return out.div_(size).reshape(tensor.shape)
