@@ -94,3 +94,15 @@ def simulated_and_processes(request: pytest.FixtureRequest) -> RunSimulatedAndPr
     if request.node.get_closest_marker("distributed") is None:
         pytest.fail(f"{request.node.nodeid} runs processes: mark it @pytest.mark.distributed")
     return run_simulated_and_processes
+
+
+@pytest.fixture(autouse=True)
+def _forced_modes_do_not_leak() -> Iterator[None]:
+    """A test that leaves the forced device path or torch-ops path on would turn every later
+    test's CPU encoding into the device path: fail the leaking test instead."""
+    from gradzip.device import mode
+    from gradzip.kernels import backend
+
+    yield
+    assert mode._forced == 0, "forced_device_payloads() left open by this test"
+    assert backend._force_torch_ops == 0, "forced_torch_ops() left open by this test"

@@ -38,3 +38,33 @@ def test_restores_numpy_after_the_block() -> None:
     with count_host_reads():
         pass
     assert torch.Tensor.numpy is before
+
+
+def test_forced_modes_count_blocks_closed_by_threads_in_any_order() -> None:
+    """Simulated ranks open and close the forced device mode in their own threads; however the
+    blocks interleave, the mode is off once every block is closed."""
+    import threading
+
+    from gradzip.device.mode import device_path, forced_device_payloads
+    from gradzip.kernels.backend import use_torch_ops
+
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        with forced_device_payloads():
+            first_in.set()
+            second_in.wait()
+        first_out.set()
+
+    def second() -> None:
+        first_in.wait()
+        with forced_device_payloads():
+            second_in.set()
+            first_out.wait()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not device_path(torch.zeros(1)) and not use_torch_ops(torch.zeros(1))

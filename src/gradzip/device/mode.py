@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -9,13 +10,17 @@ import torch
 
 from gradzip.kernels.backend import forced_torch_ops
 
-_forced = False
+#: how many :func:`forced_device_payloads` blocks are open, in any thread: a count, not a saved
+#: previous value, so that blocks opened and closed by several threads (simulated ranks) in any
+#: order leave the mode off once all are closed
+_forced = 0
+_lock = threading.Lock()
 
 
 def device_path(t: torch.Tensor) -> bool:
     """Whether ``t`` is encoded into (and a payload on its device decoded as) a device payload:
     when ``t`` is not on the CPU, or inside :func:`forced_device_payloads`."""
-    return _forced or t.device.type != "cpu"
+    return _forced > 0 or t.device.type != "cpu"
 
 
 @contextmanager
@@ -24,10 +29,11 @@ def forced_device_payloads() -> Iterator[None]:
     torch operations, as on a GPU. This is how the tests check, on a machine without one, that
     the device path gives the host path's bytes and reads nothing back."""
     global _forced
-    before = _forced
-    _forced = True
+    with _lock:
+        _forced += 1
     try:
         with forced_torch_ops():
             yield
     finally:
-        _forced = before
+        with _lock:
+            _forced -= 1

@@ -8,26 +8,31 @@ torch operations on CPU tensors too, which is how the tests compare the two.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
 
-_force_torch_ops = False
+#: how many :func:`forced_torch_ops` blocks are open, in any thread (a count: blocks of several
+#: threads may close in any order)
+_force_torch_ops = 0
+_lock = threading.Lock()
 
 
 def use_torch_ops(t: torch.Tensor | None = None) -> bool:
     """True when ``t`` is not on the CPU, or inside :func:`forced_torch_ops`."""
-    return _force_torch_ops or (t is not None and t.device.type != "cpu")
+    return _force_torch_ops > 0 or (t is not None and t.device.type != "cpu")
 
 
 @contextmanager
 def forced_torch_ops() -> Iterator[None]:
     """Run the torch-operations path even for CPU tensors (tests, comparisons)."""
     global _force_torch_ops
-    before = _force_torch_ops
-    _force_torch_ops = True
+    with _lock:
+        _force_torch_ops += 1
     try:
         yield
     finally:
-        _force_torch_ops = before
+        with _lock:
+            _force_torch_ops -= 1
