@@ -20,7 +20,7 @@ message, read back to raise the host parser's precise error).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -33,14 +33,13 @@ from gradzip.schemes._device_messages import Checks
 
 if TYPE_CHECKING:
     from gradzip.keys import StreamKey
-    from gradzip.schemes._grid_scheme import GridScheme
 
 #: as in gradzip.schemes._grid_scheme: float32 holds every integer up to this exactly
 _FLOAT32_EXACT = 2**24
 
 
 def decode_sum_device(
-    scheme: GridScheme,
+    scheme: Any,  # a GridScheme (not imported: it imports this module)
     grid: DeviceGrid,
     sums: torch.Tensor,
     scales: torch.Tensor,
@@ -56,7 +55,7 @@ def decode_sum_device(
 
 
 def reduce_on_device(
-    scheme: GridScheme,
+    scheme: Any,  # a GridScheme (not imported: it imports this module)
     grid: DeviceGrid,
     transport: Transport,
     tensor: torch.Tensor,
@@ -94,6 +93,8 @@ def reduce_on_device(
         symbols, scales = feedback.compensate(tensor, own_key, quantize)
     else:
         (symbols, scales), _ = quantize(tensor)
-    mean = scheme._mean_device(grid, transport, symbols, scales, step, tensor_index, checks)
+    mean: torch.Tensor = scheme._mean_device(
+        grid, transport, symbols, scales, step, tensor_index, checks
+    )
     checks.verify()
     return mean.view(tensor.shape).to(work)
