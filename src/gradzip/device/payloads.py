@@ -87,7 +87,7 @@ def poisoned(payload: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
     [CHOICE] An encoder on the device does not read whether its input was finite (that would
     stall the device for one byte), so a payload of non-finite input cannot be refused before
     it exists; instead its CRC is complemented, so no receiver ever decodes it, and a
-    receiver's error names the cause (:func:`gradzip.device.decode.diagnose`). The sender
+    receiver's error names the cause (:class:`~gradzip.errors.NonFiniteSenderError`). The sender
     learns it from the encoding's flag (:meth:`gradzip.accounting.Encoded.verify`)."""
     n = payload.numel()
     head = payload.narrow(0, 0, n - CRC_BYTES)
