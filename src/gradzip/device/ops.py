@@ -21,5 +21,11 @@ def as_bytes(t: torch.Tensor) -> torch.Tensor:
 
 
 def bytes_tensor(data: bytes | bytearray | Sequence[int], device: torch.device) -> torch.Tensor:
-    """Host bytes as a ``uint8`` tensor on ``device`` (a host-to-device copy; never a read)."""
+    """Host bytes as a ``uint8`` tensor on ``device`` (a host-to-device copy; never a read).
+
+    On the CPU one buffer copy (a gloo message's inlined head can be tens of KiB); elsewhere
+    built from a list, since under fake CUDA tensors a host tensor cannot be moved to the device
+    (the bytes there are a header: a few dozen)."""
+    if device.type == "cpu":
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8)
     return torch.tensor(list(data), dtype=torch.uint8, device=device)
