@@ -1,8 +1,8 @@
 """``gradzip bench cluster``: end-to-end DDP training steps on an emulated bandwidth-limited cluster.
 
 For each world size ``P`` the launcher builds a cluster of its own (:mod:`.cluster_netns`: a
-network namespace per rank, veth pairs through a bridge namespace, ``tc tbf`` on both ends of
-every link), then for each rate sets the limit and starts ``P`` rank processes inside their
+network namespace per node of ``--ranks-per-node`` ranks (:mod:`.cluster_topology`), veth pairs
+through a bridge namespace, ``tc tbf`` on both ends of every link), then for each rate sets the limit and starts ``P`` rank processes inside their
 namespaces (``ip netns exec ... python -m gradzip_lab.bench.cluster_rank``, :mod:`.cluster_rank`),
 which train the model under the variants (:mod:`.cluster_variants`) with torch.distributed gloo
 and DDP. Which processes run which variants (``--mode``, ``--rounds``): :mod:`.cluster_plan`;
@@ -19,9 +19,16 @@ first). Namespaces left by a launcher that died are swept at start. Needs root a
 otherwise :func:`main` prints one line and returns 2.
 
 [CHOICE] Memory: every variant holds a model copy, its gradients (DDP bucket views) and its
-hook's state (error feedback, PowerSGD's memories) on every rank, about 4 model sizes; the
+hook's state (error feedback, PowerSGD's memories) on every rank, about 4 model sizes, and every
+rank process holds torch, the data set and its buffers (:data:`RANK_PROCESS_BYTES`); the
 variants of an interleaved launch are split into chunks that fit half the available memory, and
-each chunk runs interleaved (chunks one after another, in the same processes).
+each chunk runs interleaved (chunks one after another, in the same processes). The plan's
+estimate is printed before the launches, and each launch's measured peak (resident memory of
+all its ranks) after it. Where even one variant per rank process does not fit the available
+memory, the run stops before it starts, naming both figures.
+
+[CHOICE] Time limit: by default a launch may take :data:`TIMEOUT_PER_LAUNCH_S` x max(1, P / 4)
+seconds (P ranks share the cores, so a step's compute grows with P), also each collective's.
 """
 
 from __future__ import annotations
@@ -39,22 +46,62 @@ from gradzip_lab.bench.cluster_compare import default_baseline, format_compariso
 from gradzip_lab.bench.cluster_launch import (
     ClusterInterruptedError,
     ClusterRunError,
+    PeakMemory,
     built_cluster,
     launch,
     signals_raise,
 )
 from gradzip_lab.bench.cluster_merge import merged_row
 from gradzip_lab.bench.cluster_netns import missing_privilege, sweep_stale
-from gradzip_lab.bench.cluster_plan import BOTH, INTERLEAVED, ISOLATED, modes_of, plan_launches
+from gradzip_lab.bench.cluster_plan import (
+    BOTH,
+    INTERLEAVED,
+    ISOLATED,
+    Launch,
+    modes_of,
+    plan_launches,
+)
 from gradzip_lab.bench.cluster_rank import MODEL_NAMES, RankConfig
-from gradzip_lab.bench.cluster_report import fill_references, format_table, write_json
+from gradzip_lab.bench.cluster_report import (
+    add_topology,
+    fill_references,
+    format_table,
+    write_json,
+)
 from gradzip_lab.bench.cluster_target import Target
+from gradzip_lab.bench.cluster_topology import Topology, with_ranks_per_node
 from gradzip_lab.bench.cluster_variants import Variant, select
 
 MASTER_PORT = 29500
 DEFAULT_LR = {"mlp-4096": 0.03, "fc-300-100": 0.2}  # the loss falls within a few steps
 MODEL_NUMEL = {"mlp-4096": 36_818_954, "fc-300-100": 266_610}
 VARIANT_MODEL_COPIES = 4  # see the module docstring
+#: a rank process without any variant: torch, gloo, the MNIST arrays, allocator slack
+#: [RECON] measured peak about 0.45 GB a rank (fc-300-100, P = 8); rounded up
+RANK_PROCESS_BYTES = 600 << 20
+TIMEOUT_PER_LAUNCH_S = 1800.0
+
+
+def launch_timeout(world_size: int, given: float | None) -> float:
+    """Seconds a launch of ``world_size`` ranks may take: ``given``, or by default
+    :data:`TIMEOUT_PER_LAUNCH_S` scaled by ``max(1, P / 4)`` (see the module docstring)."""
+    return given if given is not None else TIMEOUT_PER_LAUNCH_S * max(1.0, world_size / 4)
+
+
+def variant_bytes(model: str, world_size: int) -> int:
+    """Estimated memory one variant takes over all ``world_size`` ranks."""
+    return VARIANT_MODEL_COPIES * 4 * MODEL_NUMEL[model] * world_size
+
+
+def check_memory(model: str, world_size: int, memory: int) -> None:
+    """``ValueError`` naming both figures where ``world_size`` rank processes with one variant
+    each are estimated to need more than ``memory`` bytes."""
+    need = world_size * RANK_PROCESS_BYTES + variant_bytes(model, world_size)
+    if need > memory:
+        raise ValueError(
+            f"{model} at P = {world_size}: one variant per rank process needs about "
+            f"{need / 2**30:.1f} GiB, {memory / 2**30:.1f} GiB available"
+        )
 
 
 def check_variants(variants: list[Variant]) -> None:
@@ -82,9 +129,10 @@ def available_memory() -> int:
 
 def chunks(names: list[str], model: str, world_size: int, memory: int) -> list[list[str]]:
     """``names`` cut into consecutive chunks whose model copies fit half of ``memory`` over
-    all ``world_size`` ranks (at least one variant per chunk)."""
-    per_variant = VARIANT_MODEL_COPIES * 4 * MODEL_NUMEL[model] * world_size
-    size = max(1, (memory // 2) // per_variant)
+    all ``world_size`` ranks, less the rank processes' own (:data:`RANK_PROCESS_BYTES`; at least
+    one variant per chunk)."""
+    budget = memory // 2 - world_size * RANK_PROCESS_BYTES
+    size = max(1, budget // variant_bytes(model, world_size))
     return [names[i : i + size] for i in range(0, len(names), size)]
 
 
@@ -95,7 +143,7 @@ def run(
     steps: int,
     warmup: int,
     variants: list[Variant],
-    timeout: float,
+    timeout: float | None,
     data: str = "mnist",
     batch: int = 32,
     lr: float | None = None,
@@ -106,8 +154,10 @@ def run(
     mode: str = ISOLATED,
     rounds: int = 1,
     baseline: str | None = None,
+    ranks_per_node: int = 1,
 ) -> list[dict[str, Any]]:
-    """Build, measure and tear down per world size; print the tables (per mode, then the ratios
+    """Build, measure and tear down per world size (``timeout``: None scales the default with
+    P, :func:`launch_timeout`); print the tables (per mode, then the ratios
     to ``baseline``); write JSON and PNG (with a ``target``, also the time to the target loss
     and its curves). The PNGs draw the isolated rows where there are any."""
     from gradzip_lab.bench.cluster_report import write_png
@@ -127,24 +177,27 @@ def run(
     print(
         f"gradzip bench cluster: {model} ({MODEL_NUMEL[model]:,} parameters), batch {batch} per "
         f"rank, {data} data, SGD lr {lr}; {warmup} warm-up + {steps} timed steps per variant, "
-        f"{how}; {rounds} round(s); {os.cpu_count()} cores"
+        f"{how}; {rounds} round(s); {ranks_per_node} rank(s) per node; {os.cpu_count()} cores"
     )
     print(
-        "ms/step: slowest rank per step, median over timed steps; MB/step: bytes the rank's veth "
-        "sent per step (tx_bytes, TCP/IP included), mean over steps and ranks; x fp32: fp32's "
+        "ms/step: slowest rank per step, median over timed steps; MB/step: bytes a node's veth "
+        "sent per step (tx_bytes, TCP/IP included; a node's own ranks talk over its loopback), "
+        f"mean over steps and nodes; per rank = node / {ranks_per_node}; x fp32: fp32's "
         "ms/step over the row's"
     )
     rows: list[dict[str, Any]] = []
     with signals_raise():
         for index, world in enumerate(world_sizes):
-            rows.extend(_one_world(index, world, rates, model, steps, warmup, names, timeout,
-                                   data, batch, lr, threads, target, mode, rounds))  # fmt: skip
+            rows.extend(_one_world(index, world, rates, model, steps, warmup, names,
+                                   launch_timeout(world, timeout), data, batch, lr, threads,
+                                   target, mode, rounds, ranks_per_node))  # fmt: skip
     fill_references(rows, baseline)
     modes = modes_of(mode)
     _per_mode(rows, modes, format_table)
     _print(format_comparison(rows, baseline))
     meta = {"steps": steps, "warmup": warmup, "batch": batch, "lr": lr, "data": data,
             "cpu_count": os.cpu_count(), "mode": mode, "rounds": rounds, "baseline": baseline,
+            "ranks_per_node": ranks_per_node,
             "interleaved": "step by step within a chunk"}  # fmt: skip
     headline = [r for r in rows if r["mode"] == (ISOLATED if ISOLATED in modes else INTERLEAVED)]
     if target is not None:
@@ -162,6 +215,20 @@ def run(
         write_png(png_path, headline)
         print(f"wrote {png_path}")
     return rows
+
+
+def memory_plan(plan: list[Launch], model: str, world: int, memory: int) -> list[str]:
+    """One line: the most variants a launch holds per rank process and the estimated memory of
+    that launch against the available memory."""
+    most = max((len(chunk) for launch in plan for chunk in launch.chunks), default=0)
+    need = world * RANK_PROCESS_BYTES + most * variant_bytes(model, world)
+    split = [len(launch.chunks) for launch in plan if launch.mode == INTERLEAVED]
+    chunked = f", interleaved in {split[0]} chunk(s)" if split else ""
+    return [
+        f"  P = {world}: at most {most} variant(s) per rank process{chunked}: about "
+        f"{need / 2**30:.1f} GiB estimated for the {world} ranks, "
+        f"{memory / 2**30:.1f} GiB available"
+    ]
 
 
 def rank_threads_env(threads: int) -> dict[str, str]:
@@ -205,14 +272,16 @@ def _one_world(
     target: Target | None = None,
     mode: str = ISOLATED,
     rounds: int = 1,
+    ranks_per_node: int = 1,
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     per_rank_threads = threads or max(1, (os.cpu_count() or 1) // world)
     env = rank_threads_env(per_rank_threads)
     memory = available_memory()
     plan = plan_launches(names, mode, rounds, lambda order: chunks(order, model, world, memory))
+    _print(memory_plan(plan, model, world, memory))
     port = MASTER_PORT  # a port per launch: a finished launch's sockets cannot delay the next
-    with built_cluster(world, run=index) as net:
+    with built_cluster(world, run=index, ranks_per_node=ranks_per_node) as net:
         for rate in rates:
             net.set_rate(rate)
             start = time.perf_counter()
@@ -231,17 +300,24 @@ def _one_world(
                     for r in range(world)
                 ]  # fmt: skip
                 port += 1
+                peak = PeakMemory()
                 with tempfile.TemporaryDirectory(prefix="gradzip-cluster-") as tmp:
-                    done.append((planned, launch(net, configs, timeout, Path(tmp), env=env)))
+                    done.append(
+                        (planned, launch(net, configs, timeout, Path(tmp), env=env, memory=peak))
+                    )
                 what = ", ".join(planned.names) if planned.mode == ISOLATED else "all interleaved"
                 print(
                     f"  P = {world}, rate {rate}: launch {number}/{len(plan)} (round "
                     f"{planned.round + 1}, {planned.mode}: {what}) done after "
-                    f"{time.perf_counter() - start:.0f} s",
+                    f"{time.perf_counter() - start:.0f} s, the ranks' peak resident memory "
+                    f"{peak.bytes / 2**30:.1f} GiB",
                     flush=True,
                 )
             rows.extend(
-                merged_row(model, world, rate, name, m, done, target is not None)
+                add_topology(
+                    merged_row(model, world, rate, name, m, done, target is not None),
+                    ranks_per_node,
+                )
                 for m in modes_of(mode)
                 for name in names
             )
@@ -260,7 +336,7 @@ def main(
     steps: int,
     warmup: int,
     variant_names: list[str] | None,
-    timeout: float,
+    timeout: float | None,
     json_path: str | None,
     png_path: str | None,
     data: str = "mnist",
@@ -270,6 +346,7 @@ def main(
     mode: str = ISOLATED,
     rounds: int = 1,
     baseline: str | None = None,
+    ranks_per_node: int = 1,
 ) -> int:
     """The command: 2 on bad input or missing privileges, 130 on SIGINT/SIGTERM, 1 on a failed
     run, else 0 (the namespaces are gone in every case)."""
@@ -281,6 +358,13 @@ def main(
         )
         return 2
     try:
+        for world in world_sizes:
+            Topology(world, ranks_per_node)
+            check_memory(model, world, available_memory())
+        if variant_names:
+            variant_names = [with_ranks_per_node(n, ranks_per_node) for n in variant_names]
+        if baseline is not None:
+            baseline = with_ranks_per_node(baseline, ranks_per_node)
         variants = select(variant_names)
         check_variants(variants)
         modes_of(mode)
@@ -298,7 +382,7 @@ def main(
     try:
         run(world_sizes, rates, model, steps, warmup, variants, timeout, data=data, lr=lr,
             threads=threads, json_path=json_path, png_path=png_path, target=target, mode=mode,
-            rounds=rounds, baseline=baseline)  # fmt: skip
+            rounds=rounds, baseline=baseline, ranks_per_node=ranks_per_node)  # fmt: skip
     except ClusterInterruptedError as err:
         print(f"gradzip bench cluster: {err}; namespaces removed", file=sys.stderr)
         return 130

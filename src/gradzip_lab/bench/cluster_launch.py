@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
@@ -60,8 +60,10 @@ class RankAddress(Protocol):
 
 
 def join_group(config: RankAddress) -> None:
-    """Join the gloo group over the rank's own veth (``GLOO_SOCKET_IFNAME``), so that every
-    byte between ranks crosses the rate-limited links, never the loopback device."""
+    """Join the gloo group over the veth of the rank's node (``GLOO_SOCKET_IFNAME``), so that
+    every byte between ranks of different nodes crosses the rate-limited links. Ranks of one
+    node bind the same address and reach each other over the namespace's loopback (the
+    kernel routes a namespace's own addresses there), as processes of one machine do."""
     os.environ["GLOO_SOCKET_IFNAME"] = config.device
     dist.init_process_group(
         "gloo",
@@ -88,10 +90,12 @@ def signals_raise() -> Iterator[None]:
 
 
 @contextmanager
-def built_cluster(world_size: int, run: int = 0) -> Iterator[ClusterNetwork]:
-    """A cluster of ``world_size`` rank namespaces, deleted when the block ends (errors
-    included); a second Ctrl-C cannot cut the teardown short."""
-    net = ClusterNetwork(world_size, run=run)
+def built_cluster(
+    world_size: int, run: int = 0, ranks_per_node: int = 1
+) -> Iterator[ClusterNetwork]:
+    """A cluster of ``world_size`` ranks in node namespaces of ``ranks_per_node``, deleted when
+    the block ends (errors included); a second Ctrl-C cannot cut the teardown short."""
+    net = ClusterNetwork(world_size, run=run, ranks_per_node=ranks_per_node)
     try:
         net.setup()
         yield net
@@ -103,6 +107,28 @@ def built_cluster(world_size: int, run: int = 0) -> Iterator[ClusterNetwork]:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
         if left:
             print(f"WARNING: namespaces still listed after teardown: {', '.join(left)}")
+
+
+@dataclass
+class PeakMemory:
+    """The most resident memory (bytes) the ranks of a launch held at once, summed over the
+    ranks, sampled every poll of :func:`launch` (so a peak between two polls can be missed)."""
+
+    bytes: int = 0
+
+    def sample(self, pids: list[int]) -> None:
+        self.bytes = max(self.bytes, sum(resident_bytes(pid) for pid in pids))
+
+
+def resident_bytes(pid: int) -> int:
+    """``VmRSS`` of process ``pid`` in bytes (0 once it has gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def rank_env() -> dict[str, str]:
@@ -120,10 +146,11 @@ def launch(
     workdir: Path,
     module: str = TRAINING_RANK,
     env: dict[str, str] | None = None,
+    memory: PeakMemory | None = None,
 ) -> list[dict[str, Any]]:
     """Start ``python -m module CONFIG OUT`` for every rank in its namespace (``configs`` are
     dataclasses with a ``rank`` field, written as JSON; ``env``: variables added to the ranks'
-    environment), wait for all (at most ``timeout`` s),
+    environment), wait for all (at most ``timeout`` s; ``memory``: their peak resident memory),
     return their results. A failed rank, or the limit, kills the others and raises
     :class:`ClusterRunError` with the failed ranks' last output lines."""
     procs: list[subprocess.Popen[bytes]] = []
@@ -149,6 +176,8 @@ def launch(
         shown = 0  # bytes of rank 0's log already scanned for progress lines
         while any(p.poll() is None for p in procs):
             shown = _show_progress(logs[0], shown)
+            if memory is not None:
+                memory.sample([p.pid for p in procs])  # ip netns exec execs: the rank's pid
             failed = [i for i, p in enumerate(procs) if p.returncode not in (None, 0)]
             if failed:
                 time.sleep(5.0)  # let the peers report their side of it before they go

@@ -1,19 +1,23 @@
 """The emulated cluster of ``gradzip bench cluster``: network namespaces, veth pairs, a bridge, tbf.
 
-Topology for ``P`` ranks, built by :class:`ClusterNetwork` (names carry the launcher's pid, so
-concurrent runs never collide)::
+Topology for ``P`` ranks in nodes of ``K`` (``--ranks-per-node``, default 1; which rank is on
+which node: :class:`~.cluster_topology.Topology`), built by :class:`ClusterNetwork` (names carry
+the launcher's pid, so concurrent runs never collide)::
 
-    netns gzc<pid>r0: lo, veth0 10.213.<run>.1/24  --veth--  r0 ┐
-    netns gzc<pid>r1: lo, veth0 10.213.<run>.2/24  --veth--  r1 ├ br0 in netns gzc<pid>b
+    netns gzc<pid>n0: lo, veth0 10.213.<run>.1/24  --veth--  n0 ┐   ranks 0 .. K-1
+    netns gzc<pid>n1: lo, veth0 10.213.<run>.2/24  --veth--  n1 ├ br0 in netns gzc<pid>b
     ...                                                         ┘
+
+The K ranks of a node run in its namespace and bind its one address: between them traffic
+goes over the namespace's loopback (no limit, not on the veth), between nodes over the veths.
 
 Every device is created directly inside the cluster's own namespaces (``ip -n NS link add
 veth0 type veth peer name rK netns BRIDGE``): the host's network namespace, its devices, addresses
 and routes are never touched, and the namespaces have no route anywhere else.
 
 A rate limit puts ``tc qdisc ... root tbf rate R burst B latency L`` on BOTH ends of every
-link: the rank's ``veth0`` (what the rank sends) and the bridge's ``rK`` (what it receives), so
-each rank's uplink and downlink both run at ``R``, as on a switched cluster with a NIC of rate
+link: the node's ``veth0`` (what the node sends) and the bridge's ``nN`` (what it receives), so
+each node's uplink and downlink both run at ``R``, as on a switched cluster with a NIC of rate
 ``R`` per node. ``none`` removes the qdiscs (veth then runs at memory speed). [CHOICE] tbf only
 (the kernel these benchmarks ran on has no netem, so no added delay): burst is 2 ms of the rate
 but at least 64 KiB (veth hands over GSO packets of up to 64 KiB, and a burst smaller than a
@@ -33,11 +37,13 @@ import subprocess
 from dataclasses import dataclass, field
 
 from gradzip.errors import GradzipError
+from gradzip_lab.bench.cluster_topology import Topology
 
 PREFIX = "gzc"
-RANK_DEVICE = "veth0"  # the rank's end of its link, inside its own namespace
+RANK_DEVICE = "veth0"  # the node's end of its link, inside the node's namespace
 BRIDGE_DEVICE = "br0"
-_OWN_NAME = re.compile(rf"^{PREFIX}(\d+)(?:r\d+|b)$")
+# r<rank>: the names of launchers from before nodes held several ranks, still swept
+_OWN_NAME = re.compile(rf"^{PREFIX}(\d+)(?:[nr]\d+|b)$")
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
 _UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}  # tc's units: powers of 10
 MIN_BURST_BYTES = 64 * 1024
@@ -124,7 +130,8 @@ def sweep_stale() -> list[str]:
 
 @dataclass
 class ClusterNetwork:
-    """``world_size`` rank namespaces joined through a bridge namespace (see the module doc).
+    """``world_size`` ranks in node namespaces of ``ranks_per_node`` joined through a bridge
+    namespace (see the module doc).
 
     ``run`` is the third octet of the addresses (they exist inside these namespaces only)."""
 
@@ -132,36 +139,48 @@ class ClusterNetwork:
     run: int = 0
     pid: int = field(default_factory=os.getpid)
     built: list[str] = field(default_factory=list)  # namespaces created so far, for teardown
+    ranks_per_node: int = 1
+
+    @property
+    def topology(self) -> Topology:
+        return Topology(self.world_size, self.ranks_per_node)
 
     @property
     def bridge(self) -> str:
         return f"{PREFIX}{self.pid}b"
 
+    def node_namespace(self, node: int) -> str:
+        return f"{PREFIX}{self.pid}n{node}"
+
     def rank_namespace(self, rank: int) -> str:
-        return f"{PREFIX}{self.pid}r{rank}"
+        """The namespace of ``rank``'s node."""
+        return self.node_namespace(self.topology.node_of(rank))
 
     def address(self, rank: int) -> str:
-        return f"10.213.{self.run % 256}.{rank + 1}"
+        """The address ``rank`` binds: its node's veth address."""
+        return self.topology.rank_address(rank, self.run)
 
     def setup(self) -> None:
         """Create the namespaces, links, bridge and addresses (no rate limit yet). On failure
         whatever was built is torn down before the error propagates."""
+        topology = self.topology  # a bad node size fails before anything is built
         try:
             self._add_namespace(self.bridge)
             br = self.bridge
             _run("ip", "-n", br, "link", "add", BRIDGE_DEVICE, "type", "bridge")
             _run("ip", "-n", br, "link", "set", BRIDGE_DEVICE, "up")
-            for rank in range(self.world_size):
-                ns = self.rank_namespace(rank)
+            for node in range(topology.nodes):
+                ns = self.node_namespace(node)
                 self._add_namespace(ns)
-                port = f"r{rank}"
+                port = f"n{node}"
                 _run(
                     "ip", "-n", ns, "link", "add", RANK_DEVICE, "type", "veth",
                     "peer", "name", port, "netns", br,
                 )  # fmt: skip
                 _run("ip", "-n", br, "link", "set", port, "master", BRIDGE_DEVICE)
                 _run("ip", "-n", br, "link", "set", port, "up")
-                _run("ip", "-n", ns, "addr", "add", f"{self.address(rank)}/24", "dev", RANK_DEVICE)
+                address = topology.node_address(node, self.run)
+                _run("ip", "-n", ns, "addr", "add", f"{address}/24", "dev", RANK_DEVICE)
                 _run("ip", "-n", ns, "link", "set", RANK_DEVICE, "up")
         except BaseException:
             self.teardown()
@@ -181,11 +200,11 @@ class ClusterNetwork:
             )  # fmt: skip
 
     def links(self) -> list[tuple[str, str]]:
-        """Every ``(namespace, device)`` that carries a qdisc: both ends of each link."""
+        """Every ``(namespace, device)`` that carries a qdisc: both ends of each node's link."""
         ends = []
-        for rank in range(self.world_size):
-            ends.append((self.rank_namespace(rank), RANK_DEVICE))
-            ends.append((self.bridge, f"r{rank}"))
+        for node in range(self.topology.nodes):
+            ends.append((self.node_namespace(node), RANK_DEVICE))
+            ends.append((self.bridge, f"n{node}"))
         return ends
 
     def set_rate(self, rate: str) -> None:
@@ -214,5 +233,5 @@ class ClusterNetwork:
         return [name for name in list_namespaces() if name in mine]
 
     def exec_prefix(self, rank: int) -> list[str]:
-        """The argv prefix that runs a command inside rank ``rank``'s namespace."""
+        """The argv prefix that runs a command inside the namespace of ``rank``'s node."""
         return ["ip", "netns", "exec", self.rank_namespace(rank)]

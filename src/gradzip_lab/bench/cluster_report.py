@@ -5,9 +5,13 @@ A row is one (model, world size, rate, variant). From the ranks' per-step figure
 * ``step_ms``: per timed step the slowest rank's time, then the median over the timed steps;
 * ``compute_ms``: the ``none`` variant's ``step_ms`` at the same model, world size and rate
   (None where it was not run);
-* ``bytes_sent_per_rank``: the rank veth's ``tx_bytes`` growth over one step (the wire, with
-  TCP/IP headers and ACKs), mean over the timed steps, then over the ranks;
-  ``bytes_received_per_rank`` likewise from ``rx_bytes``;
+* ``ranks_per_node`` (K): the ranks that share a node's namespace and its veth
+  (:mod:`.cluster_topology`);
+* ``bytes_sent_per_node``: the node veth's ``tx_bytes`` growth over one step (the wire, with
+  TCP/IP headers and ACKs; traffic between ranks of one node is not on it), mean over the timed
+  steps, then over the ranks (each reads its node's counter); ``bytes_received_per_node``
+  likewise from ``rx_bytes``; ``bytes_sent_per_rank`` / ``bytes_received_per_rank``: the node's
+  divided by K (K = 1: the rank's own veth);
 * ``payload_bytes_per_rank``: what gradzip's transport meter counted as sent in a step (payloads
   plus length prefixes), mean over steps and ranks; None for the torch variants;
 * ``loss_first`` / ``loss_last``: the training loss at the first and last timed step, mean over
@@ -63,6 +67,17 @@ def make_row(
     }
 
 
+def add_topology(row: dict[str, Any], ranks_per_node: int) -> dict[str, Any]:
+    """``row`` (of :func:`make_row`, whose per-rank bytes are what each rank read on its node's
+    veth) with ``ranks_per_node``, the per-node bytes, and the per-rank bytes as the node's / K."""
+    for way in ("sent", "received"):
+        node = row[f"bytes_{way}_per_rank"]
+        row[f"bytes_{way}_per_node"] = node
+        row[f"bytes_{way}_per_rank"] = node / ranks_per_node
+    row["ranks_per_node"] = ranks_per_node
+    return row
+
+
 def fill_references(rows: list[dict[str, Any]], baseline: str | None = None) -> None:
     """Set ``compute_ms`` (the ``none`` row's step), ``speedup_vs_fp32``, ``step_ms_no_limit``
     and, with a ``baseline`` variant, ``speedup_vs_baseline`` (its ``step_ms`` over the row's)
@@ -99,15 +114,18 @@ def _ordered(values: list[Any]) -> list[Any]:
 
 
 def format_table(rows: list[dict[str, Any]]) -> list[str]:
-    """Per model and world size: a line per variant; per rate, step ms, MB sent per rank per
-    step (measured on the wire) and the speedup over fp32."""
+    """Per model and world size: a line per variant; per rate, step ms, MB sent per node per
+    step (measured on the node's veth; a node is one rank where ``ranks_per_node`` is 1 or
+    absent) and the speedup over fp32."""
     lines: list[str] = []
     for model in _ordered([r["model"] for r in rows]):
         for world in _ordered([r["world_size"] for r in rows if r["model"] == model]):
             block = [r for r in rows if r["model"] == model and r["world_size"] == world]
             rates = _ordered([r["rate"] for r in block])
             width = max(len(r["variant"]) for r in block) + 2
-            lines.append(f"{model}, P = {world}")
+            per_node = block[0].get("ranks_per_node", 1)
+            nodes = f", {world // per_node} nodes of {per_node} ranks" if per_node > 1 else ""
+            lines.append(f"{model}, P = {world}{nodes}")
             lines.append(" " * width + "".join(f"| {rate:^28}" for rate in rates))
             lines.append(
                 f"{'variant':<{width}}"
@@ -123,12 +141,17 @@ def format_table(rows: list[dict[str, Any]]) -> list[str]:
                     r = match[0]
                     speed = r["speedup_vs_fp32"]
                     cells.append(
-                        f"| {r['step_ms']:>9,.0f} {r['bytes_sent_per_rank'] / MB:>8.3f} "
+                        f"| {r['step_ms']:>9,.0f} {node_bytes(r) / MB:>8.3f} "
                         f"{'-' if speed is None else f'{speed:.2f}':>8}  "
                     )
                 lines.append(f"{variant:<{width}}" + "".join(cells))
             lines.append("")
     return lines
+
+
+def node_bytes(row: dict[str, Any]) -> float:
+    """The bytes a node's veth sent per step (rows from before nodes: the rank's veth)."""
+    return float(row.get("bytes_sent_per_node", row["bytes_sent_per_rank"]))
 
 
 def provenance() -> dict[str, Any]:

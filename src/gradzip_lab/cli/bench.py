@@ -170,8 +170,18 @@ def _rates(text: str) -> list[str]:
 
 
 def cmd_bench_cluster(args: argparse.Namespace) -> int:
-    if args.steps < 1 or args.warmup < 2 or args.timeout <= 0 or args.rounds < 1:
+    timeout_ok = args.timeout is None or args.timeout > 0
+    if args.steps < 1 or args.warmup < 2 or not timeout_ok or args.rounds < 1:
         return fail(CLUSTER, "--steps must be >= 1, --warmup >= 2, --timeout > 0, --rounds >= 1")
+    if args.ranks_per_node < 1:
+        return fail(CLUSTER, f"--ranks-per-node must be >= 1, got {args.ranks_per_node}")
+    uneven = [p for p in args.world_sizes if p % args.ranks_per_node]
+    if uneven:
+        return fail(
+            CLUSTER,
+            f"world size(s) {', '.join(map(str, uneven))} are no multiple of --ranks-per-node "
+            f"{args.ranks_per_node}: every node holds the same number of ranks",
+        )
     if args.lr is not None and not args.lr > 0:
         return fail(CLUSTER, "--lr must be > 0")
     target_ok = (
@@ -202,6 +212,7 @@ def cmd_bench_cluster(args: argparse.Namespace) -> int:
         mode=args.mode,
         rounds=args.rounds,
         baseline=args.baseline,
+        ranks_per_node=args.ranks_per_node,
     )
 
 
@@ -210,13 +221,14 @@ def add_cluster_parser(bench_sub: argparse._SubParsersAction) -> None:  # type: 
         "cluster",
         help="DDP training steps on an emulated bandwidth-limited cluster (needs root)",
         description=(
-            "Builds a cluster of network namespaces (one per rank, veth pairs through a bridge "
+            "Builds a cluster of network namespaces (one per node of --ranks-per-node ranks, "
+            "veth pairs through a bridge "
             "namespace, tc tbf at the rate on both ends of every link), runs P gloo ranks with "
             "DDP and compares no communication, fp32 all-reduce, fp16_compress_hook, PowerSGD "
             "rank 1 and 4 and gradzip configurations, each in rank processes of its own (--mode "
             "isolated) or all in the same processes, their steps interleaved (--mode "
-            "interleaved; both: the two side by side). Prints step ms, MB sent per rank per "
-            "step (measured on the veth), the speedup over fp32 and the ratio to --baseline; "
+            "interleaved; both: the two side by side). Prints step ms, MB sent per node per "
+            "step (measured on the node's veth), the speedup over fp32 and the ratio to --baseline; "
             "writes a PNG. Needs root and iproute2 (exit 2 otherwise); always removes its "
             "namespaces."
         ),
@@ -253,8 +265,14 @@ def add_cluster_parser(bench_sub: argparse._SubParsersAction) -> None:  # type: 
         "--threads", type=int, help="torch threads per rank (default: cores / P, at least 1)"
     )
     p_cluster.add_argument(
-        "--timeout", type=float, default=1800.0,
-        help="seconds allowed to the ranks of one launch (and each collective)",
+        "--timeout", type=float,
+        help="seconds allowed to the ranks of one launch (and each collective); default "
+        "1800 x max(1, P / 4)",
+    )  # fmt: skip
+    p_cluster.add_argument(
+        "--ranks-per-node", type=int, default=1, metavar="K",
+        help="ranks sharing one node's namespace (ranks [nK, (n+1)K) on node n): they talk over "
+        "its loopback, unlimited; only the node's link is rate-limited (default 1)",
     )  # fmt: skip
     p_cluster.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p_cluster.add_argument(
