@@ -14,7 +14,7 @@ import pytest
 
 from gradzip.cli import main
 from gradzip_lab.bench import cluster_netns
-from gradzip_lab.bench.cluster import chunks
+from gradzip_lab.bench.cluster import RANK_PROCESS_BYTES, chunks
 from gradzip_lab.bench.cluster_netns import ClusterNetwork, parse_rate, tbf_arguments
 from gradzip_lab.bench.cluster_report import fill_references, format_table, make_row, write_json
 from gradzip_lab.bench.cluster_variants import VARIANT_TABLE, select
@@ -81,22 +81,23 @@ def test_rates_and_tbf() -> None:
 
 def test_namespace_names_and_links() -> None:
     net = ClusterNetwork(3, run=7, pid=4242)
-    assert [net.rank_namespace(r) for r in range(3)] == ["gzc4242r0", "gzc4242r1", "gzc4242r2"]
+    assert [net.rank_namespace(r) for r in range(3)] == ["gzc4242n0", "gzc4242n1", "gzc4242n2"]
     assert net.bridge == "gzc4242b"
     assert net.address(2) == "10.213.7.3"
     # both ends of every link carry a qdisc
     assert net.links() == [
-        ("gzc4242r0", "veth0"),
-        ("gzc4242b", "r0"),
-        ("gzc4242r1", "veth0"),
-        ("gzc4242b", "r1"),
-        ("gzc4242r2", "veth0"),
-        ("gzc4242b", "r2"),
+        ("gzc4242n0", "veth0"),
+        ("gzc4242b", "n0"),
+        ("gzc4242n1", "veth0"),
+        ("gzc4242b", "n1"),
+        ("gzc4242n2", "veth0"),
+        ("gzc4242b", "n2"),
     ]
 
 
 def test_sweep_removes_only_dead_launchers(monkeypatch: pytest.MonkeyPatch) -> None:
-    listed = ["gzc1r0", "gzc1b", "gzc999999r0", "gzc999999b", "other", "gzcx"]
+    # r<rank>: the names of launchers from before nodes, still swept
+    listed = ["gzc1n0", "gzc1b", "gzc999999r0", "gzc999999n1", "gzc999999b", "other", "gzcx"]
     deleted: list[str] = []
 
     def fake_run(*argv: str, check: bool = True) -> Any:
@@ -108,8 +109,8 @@ def test_sweep_removes_only_dead_launchers(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setattr(cluster_netns, "_run", fake_run)
     monkeypatch.setattr(cluster_netns, "_pid_alive", lambda pid: pid == 1)
-    assert cluster_netns.sweep_stale() == ["gzc999999r0", "gzc999999b"]
-    assert deleted == ["gzc999999r0", "gzc999999b"]
+    assert cluster_netns.sweep_stale() == ["gzc999999r0", "gzc999999n1", "gzc999999b"]
+    assert deleted == ["gzc999999r0", "gzc999999n1", "gzc999999b"]
 
 
 def test_variant_table() -> None:
@@ -144,8 +145,9 @@ def test_variant_table() -> None:
 def test_chunks_fit_memory() -> None:
     names = [f"v{i}" for i in range(10)]
     per_variant = 4 * 4 * 36_818_954 * 2
+    processes = 2 * RANK_PROCESS_BYTES  # the two rank processes' own memory comes first
     assert chunks(names, "mlp-4096", 2, 100 * per_variant) == [names]
-    assert chunks(names, "mlp-4096", 2, 6 * per_variant) == [
+    assert chunks(names, "mlp-4096", 2, 6 * per_variant + 2 * processes) == [
         names[i : i + 3] for i in (0, 3, 6)
     ] + [names[9:]]
     assert chunks(names, "mlp-4096", 2, 0) == [[n] for n in names]
