@@ -93,7 +93,12 @@ def _fake_cluster(monkeypatch: pytest.MonkeyPatch) -> list[list[RankConfig]]:
             return None
 
     def fake_launch(
-        net: Any, configs: list[RankConfig], timeout: float, workdir: Path, env: dict[str, str]
+        net: Any,
+        configs: list[RankConfig],
+        timeout: float,
+        workdir: Path,
+        env: dict[str, str],
+        memory: Any = None,
     ) -> list[dict[str, Any]]:
         # numba's kernels get the ranks' thread budget, as torch does
         assert env == {"NUMBA_NUM_THREADS": str(configs[0].threads)}
@@ -121,7 +126,9 @@ def _fake_cluster(monkeypatch: pytest.MonkeyPatch) -> list[list[RankConfig]]:
             out.append({"rank": config.rank, "pid": next(pids), "variants": variants})
         return out
 
-    monkeypatch.setattr(cluster, "built_cluster", lambda world, run=0: _Built())
+    monkeypatch.setattr(
+        cluster, "built_cluster", lambda world, run=0, ranks_per_node=1: _Built()
+    )
     monkeypatch.setattr(cluster, "launch", fake_launch)
     monkeypatch.setattr(cluster, "sweep_stale", list)
     return launched
