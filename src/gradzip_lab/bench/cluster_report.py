@@ -122,7 +122,7 @@ def format_table(rows: list[dict[str, Any]]) -> list[str]:
         for world in _ordered([r["world_size"] for r in rows if r["model"] == model]):
             block = [r for r in rows if r["model"] == model and r["world_size"] == world]
             rates = _ordered([r["rate"] for r in block])
-            width = max(len(r["variant"]) for r in block) + 2
+            width = max(len("variant"), *(len(r["variant"]) for r in block)) + 2
             per_node = block[0].get("ranks_per_node", 1)
             nodes = f", {world // per_node} nodes of {per_node} ranks" if per_node > 1 else ""
             lines.append(f"{model}, P = {world}{nodes}")

@@ -126,9 +126,7 @@ def _fake_cluster(monkeypatch: pytest.MonkeyPatch) -> list[list[RankConfig]]:
             out.append({"rank": config.rank, "pid": next(pids), "variants": variants})
         return out
 
-    monkeypatch.setattr(
-        cluster, "built_cluster", lambda world, run=0, ranks_per_node=1: _Built()
-    )
+    monkeypatch.setattr(cluster, "built_cluster", lambda world, run=0, ranks_per_node=1: _Built())
     monkeypatch.setattr(cluster, "launch", fake_launch)
     monkeypatch.setattr(cluster, "sweep_stale", list)
     return launched
