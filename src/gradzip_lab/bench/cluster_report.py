@@ -218,7 +218,9 @@ def write_png(path: str | Path, rows: list[dict[str, Any]]) -> None:
         ax.set_xticks(range(len(variants)))
         ax.set_xticklabels(variants, rotation=30, ha="right", fontsize=8)
         ax.set_ylabel("step time, ms (slowest rank, median)")
-        ax.set_title(f"gradzip bench cluster: {model}, P = {world}")
+        per_node = block[0].get("ranks_per_node", 1)
+        nodes = f", {per_node} ranks per node" if per_node > 1 else ""
+        ax.set_title(f"gradzip bench cluster: {model}, P = {world}{nodes}")
         ax.grid(axis="y", which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.savefig(path, dpi=110)

@@ -148,6 +148,29 @@ def test_rows_carry_bytes_per_node_and_per_rank() -> None:
     assert "3.000" in lines[3]  # the table's MB/step: the node's veth
 
 
+@pytest.mark.distributed
+def test_a_node_reaches_its_own_address_over_loopback_and_the_others_over_its_veth() -> None:
+    """What gloo's sockets will use: from a node's namespace, its own address (the peer ranks
+    of the node) routes over ``lo``, another node's over the rate-limited ``veth0``."""
+    import subprocess
+
+    reason = cluster_netns.missing_privilege()
+    if reason:
+        pytest.skip(reason)
+    net = ClusterNetwork(4, run=251, ranks_per_node=2)
+    net.setup()
+    try:
+
+        def route(rank: int, to: int) -> str:
+            argv = [*net.exec_prefix(rank), "ip", "route", "get", net.address(to)]
+            return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+        assert "dev lo" in route(0, 1) and route(0, 1).startswith("local")
+        assert "dev veth0" in route(0, 2) and "dev veth0" in route(3, 1)
+    finally:
+        assert net.teardown() == []
+
+
 def _fp32_row(tmp_path: Path, ranks_per_node: int) -> dict[str, Any]:
     out = tmp_path / f"k{ranks_per_node}.json"
     argv = ["bench", "cluster", "--model", "fc-300-100", "--world-sizes", "4", "--rates", "1gbit",
