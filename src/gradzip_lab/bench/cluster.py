@@ -2,9 +2,9 @@
 
 For each world size ``P`` the launcher builds a cluster of its own (:mod:`.cluster_netns`: a
 network namespace per node of ``--ranks-per-node`` ranks (:mod:`.cluster_topology`), veth pairs
-through a bridge namespace, ``tc tbf`` on both ends of every link), then for each rate sets the limit and starts ``P`` rank processes inside their
-namespaces (``ip netns exec ... python -m gradzip_lab.bench.cluster_rank``, :mod:`.cluster_rank`),
-which train the model under the variants (:mod:`.cluster_variants`) with torch.distributed gloo
+through a bridge namespace, ``tc tbf`` on both ends of every link), then for each rate sets the
+limit and starts ``P`` rank processes inside their nodes' namespaces (``ip netns exec ...
+python -m gradzip_lab.bench.cluster_rank``, :mod:`.cluster_rank`), which train the model under the variants (:mod:`.cluster_variants`) with torch.distributed gloo
 and DDP. Which processes run which variants (``--mode``, ``--rounds``): :mod:`.cluster_plan`;
 by default each variant in rank processes of its own, one launch per variant, as a user runs
 it; ``--mode interleaved`` runs them all in the same processes, their steps interleaved so that
@@ -158,9 +158,9 @@ def run(
     ranks_per_node: int = 1,
 ) -> list[dict[str, Any]]:
     """Build, measure and tear down per world size (``timeout``: None scales the default with
-    P, :func:`launch_timeout`); print the tables (per mode, then the ratios
-    to ``baseline``); write JSON and PNG (with a ``target``, also the time to the target loss
-    and its curves). The PNGs draw the isolated rows where there are any."""
+    P, :func:`launch_timeout`); print the tables (per mode, then the ratios to ``baseline``);
+    write JSON and PNG (with a ``target``, also the time to the target loss and its curves). The
+    PNGs draw the isolated rows where there are any."""
     from gradzip_lab.bench.cluster_report import write_png
     from gradzip_lab.bench.cluster_target import format_targets, write_curves_png
 
