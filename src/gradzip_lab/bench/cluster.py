@@ -5,9 +5,10 @@ network namespace per node of ``--ranks-per-node`` ranks (:mod:`.cluster_topolog
 through a bridge namespace, ``tc tbf`` on both ends of every link), then for each rate sets the
 limit and starts ``P`` rank processes inside their nodes' namespaces (``ip netns exec ...
 python -m gradzip_lab.bench.cluster_rank``, :mod:`.cluster_rank`), which train the model
-under the variants (:mod:`.cluster_variants`) with torch.distributed gloo and DDP. Which processes run which variants
-(``--mode``, ``--rounds``): :mod:`.cluster_plan`; by default each variant in rank processes of its own, one launch per variant, as a user runs
-it; ``--mode interleaved`` runs them all in the same processes, their steps interleaved so that
+under the variants (:mod:`.cluster_variants`) with torch.distributed gloo and DDP. Which
+processes run which variants (``--mode``, ``--rounds``): :mod:`.cluster_plan`; by default each
+variant in rank processes of its own, one launch per variant, as a user runs it; ``--mode
+interleaved`` runs them all in the same processes, their steps interleaved so that
 the machine's load affects all alike. A variant's row over its launches: :mod:`.cluster_merge`;
 rows, table, JSON and plot: :mod:`.cluster_report`; the ratios to the baseline, the two modes
 side by side: :mod:`.cluster_compare`; the time to a target loss (``--target-loss``):

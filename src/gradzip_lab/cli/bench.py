@@ -228,8 +228,8 @@ def add_cluster_parser(bench_sub: argparse._SubParsersAction) -> None:  # type: 
             "rank 1 and 4 and gradzip configurations, each in rank processes of its own (--mode "
             "isolated) or all in the same processes, their steps interleaved (--mode "
             "interleaved; both: the two side by side). Prints step ms, MB sent per node per "
-            "step (measured on the node's veth), the speedup over fp32 and the ratio to --baseline; "
-            "writes a PNG. Needs root and iproute2 (exit 2 otherwise); always removes its "
+            "step (measured on the node's veth), the speedup over fp32 and the ratio to "
+            "--baseline; writes a PNG. Needs root and iproute2 (exit 2 otherwise); always removes its "
             "namespaces."
         ),
     )
