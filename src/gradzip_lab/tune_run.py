@@ -60,7 +60,9 @@ def tune(
                 + f" MB; an all-reduce ran at {measured.allreduce_gbit_per_s:.3f} Gbit/s)"
             )
         else:
-            print(f"link given: {world_size} ranks, {link_gbit:g} Gbit/s, alpha {1e6 * alpha_s:g} us")
+            print(
+                f"link given: {world_size} ranks, {link_gbit:g} Gbit/s, alpha {1e6 * alpha_s:g} us"
+            )
         print(f"{model_name}, predicted step per variant (alpha-beta model, codecs timed here):")
         print(ranking_table(ranked))
         best = ranked[0].variant

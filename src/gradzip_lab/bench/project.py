@@ -20,7 +20,6 @@ import torch
 from gradzip_lab.bench.project_codecs import compute_seconds
 from gradzip_lab.bench.project_links import Link
 from gradzip_lab.bench.project_models import named_model, parameter_shapes
-from gradzip_lab.bench.project_speeds import load_speeds, save_speeds
 from gradzip_lab.bench.project_report import (
     RATES_GBIT,
     WORLD_SIZES,
@@ -28,6 +27,7 @@ from gradzip_lab.bench.project_report import (
     step_table,
     winner_map,
 )
+from gradzip_lab.bench.project_speeds import load_speeds, save_speeds
 from gradzip_lab.bench.project_validate import read_rows, validate, validation_table
 from gradzip_lab.bench.project_variants import (
     DEFAULT_VARIANTS,
@@ -84,13 +84,13 @@ def run(
     torch.set_num_threads(1)
     names = list(variants or DEFAULT_VARIANTS)
     if validate_paths:
-        rows = [r for path in validate_paths for r in read_rows(path)]
-        models = sorted({r.model for r in rows})
+        measured = [r for path in validate_paths for r in read_rows(path)]
+        models = sorted({r.model for r in measured})
         workloads = {m: measure_workload(m, 1.0) for m in models}  # compute from the files
         for work in workloads.values():
             if speeds_path:
                 load_speeds(speeds_path, work)
-        checked, skipped = validate(rows, workloads, alpha_s)
+        checked, skipped = validate(measured, workloads, alpha_s)
         if save_speeds_path and len(workloads) == 1:
             save_speeds(save_speeds_path, next(iter(workloads.values())))
         print(f"scaling model against {len(checked)} measured rows (alpha {1e6 * alpha_s:g} us):")

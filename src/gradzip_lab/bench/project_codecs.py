@@ -101,9 +101,7 @@ class CodecMeasure:
         self._sizes.setdefault(numel, len(encoded.payload))
         self.encode_s_per_coord = _seconds(lambda: self._codec.encode(x, KEY), repeat) / numel
         self.decode_s_per_coord = (
-            _seconds(
-                lambda: self._codec.decode(encoded.payload, shape=x.shape, side=side), repeat
-            )
+            _seconds(lambda: self._codec.decode(encoded.payload, shape=x.shape, side=side), repeat)
             / numel
         )
 

@@ -20,7 +20,9 @@ def named_model(name: str, seed: int = 13) -> tuple[torch.nn.Module, torch.Tenso
         model = build_model("dryden-mlp" if name == "mlp-4096" else name, seed)
         return model, torch.randn(BATCH, 1, 28, 28, generator=generator)
     if name == "resnet20":
-        return resnet(20, in_channels=3, seed=seed), torch.randn(BATCH, 3, 32, 32, generator=generator)
+        return resnet(20, in_channels=3, seed=seed), torch.randn(
+            BATCH, 3, 32, 32, generator=generator
+        )
     raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODEL_NAMES)}")
 
 

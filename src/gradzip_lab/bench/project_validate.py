@@ -127,8 +127,8 @@ def validate(
         if r.variant == "none":
             continue
         where = f"{r.source}: P={r.world_size} {r.rate} {r.variant}"
-        compute_ms = r.compute_ms if r.compute_ms is not None else computes.get(
-            (r.model, r.world_size)
+        compute_ms = (
+            r.compute_ms if r.compute_ms is not None else computes.get((r.model, r.world_size))
         )
         if r.bits_per_s is None:
             skipped.append(f"{where}: no rate limit (the veth's rate is not recorded)")

@@ -53,7 +53,6 @@ from gradzip_lab.bench.project_links import (
     NO_TRAFFIC,
     Link,
     Traffic,
-    allgather,
     ring_allreduce,
 )
 
@@ -169,9 +168,7 @@ def predict(name: str, work: Workload, world_size: int, net: Network) -> Predict
     return Prediction(name, world_size, net.inter.gbit_per_s, step, comm, codec, nbytes)
 
 
-def _exchange(
-    name: str, work: Workload, p: int, net: Network
-) -> tuple[float, float, float, bool]:
+def _exchange(name: str, work: Workload, p: int, net: Network) -> tuple[float, float, float, bool]:
     """(comm seconds, codec seconds, bytes a rank sends, pipelined) of one step."""
     if name == "fp32" or name == "fp16_hook":
         width = 4 if name == "fp32" else 2
@@ -213,8 +210,11 @@ def _hierarchical(
     shards = [math.ceil(n / k) for n in work.numels]
     traffic, codec, pipelined = _gradzip(spec, work, nodes, shards)
     inter_s = net.inter.seconds(traffic.rounds, traffic.nbytes)
-    exposed = max(inter_s, codec) + min(inter_s, codec) / max(1, len(work.buckets))
-    # [CHOICE] reported as comm = intra + exposed inter, codec hidden in it: not pipelined after
+    if pipelined:
+        exposed = max(inter_s, codec) + min(inter_s, codec) / max(1, len(work.buckets))
+    else:
+        exposed = inter_s + codec
+    # [CHOICE] reported as comm = intra + the inter-node exchange as the step waits for it
     return intra_s + exposed, 0.0, traffic.nbytes + intra.nbytes, False
 
 
@@ -232,26 +232,28 @@ def _gradzip(
     n = sum(numels)
     buckets = max(1, len(work.buckets))
     if scheme in ("allgather", "nested"):
-        payload = measure.total_bytes(numels)
-        traffic = Traffic((p - 1) * buckets, (p - 1) * payload)
+        gathered = measure.total_bytes(numels)
+        traffic = Traffic((p - 1) * buckets, (p - 1) * gathered)
         codec = n * (measure.encode_s_per_coord + p * measure.decode_s_per_coord + ef)
         return traffic, codec / share, True
     if scheme in ("ring", "allreduce"):
         chunks = [math.ceil(m / p) for m in numels]
-        payload = float(measure.total_bytes(chunks))
+        hop = float(measure.total_bytes(chunks))
         if scheme == "allreduce":
             bits = _code_bits(measure, chunks)
-            payload *= (bits + math.ceil(math.log2(p))) / bits
-        traffic = Traffic(2 * (p - 1) * len(numels), 2 * (p - 1) * payload)
+            hop *= (bits + math.ceil(math.log2(p))) / bits
+        traffic = Traffic(2 * (p - 1) * len(numels), 2 * (p - 1) * hop)
         coords = sum(chunks) * (p - 1)
         codec = coords * (measure.encode_s_per_coord + 2 * measure.decode_s_per_coord) + n * ef
         return traffic, codec / share, False
     if scheme == "powersgd":
         options = dict(spec.scheme.options)
-        rank = int(options.get("rank", 1))
+        rank = options.get("rank", 1)
+        if not isinstance(rank, int):
+            raise ValueError(f"{spec_text!r}: PowerSGD's rank must be an int")
         factors, whole, rounds = _factor_sizes(work, numels, rank)
-        payload = measure.total_bytes(factors) + measure.total_bytes(whole)
-        traffic = Traffic((p - 1) * rounds, (p - 1) * payload)
+        sent = measure.total_bytes(factors) + measure.total_bytes(whole)
+        traffic = Traffic((p - 1) * rounds, (p - 1) * sent)
         coded = sum(factors) + sum(whole)
         codec = work.timed(f"powersgd-r{rank}") + coded * (
             measure.encode_s_per_coord + p * measure.decode_s_per_coord

@@ -15,7 +15,9 @@ def _numbers(kind: type) -> Any:
         try:
             values = [kind(part) for part in text.split(",") if part.strip()]
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated numbers, got {text!r}"
+            ) from None
         if not values or any(v <= 0 for v in values):
             raise argparse.ArgumentTypeError(f"expected numbers > 0, got {text!r}")
         return values
