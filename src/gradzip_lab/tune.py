@@ -47,7 +47,7 @@ def recommend(
     variants: Sequence[str] = CANDIDATES,
     compute_s: float | None = None,
     overlap: float = 0.0,
-    codec_numel: int = 1 << 22,
+    codec_numel: int = 1 << 21,
 ) -> list[Prediction]:
     """Every candidate's predicted step on ``world_size`` ranks joined by ``link``, fastest
     first. ``compute_s``: a forward and backward's seconds (default: timed on ``sample_batch``

@@ -35,7 +35,7 @@ def tune(
     link_gbit: float | None = None,
     alpha_s: float = 30e-6,
     sizes_mb: Sequence[float] = DEFAULT_SIZES_MB,
-    codec_numel: int = 1 << 22,
+    codec_numel: int = 1 << 21,
     show: bool = True,
 ) -> TuneResult:
     """Measure (the link only when ``world_size`` and ``link_gbit`` are not given: then under

@@ -54,13 +54,23 @@ def project(
     intra_gbit: float,
     overlap: float,
 ) -> list[Prediction]:
-    """Every variant at every (rate, P)."""
+    """Every variant at every (rate, P) (a hierarchical one where it spans nodes)."""
     rows = []
     for rate in rates_gbit:
         net = Network(Link(alpha_s, rate), Link(alpha_s, intra_gbit), overlap)
         for p in world_sizes:
-            rows += [predict(v, work, p, net) for v in variants]
+            rows += [predict(v, work, p, net) for v in variants if spans_nodes(v, p)]
     return rows
+
+
+def spans_nodes(variant: str, world_size: int) -> bool:
+    """Whether ``variant`` is predicted at ``world_size``: a ``hier[K]`` variant only from two
+    nodes on ([CHOICE] within one node every variant would run on the intra-node link, and the
+    flat variants here assume a link a rank)."""
+    if not variant.startswith("hier["):
+        return True
+    k = variant[len("hier[") :].split("]", 1)[0]
+    return k.isdigit() and world_size >= 2 * int(k)
 
 
 def run(

@@ -85,7 +85,7 @@ class Workload:
     shapes: list[torch.Size]
     compute_s: float
     cpu_share: float = 1.0
-    codec_numel: int = 1 << 22
+    codec_numel: int = 1 << 21
     #: codec speeds read from a file (:func:`~gradzip_lab.bench.project_speeds.load_speeds`):
     #: seconds a coordinate to encode and decode, by codec label or compressor name
     given_speeds: dict[str, tuple[float, float]] = field(default_factory=dict)
