@@ -73,17 +73,25 @@ def speedup_figure(rows: Sequence[Prediction], path: str | Path, title: str) -> 
     rates = sorted({r.gbit_per_s for r in rows})
     variants = list(dict.fromkeys(r.variant for r in rows))
     fp32 = {(r.gbit_per_s, r.world_size): r.step_s for r in rows if r.variant == "fp32"}
-    fig, axes = plt.subplots(1, len(rates), figsize=(4 * len(rates), 4.2), sharey=True)
+    fig, axes = plt.subplots(1, len(rates), figsize=(4 * len(rates), 5.0), sharey=True)
     axes = list(axes) if len(rates) > 1 else [axes]
+    colours = plt.get_cmap("tab20")
     for ax, rate in zip(axes, rates, strict=True):
-        for v in variants:
+        for i, v in enumerate(variants):
             points = sorted(
                 (r.world_size, fp32[(rate, r.world_size)] / r.step_s)
                 for r in rows
                 if r.variant == v and r.gbit_per_s == rate and (rate, r.world_size) in fp32
             )
             if points:
-                ax.plot(*zip(*points, strict=True), marker="o", markersize=3, label=v)
+                ax.plot(
+                    *zip(*points, strict=True),
+                    marker="o",
+                    markersize=3,
+                    color=colours(i % 20),
+                    linestyle=("-", "--", ":")[i % 3],
+                    label=v,
+                )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.axhline(1.0, color="grey", linewidth=0.8)
@@ -91,8 +99,9 @@ def speedup_figure(rows: Sequence[Prediction], path: str | Path, title: str) -> 
         ax.set_xlabel("ranks P")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("predicted speed-up over fp32")
-    axes[-1].legend(fontsize=6, loc="best")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=7)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)

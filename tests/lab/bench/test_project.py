@@ -133,3 +133,26 @@ def test_alpha_beta_fit_recovers_exact_points() -> None:
     with pytest.raises(ValueError, match="two message sizes"):
         fit_alpha_beta([(1e6, 0.01)])
     assert math.isfinite(beta)
+
+
+def test_the_figure_is_a_png_with_a_panel_a_rate(tmp_path: Path) -> None:
+    from gradzip_lab.bench.project_report import speedup_figure
+
+    work = Workload([torch.Size([1000])], compute_s=0.01)
+    rows = []
+    for rate in (1.0, 100.0):
+        link = Link(30e-6, rate)
+        rows += [predict("fp32", work, p, Network(link, link)) for p in (2, 4)]
+    path = tmp_path / "speedup.png"
+    speedup_figure(rows, path, "test")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_options_are_refused_before_anything_is_measured(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from gradzip.cli import main
+
+    assert main(["bench", "project", "--overlap", "2"]) == 2
+    assert "--overlap in [0, 1]" in capsys.readouterr().err
+    assert main(["bench", "project", "--world-sizes", "1,4"]) == 2
