@@ -39,7 +39,12 @@ def add_project_parser(bench_sub: Any) -> None:
             "rows of `gradzip bench cluster --json` files and prints the error."
         ),
     )
-    p.add_argument("--model", choices=("mlp-4096", "fc-300-100", "resnet20"), default="mlp-4096")
+    p.add_argument(
+        "--model",
+        choices=("mlp-4096", "fc-300-100", "resnet20"),
+        default="mlp-4096",
+        help="the model whose parameter shapes and compute are measured",
+    )
     p.add_argument("--variants", nargs="+", metavar="NAME", help="fp32 fp16_hook powersgd_rN "
                    "gradzip:C[K=V][+ef]:SCHEME hier[K]:gradzip:... (default: a set of each)")  # fmt: skip
     p.add_argument("--world-sizes", type=_numbers(int), default=None, metavar="P,P,..",
