@@ -51,7 +51,7 @@ def test_without_the_lab_the_help_still_lists_its_commands(
 ) -> None:
     _installed(monkeypatch)
     text = build_parser().format_help()
-    assert "{list,bits,train,bench,reproduce}" in text
+    assert "{list,bits,train,bench,reproduce,tune}" in text
     assert "benchmarks that print measured figures (not installed)" in " ".join(text.split())
 
 
@@ -79,12 +79,12 @@ def test_another_packages_command_is_added_after_the_labs(
     assert main(["hello", "world"]) == 0
     assert capsys.readouterr().out == "hello world\n"
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    assert list(sub.choices) == ["list", "bits", "train", "bench", "reproduce", "hello"]
+    assert list(sub.choices) == ["list", "bits", "train", "bench", "reproduce", "tune", "hello"]
 
 
 def test_an_entry_point_cannot_replace_a_builtin_command(monkeypatch: pytest.MonkeyPatch) -> None:
     _installed(monkeypatch, EntryPoint("train", f"{__name__}:add_hello", commands.GROUP))
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    assert list(sub.choices) == ["list", "bits", "train", "bench", "reproduce"]
+    assert list(sub.choices) == ["list", "bits", "train", "bench", "reproduce", "tune"]
     assert sub.choices["train"].prog == "gradzip train"
     assert "--workers" in sub.choices["train"].format_help()

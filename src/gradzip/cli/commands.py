@@ -28,6 +28,7 @@ GROUP = "gradzip.commands"
 LAB_COMMANDS = {
     "bench": "benchmarks that print measured figures",
     "reproduce": "recompute a table or figure of the papers and compare with their numbers",
+    "tune": "measure your link, codecs and model; print the variant to use",
 }
 
 INSTALL = "install this repository with `make setup` (pip install -e '.[dev]')"

@@ -1,4 +1,4 @@
-"""``gradzip bench codecs|collectives|cluster|hook|sim-ranks``: benchmarks that print measured
+"""``gradzip bench codecs|collectives|cluster|project|hook|sim-ranks``: benchmarks that print measured
 figures (the last two, and ``codecs --device cuda``, for one GPU: ``cli/bench_device.py``)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from typing import Any
 from gradzip.cli.catalog import compressors, schemes
 from gradzip.cli.help import fail
 from gradzip_lab.cli.bench_device import add_device_parsers
+from gradzip_lab.cli.bench_project import add_project_parser
 
 CODECS = "gradzip bench codecs"
 COLLECTIVES = "gradzip bench collectives"
@@ -82,6 +83,7 @@ def add_bench_parser(sub: Any) -> None:
     p_coll.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p_coll.set_defaults(func=cmd_bench_collectives)
     add_cluster_parser(bench_sub)
+    add_project_parser(bench_sub)
     add_device_parsers(bench_sub)
 
 

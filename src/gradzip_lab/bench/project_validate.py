@@ -1,0 +1,178 @@
+"""``gradzip bench project --validate``: the scaling model against ``gradzip bench cluster``.
+
+Each row of a cluster JSON file (P, rate, variant, measured ms a step and MB a rank) is predicted
+with the same model as the projection, from this machine's measured codecs and payload sizes:
+nothing is fitted per row. What comes from the file:
+
+* the compute time: the row's ``compute_ms`` (the ``none`` variant's step in the same launch),
+  else the ``none`` row of another given file at the same model and P (rows with neither are
+  listed as skipped);
+* the codecs' share of a core: ``min(1, cpu_count / P)`` from the file's ``cpu_count`` (P ranks
+  share its cores; [CHOICE] a fact of the run, not a fit);
+* the link: the row's tc rate, at the wire efficiency of TCP framing
+  (:data:`~gradzip_lab.bench.project_links.WIRE_EFFICIENCY`) and the alpha given (default
+  :data:`DEFAULT_ALPHA_S`). Rows at rate ``none`` (no limit) are skipped: the veth's own rate
+  is not a link parameter the file records.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from gradzip_lab.bench.project_links import Link
+from gradzip_lab.bench.project_variants import Network, Workload, predict
+
+#: [CHOICE] the per-message latency on the emulated cluster (veth through a bridge namespace):
+#: tens of microseconds; it is negligible beside the megabyte messages of these rows
+DEFAULT_ALPHA_S = 50e-6
+
+
+#: variant names the stored files wrote before the exchange-spec spelling settled
+OLD_NAMES = {
+    "gradzip:topk+ef:allgather": "gradzip:topk[ratio=0.01]+ef:allgather",
+    "gradzip:topk-rice-qsgd+ef:allgather": (
+        "gradzip:topk[ratio=0.01,index_coding=rice,value_codec=qsgd]+ef:allgather"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class MeasuredRow:
+    """One row of a cluster file."""
+
+    source: str
+    model: str
+    world_size: int
+    rate: str
+    bits_per_s: int | None
+    variant: str
+    step_ms: float
+    compute_ms: float | None
+    mb_per_rank: float | None
+    cpu_count: int
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A measured row and its prediction."""
+
+    row: MeasuredRow
+    predicted_ms: float
+    predicted_mb: float
+
+    @property
+    def relative_error(self) -> float:
+        return (self.predicted_ms - self.row.step_ms) / self.row.step_ms
+
+
+def read_rows(path: str | Path) -> list[MeasuredRow]:
+    """The rows of one ``gradzip bench cluster --json`` file; ``ValueError`` naming the file and
+    what is missing when it is not one."""
+    from gradzip_lab.bench.cluster_netns import parse_rate
+
+    text = Path(path).read_text()
+    try:
+        data = json.loads(text)
+        runs: list[dict[str, Any]] = data["runs"]
+        cpu_count = int(data.get("cpu_count") or data.get("machine", {}).get("cpu_count") or 0)
+        rows = []
+        for run in runs:
+            sent = run.get("bytes_sent_per_rank")
+            rows.append(
+                MeasuredRow(
+                    source=Path(path).name,
+                    model=str(run.get("model", "mlp-4096")),
+                    world_size=int(run["world_size"]),
+                    rate=str(run["rate"]),
+                    bits_per_s=parse_rate(str(run["rate"])),
+                    variant=OLD_NAMES.get(str(run["variant"]), str(run["variant"])),
+                    step_ms=float(run["step_ms"]),
+                    compute_ms=None if run.get("compute_ms") is None else float(run["compute_ms"]),
+                    mb_per_rank=None if sent is None else float(sent) / 1e6,
+                    cpu_count=cpu_count,
+                )
+            )
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        raise ValueError(
+            f"{path}: not a `gradzip bench cluster --json` file (a 'runs' list of rows with "
+            f"world_size, rate, variant, step_ms): {err}"
+        ) from None
+    return rows
+
+
+def compute_lookup(rows: list[MeasuredRow]) -> dict[tuple[str, int], float]:
+    """The mean step ms of the ``none`` rows (no communication) per (model, P)."""
+    found: dict[tuple[str, int], list[float]] = {}
+    for r in rows:
+        if r.variant == "none":
+            found.setdefault((r.model, r.world_size), []).append(r.step_ms)
+    return {key: statistics.fmean(v) for key, v in found.items()}
+
+
+def validate(
+    rows: list[MeasuredRow],
+    workloads: dict[str, Workload],
+    alpha_s: float = DEFAULT_ALPHA_S,
+) -> tuple[list[Checked], list[str]]:
+    """Predict every row that can be (``workloads``: the measured model per model name); the
+    checked rows and a line for each skipped one."""
+    computes = compute_lookup(rows)
+    checked: list[Checked] = []
+    skipped: list[str] = []
+    for r in rows:
+        if r.variant == "none":
+            continue
+        where = f"{r.source}: P={r.world_size} {r.rate} {r.variant}"
+        compute_ms = (
+            r.compute_ms if r.compute_ms is not None else computes.get((r.model, r.world_size))
+        )
+        if r.bits_per_s is None:
+            skipped.append(f"{where}: no rate limit (the veth's rate is not recorded)")
+            continue
+        if compute_ms is None:
+            skipped.append(f"{where}: no compute time (no `none` row at this P)")
+            continue
+        if r.model not in workloads:
+            skipped.append(f"{where}: model {r.model} not measured")
+            continue
+        share = min(1.0, r.cpu_count / r.world_size) if r.cpu_count else 1.0
+        work = replace(workloads[r.model], compute_s=compute_ms / 1e3, cpu_share=share)
+        link = Link(alpha_s, r.bits_per_s / 1e9)
+        try:
+            pred = predict(r.variant, work, r.world_size, Network(link, link))
+        except ValueError as err:
+            skipped.append(f"{where}: {err}")
+            continue
+        checked.append(Checked(r, 1e3 * pred.step_s, pred.bytes_per_rank / 1e6))
+    return checked, skipped
+
+
+def validation_table(checked: list[Checked]) -> str:
+    """Predicted against measured, a line a row, then the mean and largest |error| per P and
+    over all."""
+    width = max([len(c.row.variant) for c in checked] + [7])
+    lines = [
+        f"{'P':>3} {'rate':>7} {'variant':<{width}} {'measured ms':>12} {'predicted ms':>13} "
+        f"{'error':>7} {'MB meas.':>9} {'MB pred.':>9}"
+    ]
+    for c in checked:
+        mb = f"{c.row.mb_per_rank:9.3f}" if c.row.mb_per_rank is not None else f"{'-':>9}"
+        lines.append(
+            f"{c.row.world_size:>3} {c.row.rate:>7} {c.row.variant:<{width}} "
+            f"{c.row.step_ms:>12.0f} {c.predicted_ms:>13.0f} {100 * c.relative_error:>+6.1f}% "
+            f"{mb} {c.predicted_mb:9.3f}"
+        )
+    groups: dict[str, list[float]] = {"all": [abs(c.relative_error) for c in checked]}
+    for c in checked:
+        groups.setdefault(f"P={c.row.world_size}", []).append(abs(c.relative_error))
+    for name, errors in sorted(groups.items()):
+        if errors:
+            lines.append(
+                f"{name}: {len(errors)} rows, mean |error| {100 * statistics.fmean(errors):.1f}%, "
+                f"max {100 * max(errors):.1f}%"
+            )
+    return "\n".join(lines)

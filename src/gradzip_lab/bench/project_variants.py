@@ -1,0 +1,312 @@
+"""Each variant's messages and codec work for one step, and the step time they predict.
+
+A prediction is ``compute + exposed``, where ``exposed`` is the part of the exchange the step
+waits for:
+
+* fp32 (DDP's own all-reduce), ``fp16_hook``: a ring all-reduce per DDP bucket (4 or 2 bytes a
+  value); the cast is timed. ``exposed = comm + cast``.
+* torch's PowerSGD rank r (``powersgd_rN``): per bucket, ring all-reduces of the uncompressed
+  tensors, of the P factors and of the Q factors (float32); its arithmetic is timed.
+  ``exposed = comm + arithmetic`` (run waited, as the cluster benchmark runs it).
+* gradzip ``allgather`` (and ``nested[...]``): every rank's payload to every other rank; the
+  hook pipelines encode, transfer and decode (:mod:`gradzip.integrations.ddp`).
+  ``codec = encode(n) + P x decode(n)`` (+ error feedback): [CHOICE] a rank decodes its own
+  payload too (every rank must average the same values), and its encode and decode stages share
+  the rank's core, so they add; then ``exposed = max(comm, codec) + min(comm, codec) / B``
+  (B buckets: the pipeline's fill and drain).
+* gradzip ``ring`` (re-quantizing) and ``allreduce`` (integer sums): per parameter, ``2(P-1)``
+  hops of a chunk of ``n/P`` values, one parameter after another, not pipelined;
+  ``exposed = comm + codec`` with ``(P-1)`` encodes and ``2(P-1)`` decodes of a chunk.
+  [RECON] the integer sums widen each code by ``ceil(log2 P)`` bits so that P codes add
+  without overflow; the chunk's measured payload is scaled by that width.
+* gradzip ``powersgd``: the factors as payloads of the variant's codec, all-gathered (``P-1``
+  payloads each of P and Q); arithmetic timed as torch's. ``exposed = comm + codec``.
+* ``hier[K]:<gradzip spec>``: ranks in nodes of K; a float32 ring reduce-scatter and all-gather
+  among the K ranks at the intra-node link, and the compressed exchange of each rank's ``1/K``
+  shard among the ``P/K`` nodes at the inter-node link (ZeRO++-style).
+
+[CHOICE] Overlap with backward: none by default (``overlap = 0``). DDP starts a bucket's
+collective while backward goes on, but on the measured cluster the ranks' codecs and backward
+share the same cores and the fp32 rows fit ``compute + comm`` (P = 2, 1 Gbit/s: 1393 ms measured,
+212 + 1181 ms). ``overlap = f`` hides up to ``f x`` two thirds of the compute (backward's share
+[CHOICE]) behind ``exposed``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from gradzip_lab.bench.project_codecs import (
+    CodecMeasure,
+    cast_s_per_coord,
+    ddp_buckets,
+    error_feedback_s_per_coord,
+    matrix_shapes,
+    powersgd_compresses,
+    powersgd_seconds,
+)
+from gradzip_lab.bench.project_links import (
+    NO_TRAFFIC,
+    Link,
+    Traffic,
+    ring_allreduce,
+)
+
+#: the variants the projection compares by default (the cluster benchmark's spellings)
+DEFAULT_VARIANTS: tuple[str, ...] = (
+    "fp32",
+    "fp16_hook",
+    "powersgd_r1",
+    "gradzip:qsgd:allgather",
+    "gradzip:dqsg[M=2]:allgather",
+    "gradzip:terngrad:allgather",
+    "gradzip:onebit+ef:allgather",
+    "gradzip:topk[ratio=0.01]+ef:allgather",
+    "gradzip:fp16+ef:powersgd[r1,start2]",
+    "gradzip:qsgd:ring",
+    "gradzip:qsgd:allreduce",
+    "hier[8]:gradzip:qsgd:allgather",
+)
+#: [CHOICE] backward's share of a forward and backward (about twice the forward's work)
+BACKWARD_SHARE = 2 / 3
+
+
+@dataclass
+class Workload:
+    """The model's parameters and the machine's timed figures the predictions share.
+
+    ``cpu_share``: the part of a core each rank's codec gets (1: a core of its own; on
+    ``gradzip bench cluster`` with P ranks on C cores, ``min(1, C / P)``)."""
+
+    shapes: list[torch.Size]
+    compute_s: float
+    cpu_share: float = 1.0
+    codec_numel: int = 1 << 21
+    #: codec speeds read from a file (:func:`~gradzip_lab.bench.project_speeds.load_speeds`):
+    #: seconds a coordinate to encode and decode, by codec label or compressor name
+    given_speeds: dict[str, tuple[float, float]] = field(default_factory=dict)
+    _codecs: dict[str, CodecMeasure] = field(default_factory=dict)
+    _timed: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def numels(self) -> list[int]:
+        return [int(s.numel()) for s in self.shapes]
+
+    @property
+    def numel(self) -> int:
+        return sum(self.numels)
+
+    @property
+    def buckets(self) -> list[int]:
+        return ddp_buckets(self.numels)
+
+    def codec(self, compressor: str, params: dict[str, Any]) -> CodecMeasure:
+        """The measured codec (timed on first use, at ``codec_numel`` values or the model's)."""
+        key = f"{compressor}{sorted(params.items())}"
+        if key not in self._codecs:
+            measure = CodecMeasure(compressor, dict(params))
+            given = self.given_speeds.get(measure.label) or self.given_speeds.get(compressor)
+            if given is None:
+                measure.time_codec(min(self.codec_numel, max(self.numel, 4096)))
+            else:
+                measure.encode_s_per_coord, measure.decode_s_per_coord = given
+            self._codecs[key] = measure
+        return self._codecs[key]
+
+    def timed(self, what: str) -> float:
+        """Seconds a coordinate of ``ef`` or ``cast``, or a step of ``powersgd-rN``, timed once."""
+        if what not in self._timed:
+            n = min(self.codec_numel, max(self.numel, 4096))
+            if what == "ef":
+                self._timed[what] = error_feedback_s_per_coord(n)
+            elif what == "cast":
+                self._timed[what] = cast_s_per_coord(n)
+            else:
+                self._timed[what] = powersgd_seconds(self.shapes, int(what.rsplit("r", 1)[1]))
+        return self._timed[what]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One variant at one world size and link: seconds and bytes per rank and step."""
+
+    variant: str
+    world_size: int
+    gbit_per_s: float
+    step_s: float
+    comm_s: float
+    codec_s: float
+    bytes_per_rank: float
+
+
+@dataclass(frozen=True)
+class Network:
+    """The links: ``inter`` between ranks (between nodes for a hierarchical variant), ``intra``
+    among the ranks of one node, and the overlap assumed (see the module docstring)."""
+
+    inter: Link
+    intra: Link
+    overlap: float = 0.0
+
+
+def predict(name: str, work: Workload, world_size: int, net: Network) -> Prediction:
+    """The step time of variant ``name`` (see :data:`DEFAULT_VARIANTS` for the spellings) at
+    ``world_size`` ranks on ``net``; ``ValueError`` naming an unknown variant."""
+    if world_size < 2:
+        raise ValueError(f"the world size must be >= 2, got {world_size}")
+    comm, codec, nbytes, pipelined = _exchange(name, work, world_size, net)
+    if pipelined:
+        exposed = max(comm, codec) + min(comm, codec) / max(1, len(work.buckets))
+    else:
+        exposed = comm + codec
+    hidden = net.overlap * BACKWARD_SHARE * work.compute_s
+    step = work.compute_s + max(0.0, exposed - hidden)
+    return Prediction(name, world_size, net.inter.gbit_per_s, step, comm, codec, nbytes)
+
+
+def _exchange(name: str, work: Workload, p: int, net: Network) -> tuple[float, float, float, bool]:
+    """(comm seconds, codec seconds, bytes a rank sends, pipelined) of one step."""
+    if name == "fp32" or name == "fp16_hook":
+        width = 4 if name == "fp32" else 2
+        traffic = _sum(ring_allreduce(width * b, p) for b in work.buckets)
+        cast = 0.0 if name == "fp32" else work.timed("cast") * work.numel / work.cpu_share
+        return net.inter.seconds(traffic.rounds, traffic.nbytes), cast, traffic.nbytes, False
+    if name.startswith("powersgd_r"):
+        rank = _int_suffix(name, "powersgd_r")
+        traffic = _torch_powersgd_traffic(work, p, rank)
+        arithmetic = work.timed(f"powersgd-r{rank}") / work.cpu_share
+        return net.inter.seconds(traffic.rounds, traffic.nbytes), arithmetic, traffic.nbytes, False
+    if name.startswith("hier["):
+        return _hierarchical(name, work, p, net)
+    if name.startswith("gradzip:"):
+        traffic, codec, pipelined = _gradzip(name, work, p, work.numels)
+        return net.inter.seconds(traffic.rounds, traffic.nbytes), codec, traffic.nbytes, pipelined
+    raise ValueError(
+        f"unknown variant {name!r}: write fp32, fp16_hook, powersgd_rN, "
+        "gradzip:<compressor>[<params>][+ef]:<scheme> or hier[K]:gradzip:..."
+    )
+
+
+def _hierarchical(
+    name: str, work: Workload, p: int, net: Network
+) -> tuple[float, float, float, bool]:
+    inside, _, spec = name[len("hier[") :].partition("]:")
+    try:
+        k = int(inside)
+    except ValueError:
+        raise ValueError(f"{name!r}: write hier[K]:gradzip:... with K ranks a node") from None
+    if k < 1 or not spec.startswith("gradzip:"):
+        raise ValueError(f"{name!r}: K must be >= 1 and the exchange a gradzip:... spec")
+    k = min(k, p)
+    intra = _sum(ring_allreduce(4 * b, k) for b in work.buckets) if k > 1 else NO_TRAFFIC
+    intra_s = net.intra.seconds(intra.rounds, intra.nbytes)
+    nodes = p // k
+    if nodes < 2:
+        return intra_s, 0.0, 0.0, False
+    shards = [math.ceil(n / k) for n in work.numels]
+    traffic, codec, pipelined = _gradzip(spec, work, nodes, shards)
+    inter_s = net.inter.seconds(traffic.rounds, traffic.nbytes)
+    if pipelined:
+        exposed = max(inter_s, codec) + min(inter_s, codec) / max(1, len(work.buckets))
+    else:
+        exposed = inter_s + codec
+    # [CHOICE] reported as comm = intra + the inter-node exchange as the step waits for it
+    return intra_s + exposed, 0.0, traffic.nbytes + intra.nbytes, False
+
+
+def _gradzip(
+    spec_text: str, work: Workload, p: int, numels: list[int]
+) -> tuple[Traffic, float, bool]:
+    from gradzip.schemes.spec import ExchangeSpec
+
+    spec = ExchangeSpec.parse(spec_text)
+    params = dict(spec.params)
+    scheme = spec.scheme.name
+    measure = work.codec(spec.compressor, params)
+    ef = work.timed("ef") if spec.error_feedback else 0.0
+    share = work.cpu_share
+    n = sum(numels)
+    buckets = max(1, len(work.buckets))
+    if scheme in ("allgather", "nested"):
+        gathered = measure.total_bytes(numels)
+        traffic = Traffic((p - 1) * buckets, (p - 1) * gathered)
+        codec = n * (measure.encode_s_per_coord + p * measure.decode_s_per_coord + ef)
+        return traffic, codec / share, True
+    if scheme in ("ring", "allreduce"):
+        chunks = [math.ceil(m / p) for m in numels]
+        hop = float(measure.total_bytes(chunks))
+        if scheme == "allreduce":
+            bits = _code_bits(measure, chunks)
+            hop *= (bits + math.ceil(math.log2(p))) / bits
+        traffic = Traffic(2 * (p - 1) * len(numels), 2 * (p - 1) * hop)
+        coords = sum(chunks) * (p - 1)
+        codec = coords * (measure.encode_s_per_coord + 2 * measure.decode_s_per_coord) + n * ef
+        return traffic, codec / share, False
+    if scheme == "powersgd":
+        options = dict(spec.scheme.options)
+        rank = options.get("rank", 1)
+        if not isinstance(rank, int):
+            raise ValueError(f"{spec_text!r}: PowerSGD's rank must be an int")
+        factors, whole, rounds = _factor_sizes(work, numels, rank)
+        sent = measure.total_bytes(factors) + measure.total_bytes(whole)
+        traffic = Traffic((p - 1) * rounds, (p - 1) * sent)
+        coded = sum(factors) + sum(whole)
+        codec = work.timed(f"powersgd-r{rank}") + coded * (
+            measure.encode_s_per_coord + p * measure.decode_s_per_coord
+        )
+        return traffic, codec / share, False
+    raise ValueError(f"{spec_text!r}: the model has no cost for scheme {scheme!r}")
+
+
+def _factor_sizes(work: Workload, numels: list[int], rank: int) -> tuple[list[int], list[int], int]:
+    """The element counts of the PowerSGD factors (P and Q of each compressed matrix), of the
+    tensors sent whole, and the all-gathers a step takes (two a matrix, one for the rest)."""
+    factors: list[int] = []
+    whole = [m for s, m in zip(work.shapes, numels, strict=True) if len(s) < 2]
+    for rows, cols in matrix_shapes(work.shapes):
+        if powersgd_compresses(rows, cols, rank):
+            factors += [rows * rank, cols * rank]
+        else:
+            whole.append(rows * cols)
+    return factors, whole, len(factors) + 1
+
+
+def _code_bits(measure: CodecMeasure, chunks: list[int]) -> float:
+    """The measured bits a coordinate of the chunks' payloads (at least 1)."""
+    return max(1.0, 8 * measure.total_bytes(chunks) / max(1, sum(chunks)))
+
+
+def _torch_powersgd_traffic(work: Workload, p: int, rank: int) -> Traffic:
+    factors: list[int] = []
+    whole = [int(s.numel()) for s in work.shapes if len(s) < 2]
+    for rows, cols in matrix_shapes(work.shapes):
+        if powersgd_compresses(rows, cols, rank):
+            factors += [rows * rank, cols * rank]
+        else:
+            whole.append(rows * cols)
+    buckets = len(work.buckets)
+    p_q = sum(factors)
+    traffic = ring_allreduce(4 * (p_q + sum(whole)), p)
+    # three all-reduces a bucket (the uncompressed tensors, P, Q), each 2(P-1) rounds
+    return Traffic(3 * buckets * 2 * (p - 1), traffic.nbytes)
+
+
+def _int_suffix(name: str, prefix: str) -> int:
+    try:
+        value = int(name[len(prefix) :])
+    except ValueError:
+        raise ValueError(f"{name!r}: write {prefix}N with N >= 1") from None
+    if value < 1:
+        raise ValueError(f"{name!r}: write {prefix}N with N >= 1")
+    return value
+
+
+def _sum(parts: Any) -> Traffic:
+    total = NO_TRAFFIC
+    for part in parts:
+        total = total + part
+    return total

@@ -1,0 +1,114 @@
+"""``gradzip tune``'s link measurement: alpha and beta of the default process group.
+
+All-gathers of float32 tensors of a few sizes (1 to 64 MB a rank by default), each timed as the
+slowest rank's best of ``repeat`` after a barrier, are fitted by least squares to the ring
+all-gather's cost ``(P-1) x (alpha + bytes / beta)`` (:mod:`gradzip_lab.bench.project_links`):
+alpha is the intercept of the time a round against a round's bytes, beta the inverse slope.
+[CHOICE] The all-gather, not the all-reduce, because it is the collective whose cost has no
+reduction arithmetic in it; the all-reduce of the largest size is timed too and printed as a
+check. [CHOICE] Sizes stop growing once one collective takes more than ``budget_s`` seconds, so
+a slow link still finishes in well under a minute; at least two sizes are always timed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+DEFAULT_SIZES_MB: tuple[float, ...] = (1, 4, 16, 64)
+
+
+@dataclass(frozen=True)
+class LinkEstimate:
+    """The fitted link: seconds a message, raw Gbit/s (payload rate over the wire efficiency
+    of the model's links), and the figures behind them."""
+
+    alpha_s: float
+    gbit_per_s: float
+    world_size: int
+    points: tuple[tuple[float, float], ...]  # (bytes a round, seconds a round)
+    allreduce_gbit_per_s: float
+
+    def check(self) -> None:
+        if not (math.isfinite(self.alpha_s) and self.alpha_s >= 0):
+            raise ValueError(f"measured alpha is not a finite number >= 0: {self.alpha_s}")
+        if not (math.isfinite(self.gbit_per_s) and self.gbit_per_s > 0):
+            raise ValueError(f"measured link rate is not finite and > 0: {self.gbit_per_s}")
+
+
+def _slowest(seconds: float) -> float:
+    t = torch.tensor([seconds], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def _time(fn: object, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        dist.barrier()
+        start = time.perf_counter()
+        fn()  # type: ignore[operator]
+        best = min(best, _slowest(time.perf_counter() - start))
+    return best
+
+
+def fit_alpha_beta(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """Least squares of ``seconds = alpha + bytes / beta`` over (bytes, seconds) points:
+    (alpha, beta in bytes a second). ``ValueError`` when the points cannot give a positive
+    slope (fewer than two sizes, or times that do not grow with bytes)."""
+    if len({b for b, _ in points}) < 2:
+        raise ValueError("fitting alpha and beta needs at least two message sizes")
+    n = len(points)
+    mean_b = sum(b for b, _ in points) / n
+    mean_t = sum(t for _, t in points) / n
+    var = sum((b - mean_b) ** 2 for b, _ in points)
+    slope = sum((b - mean_b) * (t - mean_t) for b, t in points) / var
+    if not slope > 0:
+        raise ValueError(f"collective times do not grow with bytes (slope {slope:g} s/B)")
+    alpha = max(0.0, mean_t - slope * mean_b)  # [CHOICE] a negative intercept is noise: 0
+    return alpha, 1.0 / slope
+
+
+def measure_link(
+    sizes_mb: Sequence[float] = DEFAULT_SIZES_MB,
+    repeat: int = 3,
+    budget_s: float = 2.0,
+    efficiency: float = 1448 / 1514,
+) -> LinkEstimate:
+    """Time all-gathers over the default process group (every rank calls this) and fit the
+    link; every rank returns the same estimate (the slowest rank's times)."""
+    if not dist.is_initialized():
+        raise ValueError("measure_link needs torch.distributed initialised (run under torchrun)")
+    p = dist.get_world_size()
+    if p < 2:
+        raise ValueError("measuring a link needs at least 2 ranks")
+    points: list[tuple[float, float]] = []
+    last = None
+    for mb in sizes_mb:
+        numel = max(1, int(mb * 1e6 / 4))
+        x = torch.ones(numel)
+        outs = [torch.empty(numel) for _ in range(p)]
+        seconds = _time(lambda x=x, outs=outs: dist.all_gather(outs, x), repeat)
+        points.append((4.0 * numel, seconds / (p - 1)))
+        last = x
+        if seconds > budget_s and len(points) >= 2:
+            break
+    alpha, beta = fit_alpha_beta(points)
+    assert last is not None
+    reduced = last.clone()
+    ar_s = _time(lambda: dist.all_reduce(reduced), 1)
+    ar_bytes = 2 * (p - 1) / p * 4 * last.numel()
+    estimate = LinkEstimate(
+        alpha_s=alpha,
+        gbit_per_s=beta * 8 / 1e9 / efficiency,
+        world_size=p,
+        points=tuple(points),
+        allreduce_gbit_per_s=ar_bytes / ar_s * 8 / 1e9 / efficiency,
+    )
+    estimate.check()
+    return estimate

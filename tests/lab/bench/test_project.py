@@ -1,0 +1,158 @@
+"""``gradzip bench project``: the alpha-beta formulas on hand-computed cases, the winner map's
+sanity at its two ends, and the validation of a stored cluster file.
+
+Codec speeds are given (``Workload.given_speeds``), never timed here, so every figure is
+deterministic; payload sizes are real encodes (deterministic too)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from gradzip_lab.bench.project_links import Link, Traffic, allgather, ring_allreduce
+from gradzip_lab.bench.project_report import winner_map, winners
+from gradzip_lab.bench.project_validate import compute_lookup, read_rows, validate
+from gradzip_lab.bench.project_variants import Network, Workload, predict
+
+RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
+EXACT = 1.0  # a link without framing overhead: beta = rate / 8
+
+
+def test_ring_allreduce_bytes_and_rounds_by_hand() -> None:
+    # 1000 float32 values over 4 ranks: 6 rounds of 250 values, 2 * 3/4 * 4000 = 6000 bytes
+    assert ring_allreduce(4000, 4) == Traffic(6, 6000)
+    assert ring_allreduce(4000, 2) == Traffic(2, 4000)
+    assert allgather(100, 5) == Traffic(4, 400)
+
+
+def test_fp32_step_is_compute_plus_rounds_alpha_plus_bytes_over_beta() -> None:
+    link = Link(alpha_s=1e-3, gbit_per_s=8.0, efficiency=EXACT)  # beta = 1e9 bytes a second
+    assert link.bytes_per_s == 1e9
+    work = Workload([torch.Size([1000])], compute_s=0.1)  # one bucket of 4000 bytes
+    pred = predict("fp32", work, 4, Network(link, link))
+    assert pred.bytes_per_rank == 6000
+    assert pred.step_s == pytest.approx(0.1 + 6 * 1e-3 + 6000 / 1e9, rel=1e-12)
+
+
+def test_overlap_hides_at_most_backwards_share() -> None:
+    link = Link(alpha_s=0.0, gbit_per_s=8.0, efficiency=EXACT)
+    work = Workload([torch.Size([250_000])], compute_s=0.3)  # 1 MB: comm 1 ms at P = 2
+    hidden = predict("fp32", work, 2, Network(link, link, overlap=1.0))
+    assert hidden.step_s == pytest.approx(0.3)  # 1 ms hides behind 200 ms of backward
+
+
+def _workload(codec_s_per_coord: float) -> Workload:
+    work = Workload([torch.Size([512, 1024]), torch.Size([512])], compute_s=0.05)
+    work.given_speeds["qsgd"] = (codec_s_per_coord, codec_s_per_coord)
+    return work
+
+
+def test_a_fast_quantizer_wins_on_a_slow_link_and_fp32_on_a_fast_one() -> None:
+    variants = ["fp32", "gradzip:qsgd:allgather"]
+    fast = _workload(1e-10)  # 40 GB/s
+    slow = _workload(1e-7)  # 40 MB/s
+    rows = []
+    for work, rate in ((fast, 1.0), (slow, 400.0)):
+        link = Link(30e-6, rate)
+        rows += [predict(v, work, 2, Network(link, link)) for v in variants]
+    best = winners(rows)
+    assert best[(1.0, 2)].variant == "gradzip:qsgd:allgather"
+    assert best[(400.0, 2)].variant == "fp32"
+    assert "#1: fp32" in winner_map(rows)
+
+
+def test_the_all_gathers_bytes_grow_like_p_minus_one_and_the_rings_do_not() -> None:
+    work = _workload(1e-9)
+    link = Link(30e-6, 10.0)
+    net = Network(link, link)
+    gather = [predict("gradzip:qsgd:allgather", work, p, net).bytes_per_rank for p in (2, 16)]
+    ring = [predict("gradzip:qsgd:ring", work, p, net).bytes_per_rank for p in (2, 16)]
+    assert gather[1] == pytest.approx(15 * gather[0])  # the same payload, 15 times
+    assert ring[1] < 2 * ring[0]  # 2(P-1)/P of the payload, with chunk framing
+
+
+def test_hierarchical_within_one_node_is_a_fp32_ring_on_the_intra_link() -> None:
+    work = Workload([torch.Size([1000])], compute_s=0.0)
+    inter = Link(0.0, 1.0, efficiency=EXACT)
+    intra = Link(0.0, 8.0, efficiency=EXACT)
+    pred = predict("hier[4]:gradzip:qsgd:allgather", work, 4, Network(inter, intra))
+    assert pred.step_s == pytest.approx(6000 / 1e9)
+
+
+def test_bad_input_is_refused_naming_the_problem() -> None:
+    with pytest.raises(ValueError, match="alpha"):
+        Link(-1.0, 1.0)
+    with pytest.raises(ValueError, match="rate"):
+        Link(0.0, 0.0)
+    work = Workload([torch.Size([10])], compute_s=0.0)
+    link = Link(0.0, 1.0)
+    with pytest.raises(ValueError, match="unknown variant"):
+        predict("fp64", work, 2, Network(link, link))
+    with pytest.raises(ValueError, match="world size"):
+        predict("fp32", work, 1, Network(link, link))
+
+
+def test_a_stored_cluster_file_parses_and_its_fp32_rows_are_predicted_within_20_percent() -> None:
+    rows = read_rows(RESULTS / "cluster-default-p2.json")
+    fp32 = [r for r in rows if r.variant == "fp32"]
+    assert {(r.world_size, r.rate, r.bits_per_s) for r in fp32} == {
+        (2, "100mbit", 100_000_000),
+        (2, "1gbit", 1_000_000_000),
+    }
+    assert compute_lookup(rows)[("mlp-4096", 2)] == pytest.approx(
+        (215.63448249980866 + 212.0) / 2, abs=1.0
+    )
+    from gradzip_lab.bench.project_models import named_model, parameter_shapes
+
+    model, _ = named_model("mlp-4096")
+    work = Workload(parameter_shapes(model), compute_s=0.0)
+    checked, skipped = validate(fp32, {"mlp-4096": work})
+    assert len(checked) == 2 and not skipped
+    for c in checked:  # fp32 has no codec: bytes and the link alone
+        assert abs(c.relative_error) < 0.2, c
+        assert c.predicted_mb == pytest.approx(4 * 36_818_954 / 1e6)
+
+
+def test_a_file_that_is_not_a_cluster_file_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "codecs.json"
+    bad.write_text(json.dumps({"codecs": []}))
+    with pytest.raises(ValueError, match=r"codecs\.json: not a `gradzip bench cluster"):
+        read_rows(bad)
+
+
+def test_alpha_beta_fit_recovers_exact_points() -> None:
+    from gradzip_lab.tune_link import fit_alpha_beta
+
+    alpha, beta = fit_alpha_beta([(b, 5e-5 + b / 1.25e8) for b in (1e6, 4e6, 16e6)])
+    assert alpha == pytest.approx(5e-5, rel=1e-6)
+    assert beta == pytest.approx(1.25e8, rel=1e-9)
+    with pytest.raises(ValueError, match="two message sizes"):
+        fit_alpha_beta([(1e6, 0.01)])
+    assert math.isfinite(beta)
+
+
+def test_the_figure_is_a_png_with_a_panel_a_rate(tmp_path: Path) -> None:
+    from gradzip_lab.bench.project_report import speedup_figure
+
+    work = Workload([torch.Size([1000])], compute_s=0.01)
+    rows = []
+    for rate in (1.0, 100.0):
+        link = Link(30e-6, rate)
+        rows += [predict("fp32", work, p, Network(link, link)) for p in (2, 4)]
+    path = tmp_path / "speedup.png"
+    speedup_figure(rows, path, "test")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_options_are_refused_before_anything_is_measured(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from gradzip.cli import main
+
+    assert main(["bench", "project", "--overlap", "2"]) == 2
+    assert "--overlap in [0, 1]" in capsys.readouterr().err
+    assert main(["bench", "project", "--world-sizes", "1,4"]) == 2
