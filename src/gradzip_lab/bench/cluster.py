@@ -152,8 +152,9 @@ def run(
                 rows.extend(_one_world(seed * len(world_sizes) + index, world, rates, model,
                                        steps, warmup, names, timeout, data, batch, lr, threads,
                                        target, mode, rounds, real))  # fmt: skip
-    fill_references(rows, baseline)
     modes = modes_of(mode)
+    for seed in range(seeds):  # each seed's rows are referred to its own fp32 and baseline
+        fill_references([r for r in rows if r.get("seed", 0) == seed], baseline)
     for seed in range(seeds):
         if seeds > 1:
             print(f"\nseed {seed}:")
