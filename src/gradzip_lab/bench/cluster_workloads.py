@@ -24,6 +24,7 @@ ResNet-20 batch 32 per rank, lr 0.05; the transformer 16 windows per rank, lr 0.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -78,6 +79,7 @@ def build(model: str, data: str, seed: int) -> nn.Module:
     return char_transformer(len(pydoc_corpus().vocab), seed=seed, context=CONTEXT)
 
 
+@functools.lru_cache(maxsize=2)  # a rank reads them twice: its batches, its held-out share
 def _items(model: str, data: str, data_dir: str | None) -> tuple[Batch, Batch]:
     """(train inputs, targets), (held-out inputs, targets) of the whole data."""
     if model == "resnet20":
