@@ -111,6 +111,14 @@ def _evaluate_rank(transport: Transport) -> tuple[float, float]:
 def test_every_rank_gets_the_same_figures() -> None:
     results = run_processes(3, _evaluate_rank, timeout=120.0)
     assert results[0] == results[1] == results[2]
+    # the figures are rank 0's model (its batch-norm statistics broadcast) on the whole subset
+    model = resnet(8, in_channels=1, seed=0).eval()
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.rand(90, 1, 12, 12, generator=gen), torch.randint(0, 10, (90,), generator=gen)
+    with torch.no_grad():
+        losses, right = item_losses(model(x), y)
+    assert results[0][0] == pytest.approx(float(losses.double().mean()), rel=1e-6)
+    assert results[0][1] == pytest.approx(100.0 * float(right.double().mean()))
 
 
 def _row(
