@@ -19,7 +19,9 @@ batches. The held-out subset is the first ``heldout`` items of a permutation dra
 
 Defaults [CHOICE, chosen so that one variant reaches the documented target in a few minutes at
 P = 4 on two shared cores; docs/performance.md, "Real workloads"]: SGD with momentum 0.9;
-ResNet-20 batch 32 per rank, lr 0.05; the transformer 16 windows per rank, lr 0.1.
+ResNet-20 batch 32 per rank, lr 0.02 (at 0.05 its held-out accuracy rose faster at first and
+then swung by several points between evaluations; at 0.02 it rose steadily to 80% at step 200);
+the transformer 16 windows per rank, lr 0.1.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class Workload:
 
 
 WORKLOADS = {
-    "resnet20": Workload("resnet20", ("fashion-mnist", "cifar10"), 32, 0.05, 0.9, 2000, 269_434),
+    "resnet20": Workload("resnet20", ("fashion-mnist", "cifar10"), 32, 0.02, 0.9, 2000, 269_434),
     "transformer-lm": Workload("transformer-lm", ("pydoc",), 16, 0.1, 0.9, 256, 431_463),
 }
 
