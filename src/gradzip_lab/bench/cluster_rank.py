@@ -43,7 +43,7 @@ from gradzip_lab.bench.cluster_heldout import eval_due, evaluate, item_losses
 from gradzip_lab.bench.cluster_launch import PROGRESS, join_group
 from gradzip_lab.bench.cluster_netns import RANK_DEVICE
 from gradzip_lab.bench.cluster_target import window_reached
-from gradzip_lab.bench.cluster_variants import VARIANTS_BY_NAME, attach
+from gradzip_lab.bench.cluster_variants import attach, select
 from gradzip_lab.bench.cluster_workloads import WORKLOADS, heldout_shard, train_batches
 
 #: the command-line model names and the gradzip models they are
@@ -164,7 +164,9 @@ class Trainee:
         self.ddp = DistributedDataParallel(
             model, process_group=self.group, gradient_as_bucket_view=True
         )
-        self.meter = attach(VARIANTS_BY_NAME[name], self.ddp, self.group, config.timeout)
+        # a gradzip spec outside the table (e.g. gradzip:qsgd[s=16]+ef:allgather) is parsed
+        # here as the launcher parsed it: the table alone raised KeyError for those
+        self.meter = attach(select([name])[0], self.ddp, self.group, config.timeout)
         self.opt = torch.optim.SGD(self.ddp.parameters(), lr=config.lr, momentum=config.momentum)
         self.figures = VariantFigures(payload_bytes=None if self.meter is None else [])
 
