@@ -6,6 +6,7 @@
 * :mod:`gradzip.models.layers`: the TensorFlow-compatible layers they are built from.
 * :mod:`gradzip.models.resnet`: the CIFAR ResNets of the QESGD paper.
 * :mod:`gradzip.models.charlstm`: the QESGD paper's character LSTM.
+* :mod:`gradzip.models.transformer`: a small character-level transformer language model.
 """
 
 from __future__ import annotations
@@ -14,17 +15,20 @@ from gradzip.models.charlstm import CharLSTM, char_lstm
 from gradzip.models.paper import MODELS, ModelInfo, PaperModel, build_model, model_info
 from gradzip.models.resnet import CifarResNet, resnet
 from gradzip.models.shapes import MODEL_SHAPES, Shape, parameter_count
+from gradzip.models.transformer import CharTransformer, char_transformer
 
 __all__ = [
     "MODELS",
     "MODEL_SHAPES",
     "CharLSTM",
+    "CharTransformer",
     "CifarResNet",
     "ModelInfo",
     "PaperModel",
     "Shape",
     "build_model",
     "char_lstm",
+    "char_transformer",
     "model_info",
     "parameter_count",
     "resnet",

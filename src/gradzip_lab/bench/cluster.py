@@ -12,7 +12,10 @@ interleaved`` runs them all in the same processes, their steps interleaved so th
 the machine's load affects all alike. A variant's row over its launches: :mod:`.cluster_merge`;
 rows, table, JSON and plot: :mod:`.cluster_report`; the ratios to the baseline, the two modes
 side by side: :mod:`.cluster_compare`; the time to a target loss (``--target-loss``):
-:mod:`.cluster_target`.
+:mod:`.cluster_target`. The real workloads (``--model resnet20 | transformer-lm``,
+:mod:`.cluster_workloads`) evaluate a held-out subset every ``--eval-every`` steps and report
+time to a held-out target and the held-out metric after the same steps, over ``--seeds`` seeds
+(:mod:`.cluster_heldout`); each seed is a run of its own (a cluster built per seed).
 
 The namespaces are always deleted: in a ``finally`` (errors included), and SIGINT / SIGTERM are
 turned into an exception that reaches it (the ranks, in sessions of their own, are killed
@@ -44,6 +47,7 @@ from typing import Any
 
 from gradzip.errors import GradzipError
 from gradzip_lab.bench.cluster_compare import default_baseline, format_comparison
+from gradzip_lab.bench.cluster_heldout import HeldoutTarget, format_heldout, heldout_fields
 from gradzip_lab.bench.cluster_launch import (
     ClusterInterruptedError,
     ClusterRunError,
@@ -52,7 +56,7 @@ from gradzip_lab.bench.cluster_launch import (
     launch,
     signals_raise,
 )
-from gradzip_lab.bench.cluster_merge import merged_row
+from gradzip_lab.bench.cluster_merge import launches_of, merged_row
 from gradzip_lab.bench.cluster_netns import missing_privilege, sweep_stale
 from gradzip_lab.bench.cluster_plan import (
     BOTH,
@@ -62,7 +66,7 @@ from gradzip_lab.bench.cluster_plan import (
     modes_of,
     plan_launches,
 )
-from gradzip_lab.bench.cluster_rank import MODEL_NAMES, RankConfig
+from gradzip_lab.bench.cluster_rank import ALL_MODELS, RankConfig
 from gradzip_lab.bench.cluster_report import (
     add_topology,
     fill_references,
@@ -72,10 +76,13 @@ from gradzip_lab.bench.cluster_report import (
 from gradzip_lab.bench.cluster_target import Target
 from gradzip_lab.bench.cluster_topology import Topology, with_ranks_per_node
 from gradzip_lab.bench.cluster_variants import Variant, select
+from gradzip_lab.bench.cluster_workloads import WORKLOADS
 
 MASTER_PORT = 29500
 DEFAULT_LR = {"mlp-4096": 0.03, "fc-300-100": 0.2}  # the loss falls within a few steps
+DEFAULT_LR.update({name: w.lr for name, w in WORKLOADS.items()})
 MODEL_NUMEL = {"mlp-4096": 36_818_954, "fc-300-100": 266_610}
+MODEL_NUMEL.update({name: w.numel for name, w in WORKLOADS.items()})
 VARIANT_MODEL_COPIES = 4  # see the module docstring
 #: a rank process without any variant: torch, gloo, the MNIST arrays, allocator slack
 #: [RECON] measured: 5.3 GiB peak for 8 ranks of fc-300-100 (a small model: the processes'
@@ -157,6 +164,8 @@ def run(
     rounds: int = 1,
     baseline: str | None = None,
     ranks_per_node: int = 1,
+    heldout: HeldoutTarget | None = None,
+    data_dir: str | None = None,
 ) -> list[dict[str, Any]]:
     """Build, measure and tear down per world size (``timeout``: None scales the default with
     P, :func:`launch_timeout`); print the tables (per mode, then the ratios to ``baseline``);
@@ -188,15 +197,24 @@ def run(
         "ms/step over the row's"
     )
     rows: list[dict[str, Any]] = []
+    seeds = 1 if heldout is None else heldout.seeds
     with signals_raise():
-        for index, world in enumerate(world_sizes):
-            rows.extend(_one_world(index, world, rates, model, steps, warmup, names,
-                                   launch_timeout(world, timeout), data, batch, lr, threads,
-                                   target, mode, rounds, ranks_per_node))  # fmt: skip
-    fill_references(rows, baseline)
+        for seed in range(seeds):
+            real = None if heldout is None else RealRun(heldout, data_dir, seed)
+            for index, world in enumerate(world_sizes):
+                rows.extend(_one_world(seed * len(world_sizes) + index, world, rates, model,
+                                       steps, warmup, names, launch_timeout(world, timeout),
+                                       data, batch, lr, threads, target, mode, rounds,
+                                       ranks_per_node, real))  # fmt: skip
     modes = modes_of(mode)
-    _per_mode(rows, modes, format_table)
-    _print(format_comparison(rows, baseline))
+    for seed in range(seeds):  # each seed's rows are referred to its own fp32 and baseline
+        fill_references([r for r in rows if r.get("seed", 0) == seed], baseline)
+    for seed in range(seeds):
+        if seeds > 1:
+            print(f"\nseed {seed}:")
+        block = [r for r in rows if r.get("seed", 0) == seed]
+        _per_mode(block, modes, format_table)
+        _print(format_comparison(block, baseline))
     meta = {"steps": steps, "warmup": warmup, "batch": batch, "lr": lr, "data": data,
             "cpu_count": os.cpu_count(), "mode": mode, "rounds": rounds, "baseline": baseline,
             "ranks_per_node": ranks_per_node,
@@ -210,6 +228,16 @@ def run(
         if target.curves_png:
             write_curves_png(target.curves_png, headline, target.loss, target.window)
             print(f"wrote {target.curves_png}")
+    if heldout is not None:
+        held = heldout
+        meta["eval_every"], meta["seeds"] = held.eval_every, held.seeds
+        meta["target_accuracy_percent"], meta["target_heldout_loss"] = held.accuracy, held.loss
+        _per_mode(rows, modes, lambda block: format_heldout(block, held))
+        if held.curves_png:
+            from gradzip_lab.bench.cluster_heldout import write_heldout_png
+
+            write_heldout_png(held.curves_png, headline, held)
+            print(f"wrote {held.curves_png}")
     if json_path:
         write_json(json_path, rows, meta)
         print(f"wrote {json_path}")
@@ -231,6 +259,19 @@ def memory_plan(plan: list[Launch], model: str, world: int, memory: int) -> list
         f"{need / 2**30:.1f} GiB estimated for the {world} ranks, "
         f"{memory / 2**30:.1f} GiB available"
     ]
+
+
+class RealRun:
+    """A real workload's run settings for the ranks: the held-out evaluation and the seed."""
+
+    def __init__(self, heldout: HeldoutTarget, data_dir: str | None, seed: int = 0) -> None:
+        self.heldout, self.data_dir, self.seed = heldout, data_dir, seed
+
+    def fields(self, model: str) -> dict[str, Any]:
+        """The :class:`RankConfig` fields of a real workload."""
+        work = WORKLOADS[model]
+        return {"seed": self.seed, "data_dir": self.data_dir, "momentum": work.momentum,
+                "eval_every": self.heldout.eval_every, "heldout": work.heldout}  # fmt: skip
 
 
 def rank_threads_env(threads: int) -> dict[str, str]:
@@ -275,6 +316,7 @@ def _one_world(
     mode: str = ISOLATED,
     rounds: int = 1,
     ranks_per_node: int = 1,
+    real: RealRun | None = None,
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     per_rank_threads = threads or max(1, (os.cpu_count() or 1) // world)
@@ -298,6 +340,7 @@ def _one_world(
                         timeout=timeout,
                         target_loss=None if target is None else target.loss,
                         window=10 if target is None else target.window,
+                        **({} if real is None else real.fields(model)),
                     )
                     for r in range(world)
                 ]  # fmt: skip
@@ -315,14 +358,21 @@ def _one_world(
                     f"{peak.bytes / 2**30:.1f} GiB",
                     flush=True,
                 )
-            rows.extend(
+            merged = [
                 add_topology(
                     merged_row(model, world, rate, name, m, done, target is not None),
                     ranks_per_node,
                 )
                 for m in modes_of(mode)
                 for name in names
-            )
+            ]
+            if real is not None:
+                for row in merged:  # the first launch's curve where there are rounds [CHOICE]
+                    _, ranks = launches_of(done, row["mode"], row["variant"])[0]
+                    row["seed"] = real.seed
+                    row.update(heldout_fields([r["variants"][row["variant"]] for r in ranks],
+                                              real.heldout))  # fmt: skip
+            rows.extend(merged)
             print(
                 f"  P = {world}, rate {rate}: {len(names)} variants, {len(plan)} launch(es), "
                 f"{per_rank_threads} thread(s) per rank, {time.perf_counter() - start:.0f} s",
@@ -341,7 +391,7 @@ def main(
     timeout: float | None,
     json_path: str | None,
     png_path: str | None,
-    data: str = "mnist",
+    data: str | None = None,
     threads: int | None = None,
     target: Target | None = None,
     lr: float | None = None,
@@ -349,13 +399,16 @@ def main(
     rounds: int = 1,
     baseline: str | None = None,
     ranks_per_node: int = 1,
+    heldout: HeldoutTarget | None = None,
+    data_dir: str | None = None,
+    batch: int | None = None,
 ) -> int:
     """The command: 2 on bad input or missing privileges, 130 on SIGINT/SIGTERM, 1 on a failed
     run, else 0 (the namespaces are gone in every case)."""
-    if model not in MODEL_NAMES:
+    if model not in ALL_MODELS:
         print(
             f"gradzip bench cluster: unknown model {model!r}; choose one of "
-            f"{', '.join(MODEL_NAMES)}",
+            f"{', '.join(ALL_MODELS)}",
             file=sys.stderr,
         )
         return 2
@@ -374,6 +427,18 @@ def main(
             raise ValueError(f"--rounds must be >= 1, got {rounds}")
         if baseline is not None and baseline not in [v.name for v in variants]:
             raise ValueError(f"baseline {baseline} is not among the variants run")
+        if model in WORKLOADS:
+            heldout = heldout or HeldoutTarget()
+            data = _check_real_data(model, data, data_dir)
+        else:
+            data = data or "mnist"
+            if data not in ("mnist", "synthetic"):
+                raise ValueError(f"--model {model} trains on mnist or synthetic, not {data!r}")
+            if heldout is not None:
+                raise ValueError(
+                    f"--model {model} has no held-out evaluation (its --target-loss is the "
+                    "training loss)"
+                )
     except ValueError as err:
         print(f"gradzip bench cluster: {err}", file=sys.stderr)
         return 2
@@ -384,7 +449,9 @@ def main(
     try:
         run(world_sizes, rates, model, steps, warmup, variants, timeout, data=data, lr=lr,
             threads=threads, json_path=json_path, png_path=png_path, target=target, mode=mode,
-            rounds=rounds, baseline=baseline, ranks_per_node=ranks_per_node)  # fmt: skip
+            rounds=rounds, baseline=baseline, ranks_per_node=ranks_per_node, heldout=heldout,
+            data_dir=data_dir,
+            batch=batch or (WORKLOADS[model].batch if model in WORKLOADS else 32))  # fmt: skip
     except ClusterInterruptedError as err:
         print(f"gradzip bench cluster: {err}; namespaces removed", file=sys.stderr)
         return 130
@@ -392,3 +459,17 @@ def main(
         print(f"gradzip bench cluster: {err}", file=sys.stderr)
         return 1
     return 0
+
+
+def _check_real_data(model: str, data: str | None, data_dir: str | None) -> str:
+    """The data a real workload trains on (its default for None), loaded once here so that a
+    missing data set fails before any namespace exists (``ValueError`` saying how to get it)."""
+    from gradzip_lab.bench.cluster_workloads import check_data, heldout_shard
+
+    data = data or WORKLOADS[model].data[0]
+    check_data(model, data)
+    try:
+        heldout_shard(model, data, data_dir, 1, 0, 1)
+    except (GradzipError, OSError) as err:
+        raise ValueError(f"{model} on {data}: {err}") from None
+    return data

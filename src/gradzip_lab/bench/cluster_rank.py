@@ -16,7 +16,10 @@ retransmissions, ACKs) is read right after the barrier and right after the step.
 Data [CHOICE]: MNIST from :mod:`gradzip.data.datasets` (offline), one fixed permutation; at
 step ``s`` rank ``r`` takes examples ``[(s P + r) B, (s P + r + 1) B)``; every variant sees the
 same batches, so their losses are comparable. ``synthetic`` data: Gaussian inputs labelled by a
-fixed random linear teacher (learnable, so the loss still falls).
+fixed random linear teacher (learnable, so the loss still falls). The real workloads
+(``resnet20``, ``transformer-lm``): their data, batches and held-out subset are those of
+:mod:`.cluster_workloads`, and every ``eval_every`` timed steps the ranks evaluate it together
+(:mod:`.cluster_heldout`), outside the step timing.
 """
 
 from __future__ import annotations
@@ -34,16 +37,19 @@ from typing import Any
 import numba
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 from torch.nn.parallel import DistributedDataParallel
 
+from gradzip_lab.bench.cluster_heldout import eval_due, evaluate, item_losses
 from gradzip_lab.bench.cluster_launch import PROGRESS, join_group
 from gradzip_lab.bench.cluster_netns import RANK_DEVICE
 from gradzip_lab.bench.cluster_target import window_reached
-from gradzip_lab.bench.cluster_variants import VARIANTS_BY_NAME, attach
+from gradzip_lab.bench.cluster_variants import attach, select
+from gradzip_lab.bench.cluster_workloads import WORKLOADS, heldout_shard, train_batches
 
 #: the command-line model names and the gradzip models they are
 MODEL_NAMES = {"mlp-4096": "dryden-mlp", "fc-300-100": "fc-300-100"}
+#: every model ``--model`` takes: the MLPs and the real workloads (:mod:`.cluster_workloads`)
+ALL_MODELS = (*MODEL_NAMES, *WORKLOADS)
 MODEL_SEED = 13
 DATA_SEED = 17
 
@@ -70,6 +76,14 @@ class RankConfig:
     #: steps (each step's loss averaged over the ranks) is at most this; None: run every step
     target_loss: float | None = None
     window: int = 10
+    #: the real workloads: the run's seed (added to the model's and the data's), the data's
+    #: directory, SGD momentum, and the held-out evaluation every ``eval_every`` timed steps
+    #: (0: none) of a subset of ``heldout`` items
+    seed: int = 0
+    data_dir: str | None = None
+    momentum: float = 0.0
+    eval_every: int = 0
+    heldout: int = 0
 
 
 @dataclass
@@ -85,6 +99,10 @@ class VariantFigures:
     #: rank), and the timed step at which the window's mean first reached the target
     mean_losses: list[float] = field(default_factory=list)
     reached: int | None = None
+    #: the held-out evaluations (real workloads): timed steps done before each, and its figures
+    eval_steps: list[int] = field(default_factory=list)
+    eval_loss: list[float] = field(default_factory=list)
+    eval_accuracy: list[float] = field(default_factory=list)
     #: SHA-256 of the model's parameters after the last step (their bytes in model order):
     #: equal digests, equal models, whichever processes trained them
     param_digest: str = ""
@@ -101,6 +119,9 @@ def counter(device: str, name: str) -> int:
 def batches(config: RankConfig) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """This rank's batch for every step (warm-up and timed), identical for all variants."""
     total = config.warmup + config.steps
+    if config.model in WORKLOADS:
+        return train_batches(config.model, config.data, config.data_dir, config.seed,
+                             config.rank, config.world_size, config.batch, total, DATA_SEED)  # fmt: skip
     needed = total * config.world_size * config.batch
     if config.data == "mnist":
         from gradzip.data.datasets import load_dataset
@@ -131,14 +152,22 @@ class Trainee:
 
         self.name = name
         self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=config.timeout))
-        model = build_model(MODEL_NAMES[config.model], MODEL_SEED)
+        model: torch.nn.Module
+        if config.model in WORKLOADS:
+            from gradzip_lab.bench.cluster_workloads import build
+
+            model = build(config.model, config.data, MODEL_SEED + config.seed)
+        else:
+            model = build_model(MODEL_NAMES[config.model], MODEL_SEED)
         # [CHOICE] gradients as views of DDP's buckets: one copy of the gradients, not two
         # (a rank holds a model per variant of its chunk)
         self.ddp = DistributedDataParallel(
             model, process_group=self.group, gradient_as_bucket_view=True
         )
-        self.meter = attach(VARIANTS_BY_NAME[name], self.ddp, self.group, config.timeout)
-        self.opt = torch.optim.SGD(self.ddp.parameters(), lr=config.lr)
+        # a gradzip spec outside the table (e.g. gradzip:qsgd[s=16]+ef:allgather) is parsed
+        # here as the launcher parsed it: the table alone raised KeyError for those
+        self.meter = attach(select([name])[0], self.ddp, self.group, config.timeout)
+        self.opt = torch.optim.SGD(self.ddp.parameters(), lr=config.lr, momentum=config.momentum)
         self.figures = VariantFigures(payload_bytes=None if self.meter is None else [])
 
     def step(self, x: torch.Tensor, y: torch.Tensor, device: str, timed: bool) -> None:
@@ -146,7 +175,7 @@ class Trainee:
         tx, rx = counter(device, "tx_bytes"), counter(device, "rx_bytes")
         start = time.perf_counter()
         self.opt.zero_grad(set_to_none=False)
-        loss = F.cross_entropy(self.ddp(x), y)
+        loss = item_losses(self.ddp(x), y)[0].mean()  # per position for a language model
         torch.autograd.backward(loss)  # typed, unlike Tensor.backward
         self.opt.step()
         elapsed = time.perf_counter() - start
@@ -175,6 +204,13 @@ class Trainee:
         if window_reached(fig.mean_losses, config.window, config.target_loss):
             fig.reached = len(fig.mean_losses) - 1
 
+    def evaluate(self, shard: tuple[torch.Tensor, torch.Tensor], timed_steps: int) -> None:
+        """The held-out figures after ``timed_steps`` (:func:`.cluster_heldout.evaluate`)."""
+        loss, accuracy = evaluate(self.ddp.module, shard)
+        self.figures.eval_steps.append(timed_steps)
+        self.figures.eval_loss.append(loss)
+        self.figures.eval_accuracy.append(accuracy)
+
     def digest(self) -> str:
         """SHA-256 of the parameters' bytes, in the model's order."""
         sha = hashlib.sha256()
@@ -190,6 +226,10 @@ def run_rank(config: RankConfig) -> dict[str, Any]:
     join_group(config)
     try:
         data = batches(config)
+        shard = None
+        if config.eval_every:
+            shard = heldout_shard(config.model, config.data, config.data_dir, config.heldout,
+                                  config.rank, config.world_size)  # fmt: skip
         figures: dict[str, Any] = {}
         start = time.perf_counter()
         for number, chunk in enumerate(config.variants, 1):
@@ -206,6 +246,14 @@ def run_rank(config: RankConfig) -> dict[str, Any]:
                     trainee.step(x, y, config.device, timed=step >= config.warmup)
                     if step >= config.warmup:
                         trainee.check_target(config)
+                timed = step - config.warmup
+                if (
+                    shard is not None
+                    and timed >= 0
+                    and eval_due(timed, config.steps, config.eval_every)
+                ):
+                    for trainee in active:  # outside the step timing
+                        trainee.evaluate(shard, timed + 1)
                 if config.rank == 0:  # the launcher forwards these lines
                     print(
                         f"{PROGRESS}chunk {number}/{len(config.variants)}, step {step + 1}/"

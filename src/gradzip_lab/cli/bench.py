@@ -14,6 +14,9 @@ from gradzip_lab.cli.bench_project import add_project_parser
 CODECS = "gradzip bench codecs"
 COLLECTIVES = "gradzip bench collectives"
 CLUSTER = "gradzip bench cluster"
+#: the real workloads (the keys of gradzip_lab.bench.cluster_workloads.WORKLOADS, named here so
+#: that parsing the options imports no torch)
+REAL_MODELS = ("resnet20", "transformer-lm")
 
 
 def add_bench_parser(sub: Any) -> None:
@@ -189,13 +192,23 @@ def cmd_bench_cluster(args: argparse.Namespace) -> int:
     target_ok = (
         1 <= args.window <= args.steps and args.target_loss is not None and args.target_loss > 0
     )
-    if args.target_loss is not None and not target_ok:
+    if args.target_loss is not None and not target_ok and args.model not in REAL_MODELS:
         return fail(CLUSTER, "--window must be in [1, --steps], --target-loss > 0")
     from gradzip_lab.bench.cluster import main  # imports torch: after the options are checked
+    from gradzip_lab.bench.cluster_heldout import HeldoutTarget
     from gradzip_lab.bench.cluster_target import Target
+    from gradzip_lab.bench.cluster_workloads import WORKLOADS
 
-    target = None
-    if args.target_loss is not None:
+    target, heldout = None, None
+    if args.model in WORKLOADS:  # --target-loss is held out for these
+        try:
+            heldout = HeldoutTarget(args.eval_every, args.target_accuracy, args.target_loss,
+                                    args.seeds, args.curves_png)  # fmt: skip
+        except ValueError as err:
+            return fail(CLUSTER, str(err))
+    elif args.target_accuracy is not None or args.seeds != 1:
+        return fail(CLUSTER, "--target-accuracy and --seeds are for resnet20 and transformer-lm")
+    elif args.target_loss is not None:
         target = Target(args.target_loss, args.window, args.curves_png)
     return main(
         world_sizes=args.world_sizes,
@@ -215,6 +228,9 @@ def cmd_bench_cluster(args: argparse.Namespace) -> int:
         rounds=args.rounds,
         baseline=args.baseline,
         ranks_per_node=args.ranks_per_node,
+        heldout=heldout,
+        data_dir=args.data_dir,
+        batch=args.batch,
     )
 
 
@@ -245,9 +261,11 @@ def add_cluster_parser(bench_sub: argparse._SubParsersAction) -> None:  # type: 
     )  # fmt: skip
     p_cluster.add_argument(
         "--model",
-        choices=("mlp-4096", "fc-300-100"),
+        choices=("mlp-4096", "fc-300-100", *REAL_MODELS),
         default="mlp-4096",
-        help="the model every variant trains",
+        help="the model every variant trains: two MLPs (training loss), or ResNet-20 on "
+        "Fashion-MNIST / CIFAR-10 and a character transformer on Python's docs text (held-out "
+        "evaluation)",
     )
     p_cluster.add_argument("--steps", type=int, default=5, help="timed steps per variant")
     p_cluster.add_argument(
@@ -259,9 +277,17 @@ def add_cluster_parser(bench_sub: argparse._SubParsersAction) -> None:  # type: 
     )  # fmt: skip
     p_cluster.add_argument(
         "--data",
-        choices=("mnist", "synthetic"),
-        default="mnist",
-        help="the training batches: MNIST, or Gaussian inputs labelled by a random linear teacher",
+        choices=("mnist", "synthetic", "fashion-mnist", "cifar10", "pydoc"),
+        help="the training data: for the MLPs MNIST (default) or Gaussian inputs labelled by a "
+        "random linear teacher; resnet20: fashion-mnist (default) or cifar10 (needs --data-dir); "
+        "transformer-lm: pydoc (Python's reference text)",
+    )
+    p_cluster.add_argument(
+        "--data-dir", metavar="DIR",
+        help="where the data set's files are (CIFAR-10: the extracted cifar-10-batches-py)",
+    )  # fmt: skip
+    p_cluster.add_argument(
+        "--batch", type=int, help="examples (windows) per rank per step (default: the model's)"
     )
     p_cluster.add_argument(
         "--threads", type=int, help="torch threads per rank (default: cores / P, at least 1)"
@@ -297,14 +323,30 @@ def add_cluster_parser(bench_sub: argparse._SubParsersAction) -> None:  # type: 
     )  # fmt: skip
     p_cluster.add_argument(
         "--target-loss", type=float, metavar="L",
-        help="time to a target loss: each variant trains until the mean loss of its last "
-        "--window steps is at most L (or --steps run out); prints steps and seconds to it",
+        help="time to a target loss: MLPs: each variant trains until the mean training loss of "
+        "its last --window steps is at most L (or --steps run out); resnet20, transformer-lm: "
+        "the held-out loss (nats per item / character); prints steps and seconds to it",
+    )  # fmt: skip
+    p_cluster.add_argument(
+        "--target-accuracy", type=float, metavar="A",
+        help="resnet20, transformer-lm: time to a held-out top-1 accuracy of A percent (0-100]",
+    )  # fmt: skip
+    p_cluster.add_argument(
+        "--eval-every", type=int, default=20, metavar="N",
+        help="resnet20, transformer-lm: evaluate the fixed held-out subset every N timed steps "
+        "and after the last (not timed; default 20)",
+    )  # fmt: skip
+    p_cluster.add_argument(
+        "--seeds", type=int, default=1,
+        help="resnet20, transformer-lm: repeat each variant with N seeds (model init and data "
+        "order); the held-out table gives mean and sd (default 1)",
     )  # fmt: skip
     p_cluster.add_argument(
         "--window", type=int, default=10, help="steps in the target loss's mean (default 10)"
     )
     p_cluster.add_argument(
         "--curves-png", metavar="PATH", default="gradzip-cluster-curves.png",
-        help="with --target-loss: loss against training time, a line per variant",
+        help="with --target-loss (MLPs) or for resnet20 / transformer-lm: loss, or held-out "
+        "accuracy, against training time, a line per variant",
     )  # fmt: skip
     p_cluster.set_defaults(func=cmd_bench_cluster)
