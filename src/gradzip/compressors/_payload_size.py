@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from gradzip.keys import StreamKey
-from gradzip.payload import CRC_BYTES, Header, header_size
+from gradzip.payload import CRC_BYTES, header_size
 
 if TYPE_CHECKING:
     from gradzip.compressors.base import Compressor
@@ -47,6 +47,3 @@ def payload_size(
         return None
     header = compressor.header_for(dims, dtype, key)
     return header_size(header) + -(-body_bits // 8) + CRC_BYTES
-
-
-__all__ = ["Header", "payload_size"]

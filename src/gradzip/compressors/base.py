@@ -43,8 +43,8 @@ from gradzip.compressors._decode_guards import (
     check_finite_output,
     fitted,
 )
-from gradzip.compressors._payload_size import payload_size
 from gradzip.compressors._device_decode import DeviceDecoded, decode_device_payload
+from gradzip.compressors._payload_size import payload_size
 from gradzip.compressors.codec_names import codec_name
 from gradzip.compressors.grid import CommonGrid
 from gradzip.device.mode import device_path
