@@ -44,7 +44,7 @@ from gradzip.compressors._decode_guards import (
     fitted,
 )
 from gradzip.compressors._device_decode import DeviceDecoded, decode_device_payload
-from gradzip.compressors._payload_size import payload_size
+from gradzip.compressors._payload_size import framed_size, shape_probe
 from gradzip.compressors.codec_names import codec_name
 from gradzip.compressors.grid import CommonGrid
 from gradzip.device.mode import device_path
@@ -321,7 +321,16 @@ class Compressor(ABC):
         rank for the same arguments, so ranks can agree on a collective's slot size without a
         message (see :mod:`gradzip.compressors._payload_size`; with the key of the group's last
         rank it bounds every rank's payload)."""
-        return payload_size(self, shape, dtype, key if key is not None else StreamKey())
+        if not self.body_size_from_shape:
+            return None
+        probe = shape_probe(shape, dtype)
+        if probe.numel() == 0:
+            return 0  # an empty tensor's payload is empty
+        body_bits = self.expected_body_bits(probe)
+        if body_bits is None:
+            return None
+        key = key if key is not None else StreamKey()
+        return framed_size(self.header_for(probe.shape, dtype, key), body_bits)
 
     def header_for(self, shape: Sequence[int], dtype: torch.dtype, key: StreamKey) -> Header:
         """The header :meth:`encode` writes for a tensor of ``shape`` and ``dtype`` under
