@@ -12,6 +12,10 @@ header: the length, and one flag bit) to its sender and its receiver.
 The flag bit lets a rank say "my gradients are not finite" on a message it sends anyway
 (:meth:`Transport.all_gather_flagged`), so agreeing on it costs no round of its own.
 
+An all-gather whose payloads every rank knows to be at most ``expected_size`` bytes (device
+payloads of a size the shape fixes) may travel as one collective of equal slots instead of the
+ring, where the transport has one (:meth:`Transport.all_gather_flagged`).
+
 Deadlock freedom: a transfer posts its receives, starts its sends and only then waits, and in
 every round of a ring each rank sends to its successor and receives from its predecessor, so no
 cycle of ranks can block on each other.
