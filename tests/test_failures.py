@@ -20,7 +20,7 @@ from gradzip.comm import spawn
 from gradzip.comm.distributed import _cuda_only
 from gradzip.comm.local import run_local
 from gradzip.comm.spawn import DistributedRunError, run_processes
-from gradzip.comm.transport import Transport
+from gradzip.comm.transport import Payload, Transport
 from gradzip.errors import GradzipError
 from gradzip.schemes import AllGatherDecode
 from gradzip.sync import GradientSync
@@ -55,11 +55,11 @@ def count_all_gathers(transport: Transport, before: Callable[[int], None]) -> li
     calls = [0]
 
     def counted(
-        payload: bytes, ok: bool, collective: str = "all_gather"
-    ) -> tuple[list[bytes], list[int]]:
+        payload: bytes, ok: bool, collective: str = "all_gather", expected_size: int | None = None
+    ) -> tuple[list[Payload], list[int]]:
         before(calls[0])
         calls[0] += 1
-        return original(payload, ok, collective)
+        return original(payload, ok, collective, expected_size=expected_size)
 
     transport.all_gather_flagged = counted  # type: ignore[method-assign]
     return calls

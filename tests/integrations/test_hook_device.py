@@ -68,10 +68,10 @@ class TensorPayloadAllGather(AllGatherDecode):
         return Outgoing(_tensor(out.payload), out.finite, out.dtype, out.own)
 
     def gather_flagged(
-        self, transport: Transport, outgoing: Outgoing, step: int
+        self, transport: Transport, outgoing: Outgoing, step: int, expected_size: int | None = None
     ) -> tuple[list[Any], list[int]]:
         sent = Outgoing(_bytes(outgoing.payload), outgoing.finite, outgoing.dtype)
-        payloads, down = super().gather_flagged(transport, sent, step)
+        payloads, down = super().gather_flagged(transport, sent, step, expected_size)
         return [_tensor(p) for p in payloads], down
 
     def average(self, payloads: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -128,6 +128,31 @@ def test_forced_device_buckets_equal_the_host_path(name: str, codec: str, ef: bo
         assert len(got) == len(want) == STEPS * len(LAYOUT)
         for a, b in zip(got, want, strict=True):
             assert a.dtype == b.dtype and torch.equal(a, b)
+
+
+def _slot_sizes(transport: Transport, mode: AbstractContextManager[None]) -> list[Any]:
+    """``(payload bytes, expected_size)`` of each all-gather the hook runs (fp16, pipelined)."""
+    seen: list[Any] = []
+    original = transport.all_gather_flagged
+
+    def spy(payload, ok, collective="all_gather", **sizes):  # type: ignore[no-untyped-def]
+        seen.append((len(payload), sizes.get("expected_size")))
+        return original(payload, ok, collective, **sizes)
+
+    transport.all_gather_flagged = spy  # type: ignore[method-assign]
+    _steps(transport, "allgather", "fp16", False, mode)
+    return seen
+
+
+def test_the_hook_gathers_fixed_size_device_messages_in_equal_slots() -> None:
+    """With device payloads of a size the shapes fix, every message the hook gathers carries
+    its exact size (the slot of the one-collective path); host payloads keep the ring."""
+    device = run_local(2, lambda t: _slot_sizes(t, forced_device_payloads()))
+    host = run_local(2, lambda t: _slot_sizes(t, nullcontext()))
+    for calls in device:
+        assert calls and all(size == bound for size, bound in calls), calls
+    for calls in host:
+        assert calls and all(bound is None for _, bound in calls), calls
 
 
 def _hook_reads(reads: HostReads) -> list[tuple[str, int, str]]:

@@ -77,9 +77,9 @@ def test_device_payloads_travel_and_reads_are_bounded() -> None:
         sync = GradientSync(t, scheme=scheme)
         original = t.all_gather_flagged
 
-        def spy(payload, ok, collective="all_gather"):  # type: ignore[no-untyped-def]
+        def spy(payload, ok, collective="all_gather", **sizes):  # type: ignore[no-untyped-def]
             seen.append(payload)
-            return original(payload, ok, collective)
+            return original(payload, ok, collective, **sizes)
 
         t.all_gather_flagged = spy  # type: ignore[method-assign]
         sync.synchronize(gradients(t.rank, 0))

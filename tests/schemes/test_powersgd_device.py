@@ -89,9 +89,9 @@ def train(codec: str, rank: int, ef: bool, steps: int, device: bool) -> list[Run
         sent: list[Any] = []
         original = t.all_gather_flagged
 
-        def spy(payload, ok, collective="all_gather"):  # type: ignore[no-untyped-def]
+        def spy(payload, ok, collective="all_gather", **sizes):  # type: ignore[no-untyped-def]
             sent.append(payload)
-            return original(payload, ok, collective)
+            return original(payload, ok, collective, **sizes)
 
         t.all_gather_flagged = spy  # type: ignore[method-assign]
         out = []

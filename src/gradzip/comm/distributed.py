@@ -27,13 +27,18 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gradzip.comm.transport import FLAG_DOWN_BIT, LENGTH_PREFIX_BYTES, Payload, Send, Transport
+from gradzip.comm.slots import DEVICE_PAYLOAD_BIT, frame_slot, read_slots
+from gradzip.comm.transport import (
+    FLAG_DOWN_BIT,
+    LENGTH_PREFIX_BYTES,
+    Payload,
+    Send,
+    Transport,
+    oversize_error,
+)
 from gradzip.device.host_reads import host_read
 from gradzip.device.ops import bytes_tensor, on_device
 from gradzip.errors import GradzipError
-
-#: the header word's mark of a device payload: the receiver keeps it a tensor on its device
-DEVICE_PAYLOAD_BIT = 1 << 61
 
 
 def _joined_tensor(head_part: np.ndarray, tail: torch.Tensor, has_tail: bool) -> torch.Tensor:
@@ -157,6 +162,43 @@ class DistributedTransport(Transport):
             if self._broken is None:
                 self._broken = f"a transfer was abandoned ({type(err).__name__}: {err})"
             raise
+        return out
+
+    # -- one collective of equal-sized slots ----------------------------------------------------
+    def _gather_slots(
+        self, payload: Payload, ok: bool, expected_size: int, collective: str
+    ) -> tuple[list[Payload], list[int]] | None:
+        """Every rank's payload in one ``all_gather_into_tensor`` (``all_gather_single``, its
+        newer name, where torch has it) of ``8 + expected_size``-byte slots
+        (:mod:`gradzip.comm.slots`), on the group's device (gloo: the CPU, NCCL: this rank's
+        GPU); one host read of the ``P`` header words. Counted as ``P - 1`` slots sent and
+        received (see :meth:`~gradzip.comm.transport.Transport.all_gather_flagged`).
+
+        A payload larger than its slot still takes part, as a header word alone, so the
+        peers raise a corrupt-frame error naming this rank instead of waiting; this rank then
+        raises the ValueError naming both sizes."""
+        self._check_usable()
+        slot_bytes = LENGTH_PREFIX_BYTES + expected_size
+        mine = frame_slot(payload, ok, slot_bytes, self.device)
+        gathered = torch.empty(self.world_size * slot_bytes, dtype=torch.uint8, device=self.device)
+        # every peer sends to and receives from this collective: a failure names the next rank
+        peer = (self.rank + 1) % self.world_size
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        try:
+            work = gather(gathered, mine, group=self._group, async_op=True)
+        except RuntimeError as err:
+            raise self._failed(peer, "receive", err) from err
+        assert work is not None  # async_op=True returns its work
+        try:
+            self._wait(work, peer, "receive")
+        except BaseException:
+            self._stranded += [mine, gathered]
+            raise
+        if len(payload) > expected_size:
+            raise oversize_error(self.rank, len(payload), expected_size)
+        out = read_slots(gathered, self.world_size, self.rank, payload)
+        for _ in range(self.world_size - 1):
+            self.meter.record(collective, slot_bytes, slot_bytes)
         return out
 
     def _tail_of(

@@ -12,6 +12,10 @@ header: the length, and one flag bit) to its sender and its receiver.
 The flag bit lets a rank say "my gradients are not finite" on a message it sends anyway
 (:meth:`Transport.all_gather_flagged`), so agreeing on it costs no round of its own.
 
+An all-gather whose payloads every rank knows to be at most ``expected_size`` bytes (device
+payloads of a size the shape fixes) may travel as one collective of equal slots instead of the
+ring, where the transport has one (:meth:`Transport.all_gather_flagged`).
+
 Deadlock freedom: a transfer posts its receives, starts its sends and only then waits, and in
 every round of a ring each rank sends to its successor and receives from its predecessor, so no
 cycle of ranks can block on each other.
@@ -50,6 +54,14 @@ def host_bytes(payload: Payload) -> bytes:
 
         return host_read(payload).tobytes()
     return bytes(payload)
+
+
+def oversize_error(rank: int, size: int, expected_size: int) -> ValueError:
+    """The error of a rank whose payload does not fit the slot every rank agreed on."""
+    return ValueError(
+        f"rank {rank}: a payload of {size} bytes exceeds the expected_size of {expected_size} "
+        "bytes every rank announced for this all-gather (it is never truncated)"
+    )
 
 
 #: one message to send: ``(destination rank, payload, the sender's flag)``
@@ -105,30 +117,85 @@ class Transport(ABC):
         return self._exchange(dst, data, True, src, collective)[0]
 
     def _exchange(
-        self, dst: int, data: Payload, ok: bool, src: int, collective: str
+        self,
+        dst: int,
+        data: Payload,
+        ok: bool,
+        src: int,
+        collective: str,
+        counted: int | None = None,
     ) -> tuple[Payload, bool]:
         self._check_peer(dst)
         self._check_peer(src)
         [(received, flag)] = self._transfer([(dst, data, ok)], [src])
-        self.meter.record(
-            collective, len(data) + LENGTH_PREFIX_BYTES, len(received) + LENGTH_PREFIX_BYTES
-        )
+        if counted is None:
+            sent, got = len(data) + LENGTH_PREFIX_BYTES, len(received) + LENGTH_PREFIX_BYTES
+            self.meter.record(collective, sent, got)
+        else:
+            self.meter.record(collective, counted, counted)
         return received, flag
 
     # -- collectives --------------------------------------------------------------------------
-    def all_gather_bytes(self, payload: Payload, collective: str = "all_gather") -> list[Payload]:
+    def all_gather_bytes(
+        self,
+        payload: Payload,
+        collective: str = "all_gather",
+        *,
+        expected_size: int | None = None,
+    ) -> list[Payload]:
         """Every rank's payload, in rank order, on every rank (a ring: P - 1 rounds, each rank
         forwarding what it received last). Per rank: receives every payload but its own once,
         and sends every payload but its successor's once (plus 8 bytes per message); counted
-        under ``collective``."""
-        return self.all_gather_flagged(payload, True, collective)[0]
+        under ``collective``. ``expected_size``: see :meth:`all_gather_flagged`."""
+        return self.all_gather_flagged(payload, True, collective, expected_size=expected_size)[0]
 
     def all_gather_flagged(
-        self, payload: Payload, ok: bool, collective: str = "all_gather"
+        self,
+        payload: Payload,
+        ok: bool,
+        collective: str = "all_gather",
+        *,
+        expected_size: int | None = None,
     ) -> tuple[list[Payload], list[int]]:
         """:meth:`all_gather_bytes` that also tells every rank which ranks' ``ok`` was False
         (ascending): the flag rides in each payload's header, forwarded with it, so it costs
-        no byte and no round of its own."""
+        no byte and no round of its own.
+
+        ``expected_size``: the most bytes any rank's payload has, passed alike by every rank
+        (computed from shapes and parameters, e.g.
+        :meth:`~gradzip.compressors.base.Compressor.fixed_payload_size`), or None on every
+        rank. With it, a transport that has an all-gather of equal-sized tensors moves every
+        payload in one collective, each rank's in a slot of ``8 + expected_size`` bytes (the
+        header word, then the payload, then zeros): :class:`~gradzip.comm.distributed.
+        DistributedTransport` does; others run the ring. Meant for device payloads (a flag-down
+        rank's empty host payload travels in its slot too: the choice of path must not depend
+        on one rank's flag).
+
+        [CHOICE] Counted as what the collective moves in a ring implementation, whichever path
+        runs (so a simulated run counts a real one's bytes): ``P - 1`` messages of ``8 +
+        expected_size`` bytes sent and as many received, padding included, since the wire
+        carries it. For payloads of exactly ``expected_size`` bytes that is the ring's count.
+
+        Raises ValueError naming both sizes when this rank's payload exceeds
+        ``expected_size`` (never truncated), and :class:`~gradzip.errors.GradzipError` when a
+        received slot's header word announces more than its slot holds (a corrupt frame, or
+        a peer whose payload was too large)."""
+        if expected_size is None:
+            return self._ring_gather(payload, ok, collective, None)
+        if expected_size < 0:
+            raise ValueError(f"expected_size must be at least 0 bytes, got {expected_size}")
+        gathered = self._gather_slots(payload, ok, expected_size, collective)
+        if gathered is not None:
+            return gathered
+        if len(payload) > expected_size:
+            raise oversize_error(self.rank, len(payload), expected_size)
+        return self._ring_gather(payload, ok, collective, LENGTH_PREFIX_BYTES + expected_size)
+
+    def _ring_gather(
+        self, payload: Payload, ok: bool, collective: str, counted: int | None
+    ) -> tuple[list[Payload], list[int]]:
+        """The ring of :meth:`all_gather_flagged`; ``counted``: the bytes each message is
+        counted as, sent and received (None: its own size, header included)."""
         size = self.world_size
         out: list[Payload | None] = [None] * size
         down = [False] * size
@@ -136,10 +203,18 @@ class Transport(ABC):
         nxt, prv = (self.rank + 1) % size, (self.rank - 1) % size
         current, flag = payload, ok
         for step in range(size - 1):
-            current, flag = self._exchange(nxt, current, flag, prv, collective)
+            current, flag = self._exchange(nxt, current, flag, prv, collective, counted)
             owner = (self.rank - step - 1) % size
             out[owner], down[owner] = current, not flag
         return [p for p in out if p is not None], [r for r in range(size) if down[r]]
+
+    def _gather_slots(
+        self, payload: Payload, ok: bool, expected_size: int, collective: str
+    ) -> tuple[list[Payload], list[int]] | None:
+        """Every rank's payload and the ranks whose flag is down from one collective of
+        equal-sized slots (see :meth:`all_gather_flagged`, which has checked nothing yet), or
+        None where this transport has none: the default, so the ring runs."""
+        return None
 
     def broadcast_bytes(self, payload: Payload | None, root: int) -> Payload:
         """``root``'s payload on every rank (the root sends it to each other rank, all at

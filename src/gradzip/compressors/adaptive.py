@@ -85,6 +85,9 @@ class Adaptive(Compressor):
     Neural Networks", MLHPC 2016; LBANN ``lbann_quantizer`` (adaptive quantization).
     """
 
+    #: the body holds the entries each group selects, as many as its values call for
+    body_size_from_shape = False
+
     name = "adaptive"
     codec_id = 22
     example_params: ClassVar[dict[str, Any]] = {"proportion": 32}

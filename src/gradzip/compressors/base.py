@@ -44,6 +44,7 @@ from gradzip.compressors._decode_guards import (
     fitted,
 )
 from gradzip.compressors._device_decode import DeviceDecoded, decode_device_payload
+from gradzip.compressors._payload_size import framed_size, shape_probe
 from gradzip.compressors.codec_names import codec_name
 from gradzip.compressors.grid import CommonGrid
 from gradzip.device.mode import device_path
@@ -204,6 +205,15 @@ class Compressor(ABC):
     #: holding the host payload's exact bytes) and a device payload decodes on its device, with
     #: nothing gradient-sized crossing to the host (see :mod:`gradzip.device`)
     device_resident: ClassVar[bool] = False
+    #: :meth:`expected_body_bits` depends on the tensor's shape and dtype alone, never on its
+    #: values, and is the body's exact size in bits (up to the last byte's padding): then
+    #: :meth:`fixed_payload_size` answers (where the formula gives a number: it is None for
+    #: an entropy or Rice coded configuration). [CHOICE] True by default, as every codec's
+    #: formula but a value-dependent one (a threshold's or an adaptive selection's count) is;
+    #: those set it False, and ``tests/compressors/test_fixed_payload_size.py`` checks every
+    #: registered codec's sizes against real payloads, so a new codec cannot get it wrong
+    #: unnoticed.
+    body_size_from_shape: ClassVar[bool] = True
 
     # -- hooks -------------------------------------------------------------------------------
     @abstractmethod
@@ -299,6 +309,41 @@ class Compressor(ABC):
         tensor: compressors work per parameter tensor."""
         return None
 
+    def fixed_payload_size(
+        self,
+        shape: Sequence[int],
+        dtype: torch.dtype = torch.float32,
+        key: StreamKey | None = None,
+    ) -> int | None:
+        """The bytes of this compressor's payload of any tensor of ``shape`` and ``dtype``
+        under ``key`` (default: the default key), whatever its values; None where the size
+        depends on them (Rice, Elias or entropy coding, sparse selections). The same on every
+        rank for the same arguments, so ranks can agree on a collective's slot size without a
+        message (see :mod:`gradzip.compressors._payload_size`; with the key of the group's last
+        rank it bounds every rank's payload)."""
+        if not self.body_size_from_shape:
+            return None
+        probe = shape_probe(shape, dtype)
+        if probe.numel() == 0:
+            return 0  # an empty tensor's payload is empty
+        body_bits = self.expected_body_bits(probe)
+        if body_bits is None:
+            return None
+        key = key if key is not None else StreamKey()
+        return framed_size(self.header_for(probe.shape, dtype, key), body_bits)
+
+    def header_for(self, shape: Sequence[int], dtype: torch.dtype, key: StreamKey) -> Header:
+        """The header :meth:`encode` writes for a tensor of ``shape`` and ``dtype`` under
+        ``key``."""
+        return Header(
+            codec_id=self.codec_id,
+            dtype=dtype,
+            shape=tuple(shape),
+            bucket_size=self.bucket_size,
+            key=key,
+            params=encode_params(self.wire_params()),
+        )
+
     # -- public API --------------------------------------------------------------------------
     def encode(self, tensor: torch.Tensor, key: StreamKey | None = None) -> Encoded:
         """Compress ``tensor`` into a payload; raises on non-finite input (spec 0.3)."""
@@ -309,14 +354,7 @@ class Compressor(ABC):
                 f"{self.name}: a tensor of {x.numel()} elements exceeds the {MAX_ELEMENTS} one "
                 "payload holds; encode it in chunks (StreamKey.chunk)"
             )
-        header = Header(
-            codec_id=self.codec_id,
-            dtype=tensor.dtype,
-            shape=tuple(tensor.shape),
-            bucket_size=self.bucket_size,
-            key=key,
-            params=encode_params(self.wire_params()),
-        )
+        header = self.header_for(tuple(tensor.shape), tensor.dtype, key)
         if x.numel() == 0:
             return Encoded(b"", 0.0)
         if self.device_resident and device_path(x):

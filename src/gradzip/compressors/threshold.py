@@ -58,6 +58,9 @@ class Threshold(Compressor):
     Deep Neural Networks", MLHPC 2016.
     """
 
+    #: the body holds the entries above a threshold, as many as the values have
+    body_size_from_shape = False
+
     name = "threshold"
     codec_id = 21
     example_params: ClassVar[dict[str, Any]] = {"tau": 1e-3}

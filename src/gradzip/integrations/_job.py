@@ -72,4 +72,8 @@ class BucketPart:
     #: nothing is to be decoded)
     outgoing: Outgoing | None = None
     unit_outgoing: tuple[Outgoing, ...] = ()
+    #: the most bytes any rank's message holds, the same on every rank (device payloads of a
+    #: size the shapes fix), so the message travels in one collective of equal slots; None:
+    #: the ring (see :meth:`~gradzip.comm.transport.Transport.all_gather_flagged`)
+    expected_size: int | None = None
     payloads: list[Payload] | None = None  # bytes, or device payloads (uint8 tensors)

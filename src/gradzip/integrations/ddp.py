@@ -405,6 +405,7 @@ class GradzipHookState:
             last = number == len(messages) - 1
             piece = BucketPart(job, number, units[0].lo, units[-1].hi, last, units=units)
             piece.outgoing, piece.unit_outgoing = outgoing, per_unit
+            piece.expected_size = self._message_bound(flat, units)
             self._hand_on(piece)
 
     def _encode_message(
@@ -428,9 +429,27 @@ class GradzipHookState:
         message = joined([outgoing.payload for outgoing in per_unit], flat.device)
         return Outgoing(message, True, per_unit[0].dtype), tuple(per_unit)
 
+    def _message_bound(self, flat: torch.Tensor, units: tuple[Unit, ...]) -> int | None:
+        """The most bytes any rank's message of ``units`` holds, where each unit's device
+        payload has a size its shape fixes (:meth:`~gradzip.schemes.base.Scheme.
+        device_payload_bound`; a message is its payloads back to back); None otherwise. From
+        shapes alone, so a rank whose flag is down computes the same bound as the others."""
+        total = 0
+        for unit in units:
+            view = flat.narrow(0, unit.lo, unit.numel).view(unit.shape)
+            bound = self.scheme.device_payload_bound(
+                self.transport.world_size, view, self.step, unit.param, unit.piece
+            )
+            if bound is None:
+                return None
+            total += bound
+        return total
+
     def _exchange(self, piece: BucketPart) -> None:
         assert piece.outgoing is not None
-        payloads, down = self.scheme.gather_flagged(self.transport, piece.outgoing, self.step)
+        payloads, down = self.scheme.gather_flagged(
+            self.transport, piece.outgoing, self.step, piece.expected_size
+        )
         if nonfinite_verdict(down, self.step, self.on_nonfinite, _where(piece.job), _ADVICE):
             piece.payloads = payloads
         else:

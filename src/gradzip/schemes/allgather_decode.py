@@ -88,7 +88,8 @@ class AllGatherDecode(Scheme):
         """The flag rides in the header of the payload's all-gather: no byte or round of its
         own. A rank whose flag is down sends an empty payload instead of encoding."""
         outgoing = self.encode_flagged(transport.rank, tensor, step, tensor_index, finite)
-        payloads, down = self.gather_flagged(transport, outgoing, step)
+        bound = self.device_payload_bound(transport.world_size, tensor, step, tensor_index)
+        payloads, down = self.gather_flagged(transport, outgoing, step, bound)
         if down:
             return down
         return self.average(
@@ -147,8 +148,15 @@ class AllGatherDecode(Scheme):
         shape: torch.Size,
         dtype: torch.dtype,
     ) -> torch.Tensor:
-        """All-gather this rank's already encoded ``payload`` and average the decoded payloads."""
-        payloads = transport.all_gather_bytes(payload)
+        """All-gather this rank's already encoded ``payload`` and average the decoded payloads.
+
+        Device payloads (on every rank alike) of a size the shape fixes travel in one
+        collective of equal slots (:meth:`~gradzip.schemes.base.Scheme.payload_bound`,
+        :meth:`~gradzip.comm.transport.Transport.all_gather_flagged`), others in the ring."""
+        bound = None
+        if isinstance(payload, torch.Tensor):
+            bound = self.payload_bound(transport.world_size, shape, dtype, step, tensor_index)
+        payloads = transport.all_gather_bytes(payload, expected_size=bound)
         return self.average(payloads, step, tensor_index, shape, dtype)
 
     def average(

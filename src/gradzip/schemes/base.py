@@ -20,6 +20,7 @@ import torch
 from gradzip.accounting import Encoded
 from gradzip.comm.transport import Payload, Transport, in_step_scope
 from gradzip.compressors.base import Compressor
+from gradzip.device.mode import device_path
 from gradzip.errors import CheckpointError
 from gradzip.feedback import ErrorFeedback, Slot
 from gradzip.feedback import working_dtype as working_dtype
@@ -161,12 +162,51 @@ class Scheme(ABC):
 
     @in_step_scope
     def gather_flagged(
-        self, transport: Transport, outgoing: Outgoing, step: int
+        self,
+        transport: Transport,
+        outgoing: Outgoing,
+        step: int,
+        expected_size: int | None = None,
     ) -> tuple[list[Payload], list[int]]:
         """Stage 2 of a pipelined reduction (communication only): every rank's payload, and
         the ranks whose flag is down (ascending; when there are any, the payloads are not to
-        be decoded)."""
-        return transport.all_gather_flagged(outgoing.payload, outgoing.finite)
+        be decoded). ``expected_size``: the bound every rank computed alike
+        (:meth:`device_payload_bound`), or None (see
+        :meth:`~gradzip.comm.transport.Transport.all_gather_flagged`)."""
+        return transport.all_gather_flagged(
+            outgoing.payload, outgoing.finite, expected_size=expected_size
+        )
+
+    def device_payload_bound(
+        self, world_size: int, tensor: torch.Tensor, step: int, tensor_index: int, chunk: int = 0
+    ) -> int | None:
+        """The most bytes any of ``world_size`` ranks' payloads of a tensor like ``tensor``
+        (its shape, dtype and device; not its values) takes under ``(step, tensor_index,
+        chunk)``, where it is a device payload of a size fixed by the shape; else None (host
+        payloads keep the ring: their path has no collective of equal slots to gain).
+
+        Every rank computes the same number, a flag-down rank included, so all of them take the
+        same path of :meth:`~gradzip.comm.transport.Transport.all_gather_flagged`. The last
+        rank's key bounds every rank's (a larger rank never has a shorter varint); with error
+        feedback the payload encodes ``g + e`` in the working dtype (:meth:`encode_own`)."""
+        if not (self.compressor.device_resident and device_path(tensor)):
+            return None
+        dtype = working_dtype(tensor.dtype) if self.error_feedback else tensor.dtype
+        return self.payload_bound(world_size, tensor.shape, dtype, step, tensor_index, chunk)
+
+    def payload_bound(
+        self,
+        world_size: int,
+        shape: torch.Size,
+        dtype: torch.dtype,
+        step: int,
+        tensor_index: int,
+        chunk: int = 0,
+    ) -> int | None:
+        """:meth:`device_payload_bound` for a payload already known to be a device payload of
+        ``dtype`` (the dtype it was encoded as)."""
+        key = self.key(world_size - 1, step, tensor_index, chunk)
+        return self.compressor.fixed_payload_size(shape, dtype, key)
 
     def average(
         self,
