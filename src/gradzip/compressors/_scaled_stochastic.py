@@ -65,7 +65,8 @@ from gradzip.kernels.stochastic import (
     fused_twos_decode,
     fused_twos_encode,
 )
-from gradzip.kernels.stochastic_device import bucket_absmax_device, safe_steps_device
+from gradzip.kernels.device_buckets import bucket_absmax_device
+from gradzip.kernels.stochastic_device import safe_steps_device
 from gradzip.kernels.stochastic_torch import (
     bucket_absmax_torch,
     symmetric_symbols_torch,

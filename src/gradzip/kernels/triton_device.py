@@ -23,6 +23,7 @@ from types import ModuleType
 
 import torch
 
+from gradzip.kernels.device_division import divided
 from gradzip.kernels.packed import packed_bytes, symbol_bits
 from gradzip.kernels.stochastic_device import symmetric_divisors_device
 from gradzip.kernels.triton_dispatch import triton_available
@@ -105,8 +106,7 @@ def dithered_values(
     if n:
         div, k0, k1 = td._launch_args(n, bucket_size, seed)
         s32 = scales.to(torch.float32).contiguous()
-        wide_div = torch.full((), divisor, dtype=torch.float64, device=dev)
-        steps = (s32.to(torch.float64) / wide_div).contiguous()
+        steps = divided(s32.to(torch.float64), divisor).contiguous()
         consts = torch.tensor([float(c)], dtype=torch.float64, device=dev)
         raw = packed.contiguous()
         td._decode_affine_kernel[grid](

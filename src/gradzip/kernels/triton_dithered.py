@@ -6,15 +6,15 @@ Which function replaces which torch-ops path (the device codecs launch these ker
 
 * :func:`triton_dithered_encode` ``(x, scales, bucket_size, numer, seed, stream, nsum, c, top,
   modk, fast_ok, bits)`` returns the ``uint8`` packed symbols on ``x``'s device; it equals
-  ``pack_bits_torch(encode_symbols_torch(x, scales, bucket_size, numer, seed, stream, nsum, c,
-  top, modk, fast_ok), bits)`` (:mod:`gradzip.kernels.dithered_torch`,
+  ``pack_bits_torch(encode_symbols_device(x, scales, bucket_size, numer, seed, stream, nsum, c,
+  top, modk, fast_ok), bits)`` (:mod:`gradzip.kernels.dithered_device`,
   :mod:`gradzip.kernels.bitpack_torch`) and the packed part of
   :func:`gradzip.kernels.dithered.fused_encode` with the same arguments. ``scales``: float32,
   one per bucket (:func:`gradzip.kernels.stochastic_torch.bucket_absmax_torch`).
 * :func:`triton_decode_affine` ``(data, n, alphabet, scales, bucket_size, divisor, c, dithered,
   seed, stream, wide, what, out=None, add=True)`` has the signature and the result of
   :func:`gradzip.kernels.dithered.fused_decode_affine` (the torch-ops path:
-  ``decode_affine_torch(unpack_bits_torch(data, n, bits), scales, ...)``), on ``data``'s
+  ``decode_affine_device(unpack_bits_torch(data, n, bits), scales, ...)``), on ``data``'s
   device; with ``out`` the values are added into it (``out[i] + v``, one float32 add) after the
   alphabet was checked, so a corrupt stream raises with ``out`` untouched.
 
@@ -23,7 +23,7 @@ product and sum is its own IEEE operation in the stated precision and order [CHO
 kernels are launched with ``enable_fp_fusion=False``, so Triton never contracts ``x*f + base``
 into a fused multiply-add (which rounds once, not twice, and would change bytes). Per-bucket
 quantities that involve a division (``numer / sigma``, ``sigma / divisor``) are computed once
-per bucket in float64 with torch, as :mod:`gradzip.kernels.dithered_torch` does, and gathered
+per bucket in float64 with torch, as :mod:`gradzip.kernels.dithered_device` does, and gathered
 per element. Floating-point constants travel in a float64 tensor, never as Python-float kernel
 arguments (which Triton types as float32). The dither is :mod:`gradzip.kernels.triton_philox`'s.
 """
@@ -38,7 +38,7 @@ import triton.language as tl
 from gradzip.errors import CorruptPayloadError
 from gradzip.kernels.buckets import effective_bucket_size
 from gradzip.kernels.dithered import inverse_rounded_up
-from gradzip.kernels.dithered_torch import bucket_factors
+from gradzip.kernels.dithered_device import bucket_factors
 from gradzip.kernels.packed import check_packed, packed_bytes, symbol_bits
 from gradzip.kernels.triton_bitpack import max_of, pack_store, unpack_load
 from gradzip.kernels.triton_dispatch import require_triton
