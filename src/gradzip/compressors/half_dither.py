@@ -35,8 +35,8 @@ from gradzip.compressors.buckets import (
 from gradzip.compressors.dqsg import FLOAT32_LIMIT, rounded_bound
 from gradzip.compressors.registry import register
 from gradzip.kernels.backend import use_torch_ops
-from gradzip.kernels.dithered import fused_decode_affine
 from gradzip.kernels.device_buckets import scales_device
+from gradzip.kernels.dithered import fused_decode_affine
 from gradzip.kernels.dithered_device import decode_affine_device, encode_symbols_device
 from gradzip.kernels.philox import LOCAL_UNIFORM
 from gradzip.keys import StreamKey

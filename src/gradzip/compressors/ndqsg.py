@@ -44,8 +44,8 @@ from gradzip.compressors.buckets import (
 from gradzip.compressors.registry import register
 from gradzip.errors import CorruptPayloadError
 from gradzip.kernels.backend import use_torch_ops
-from gradzip.kernels.dithered import fused_decode_nested
 from gradzip.kernels.device_buckets import scales_device
+from gradzip.kernels.dithered import fused_decode_nested
 from gradzip.kernels.dithered_device import decode_nested_device, encode_symbols_device
 from gradzip.kernels.philox import SHARED_UNIFORM
 from gradzip.keys import StreamKey

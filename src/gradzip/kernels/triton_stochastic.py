@@ -40,8 +40,15 @@ from gradzip.kernels.philox import LOCAL_UNIFORM
 from gradzip.kernels.stochastic_torch import symmetric_divisors
 from gradzip.kernels.triton_bitpack import max_of, pack_store, unpack_load
 from gradzip.kernels.triton_dispatch import require_triton
-from gradzip.kernels.triton_dithered import BLOCK, raise_if_outside
-from gradzip.kernels.triton_dithered import _launch_args as launch_args
+from gradzip.kernels.triton_launch import (
+    BLOCK,
+    checked_decode,
+    decode_target,
+    flat_float32,
+    launch_args,
+    program_tops,
+    programs,
+)
 from gradzip.kernels.triton_philox import uniform_run
 
 # globals read inside @triton.jit functions must be constexpr (compiled mode rejects others)
@@ -109,9 +116,8 @@ def triton_symmetric_encode(
         return symbols, packed
     div, k0, k1 = launch_args(n, bucket_size, seed)
     fac = (1.0 / symmetric_divisors(scales.to(dev), per).to(torch.float64)).contiguous()
-    grid = (triton.cdiv(n, BLOCK),)
-    _symmetric_encode_kernel[grid](
-        x.to(torch.float32).contiguous().view(-1), fac, symbols, packed, n, nbytes, div, k0, k1,
+    _symmetric_encode_kernel[(programs(n),)](
+        flat_float32(x), fac, symbols, packed, n, nbytes, div, k0, k1,
         S=s, CLIP=bool(clip), BITS=bits, BLOCK=BLOCK, enable_fp_fusion=False,
     )  # fmt: skip
     return symbols, packed
@@ -155,27 +161,19 @@ def triton_symmetric_decode(
     require_triton(data)
     check_packed(data, n, bits)
     dev = data.device
-    if out is not None and (out.dtype != torch.float32 or out.device != dev or out.numel() != n):
-        raise ValueError(f"a decode adds only into a float32 tensor of {n} elements on {dev}")
-    if out is not None and not out.is_contiguous():
-        raise ValueError("a decode adds only into a contiguous tensor")
-    target = torch.empty(n, dtype=torch.float32, device=dev) if out is None else out.view(-1)
+    target = decode_target(out, n, dev)
     if n == 0:
         return target if out is None else out
     div, _, _ = launch_args(n, bucket_size, 0)
-    grid = (triton.cdiv(n, BLOCK),)
-    tops = torch.zeros(grid[0], dtype=torch.int64, device=dev)
+    tops = program_tops(n, dev)
     raw = data.contiguous()
     m = mults.to(device=dev, dtype=torch.float32).contiguous()
     common = (raw, m, target, tops, n, raw.numel(), div, s)
-    accumulate = out is not None and add
-    if accumulate:  # check the whole stream before anything is added
-        _symmetric_decode_kernel[grid](
-            *common, WRITE=False, ADD=False, BITS=bits, BLOCK=BLOCK, enable_fp_fusion=False
+
+    def launch(write: bool, add_into: bool) -> None:
+        _symmetric_decode_kernel[(programs(n),)](
+            *common, WRITE=write, ADD=add_into, BITS=bits, BLOCK=BLOCK, enable_fp_fusion=False
         )
-        raise_if_outside(tops, 2 * s + 1, what)
-    _symmetric_decode_kernel[grid](
-        *common, WRITE=True, ADD=accumulate, BITS=bits, BLOCK=BLOCK, enable_fp_fusion=False
-    )
-    raise_if_outside(tops, 2 * s + 1, what)
+
+    checked_decode(launch, tops, 2 * s + 1, what, out is not None and add)
     return target if out is None else out

@@ -82,8 +82,8 @@ class _DQSGGrid:
         return divided(scales.to(torch.float64), float(self.codec.M))
 
     def offsets(self, key: StreamKey, n: int, device: torch.device) -> torch.Tensor | None:
-        from gradzip.kernels.philox_torch import one_plus_uniform_device
         from gradzip.kernels.philox import SHARED_UNIFORM
+        from gradzip.kernels.philox_torch import one_plus_uniform_device
 
         seed = self.codec.seed_schedule.shared_seed(key)
         return one_plus_uniform_device(seed, SHARED_UNIFORM, n, device) - 1.5
