@@ -27,7 +27,7 @@ from gradzip.kernels.device_division import divided
 from gradzip.kernels.packed import packed_bytes, symbol_bits
 from gradzip.kernels.stochastic_device import symmetric_divisors_device
 from gradzip.kernels.triton_dispatch import triton_available
-from gradzip.kernels.triton_launch import BLOCK, flat_float32, launch_args, program_tops, programs
+from gradzip.kernels.triton_launch import BLOCK, program_tops, programs
 
 
 def use_triton(t: torch.Tensor) -> bool:
@@ -101,16 +101,11 @@ def dithered_values(
     out = torch.empty(n, dtype=torch.float32, device=dev)
     tops = program_tops(n, dev)
     if n:
-        div, k0, k1 = launch_args(n, bucket_size, seed)
-        s32 = scales.to(torch.float32).contiguous()
-        steps = divided(s32.to(torch.float64), divisor).contiguous()
-        consts = torch.tensor([float(c)], dtype=torch.float64, device=dev)
-        raw = packed.contiguous()
-        td._decode_affine_kernel[(programs(n),)](
-            raw, s32, steps, consts, out, tops, n, raw.numel(), div, k0, k1, stream,
-            DITHERED=bool(dithered), WIDE=bool(wide), WRITE=True, ADD=False, BITS=bits,
-            BLOCK=BLOCK, enable_fp_fusion=False,
-        )  # fmt: skip
+        s32 = scales.to(torch.float32)
+        steps = divided(s32.to(torch.float64), divisor)
+        td.affine_decode_launcher(
+            packed, n, bits, s32, steps, bucket_size, c, dithered, seed, stream, wide, out, tops
+        )(True, False)
     return out, _tail_clear(packed, n, bits) & _within(tops, alphabet)
 
 
@@ -135,12 +130,8 @@ def symmetric_encoded(
     nbytes = packed_bytes(n, bits)
     packed = torch.empty(nbytes, dtype=torch.uint8, device=dev)
     if n:
-        div, k0, k1 = launch_args(n, bucket_size, seed)
-        fac = (1.0 / symmetric_divisors_device(scales, per).to(torch.float64)).contiguous()
-        ts._symmetric_encode_kernel[(programs(n),)](
-            flat_float32(x), fac, symbols, packed, n, nbytes, div, k0, k1,
-            S=s, CLIP=bool(clip), BITS=bits, BLOCK=BLOCK, enable_fp_fusion=False,
-        )  # fmt: skip
+        fac = 1.0 / symmetric_divisors_device(scales, per).to(torch.float64)
+        ts.symmetric_encode_into(x, fac, bucket_size, s, clip, seed, bits, symbols, packed)
     return symbols, packed
 
 
@@ -155,12 +146,7 @@ def symmetric_values(
     out = torch.empty(n, dtype=torch.float32, device=dev)
     tops = program_tops(n, dev)
     if n:
-        div, _, _ = launch_args(n, bucket_size, 0)
-        raw = packed.contiguous()
-        ts._symmetric_decode_kernel[(programs(n),)](
-            raw, mults.to(torch.float32).contiguous(), out, tops, n, raw.numel(), div, s,
-            WRITE=True, ADD=False, BITS=bits, BLOCK=BLOCK, enable_fp_fusion=False,
-        )  # fmt: skip
+        ts.symmetric_decode_launcher(packed, n, bits, mults, bucket_size, s, out, tops)(True, False)
     return out, _tail_clear(packed, n, bits) & _within(tops, 2 * s + 1)
 
 

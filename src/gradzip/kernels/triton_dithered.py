@@ -30,6 +30,8 @@ arguments (which Triton types as float32). The dither is :mod:`gradzip.kernels.t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 import triton
@@ -217,19 +219,46 @@ def triton_decode_affine(
     target = decode_target(out, n, dev)
     if n == 0:
         return target if out is None else out
-    div, k0, k1 = launch_args(n, bucket_size, seed)
     scales = scales.to(device=dev, dtype=torch.float32).contiguous()
-    steps = (scales.to(torch.float64) / float(divisor)).contiguous()
-    consts = torch.tensor([float(c)], dtype=torch.float64, device=dev)
+    steps = scales.to(torch.float64) / float(divisor)
     tops = program_tops(n, dev)
-    raw = data.contiguous()
-    common = (raw, scales, steps, consts, target, tops, n, raw.numel(), div, k0, k1, stream)
-    flags = {"DITHERED": bool(dithered), "WIDE": bool(wide), "BITS": bits, "BLOCK": BLOCK}
-
-    def launch(write: bool, add_into: bool) -> None:
-        _decode_affine_kernel[(programs(n),)](
-            *common, WRITE=write, ADD=add_into, **flags, enable_fp_fusion=False
-        )
-
+    launch = affine_decode_launcher(
+        data, n, bits, scales, steps, bucket_size, c, dithered, seed, stream, wide, target, tops
+    )
     checked_decode(launch, tops, alphabet, what, out is not None and add)
     return target if out is None else out
+
+
+def affine_decode_launcher(
+    data: torch.Tensor,
+    n: int,
+    bits: int,
+    scales: torch.Tensor,
+    steps: torch.Tensor,
+    bucket_size: int,
+    c: float,
+    dithered: bool,
+    seed: int,
+    stream: int,
+    wide: bool,
+    target: torch.Tensor,
+    tops: torch.Tensor,
+) -> Callable[[bool, bool], None]:
+    """``launch(write, add)``: one run of the affine decode kernel over the ``n > 0`` symbols
+    of ``data`` into ``target`` (float32, flat), each program's largest symbol into ``tops``
+    (:func:`~gradzip.kernels.triton_launch.program_tops`). ``scales``: float32 per bucket;
+    ``steps``: ``f64(sigma) / divisor`` per bucket, divided as the caller's rules say (the
+    wrapper by a host number, the device path by a device scalar)."""
+    div, k0, k1 = launch_args(n, bucket_size, seed)
+    consts = torch.tensor([float(c)], dtype=torch.float64, device=data.device)
+    raw = data.contiguous()
+    common = (raw, scales.to(torch.float32).contiguous(), steps.contiguous(), consts, target,
+              tops, n, raw.numel(), div, k0, k1, stream)  # fmt: skip
+    flags = {"DITHERED": bool(dithered), "WIDE": bool(wide), "BITS": bits, "BLOCK": BLOCK}
+
+    def launch(write: bool, add: bool) -> None:
+        _decode_affine_kernel[(programs(n),)](
+            *common, WRITE=write, ADD=add, **flags, enable_fp_fusion=False
+        )
+
+    return launch

@@ -30,6 +30,8 @@ per element. The uniforms are the local stream (:data:`gradzip.kernels.philox.LO
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 import triton
@@ -114,13 +116,31 @@ def triton_symmetric_encode(
     packed = torch.empty(nbytes, dtype=torch.uint8, device=dev)
     if n == 0:
         return symbols, packed
+    fac = 1.0 / symmetric_divisors(scales.to(dev), per).to(torch.float64)
+    symmetric_encode_into(x, fac, bucket_size, s, clip, seed, bits, symbols, packed)
+    return symbols, packed
+
+
+def symmetric_encode_into(
+    x: torch.Tensor,
+    fac: torch.Tensor,
+    bucket_size: int,
+    s: int,
+    clip: bool,
+    seed: int,
+    bits: int,
+    symbols: torch.Tensor,
+    packed: torch.Tensor,
+) -> None:
+    """One launch of the symmetric encode over the ``n > 0`` elements of ``x``: the symbols
+    into ``symbols`` and, for ``bits > 0``, packed into ``packed``. ``fac``: ``1 / f64(d)`` per
+    bucket (float64), divided as the caller's rules say."""
+    n = x.numel()
     div, k0, k1 = launch_args(n, bucket_size, seed)
-    fac = (1.0 / symmetric_divisors(scales.to(dev), per).to(torch.float64)).contiguous()
     _symmetric_encode_kernel[(programs(n),)](
-        flat_float32(x), fac, symbols, packed, n, nbytes, div, k0, k1,
+        flat_float32(x), fac.contiguous(), symbols, packed, n, packed.numel(), div, k0, k1,
         S=s, CLIP=bool(clip), BITS=bits, BLOCK=BLOCK, enable_fp_fusion=False,
     )  # fmt: skip
-    return symbols, packed
 
 
 @triton.jit
@@ -164,16 +184,33 @@ def triton_symmetric_decode(
     target = decode_target(out, n, dev)
     if n == 0:
         return target if out is None else out
-    div, _, _ = launch_args(n, bucket_size, 0)
     tops = program_tops(n, dev)
-    raw = data.contiguous()
-    m = mults.to(device=dev, dtype=torch.float32).contiguous()
-    common = (raw, m, target, tops, n, raw.numel(), div, s)
-
-    def launch(write: bool, add_into: bool) -> None:
-        _symmetric_decode_kernel[(programs(n),)](
-            *common, WRITE=write, ADD=add_into, BITS=bits, BLOCK=BLOCK, enable_fp_fusion=False
-        )
-
+    launch = symmetric_decode_launcher(data, n, bits, mults, bucket_size, s, target, tops)
     checked_decode(launch, tops, 2 * s + 1, what, out is not None and add)
     return target if out is None else out
+
+
+def symmetric_decode_launcher(
+    data: torch.Tensor,
+    n: int,
+    bits: int,
+    mults: torch.Tensor,
+    bucket_size: int,
+    s: int,
+    target: torch.Tensor,
+    tops: torch.Tensor,
+) -> Callable[[bool, bool], None]:
+    """``launch(write, add)``: one run of the symmetric decode kernel over the ``n > 0``
+    symbols of ``data`` into ``target`` (float32, flat), each program's largest symbol into
+    ``tops`` (:func:`~gradzip.kernels.triton_launch.program_tops`)."""
+    div, _, _ = launch_args(n, bucket_size, 0)
+    raw = data.contiguous()
+    m = mults.to(device=data.device, dtype=torch.float32).contiguous()
+    common = (raw, m, target, tops, n, raw.numel(), div, s)
+
+    def launch(write: bool, add: bool) -> None:
+        _symmetric_decode_kernel[(programs(n),)](
+            *common, WRITE=write, ADD=add, BITS=bits, BLOCK=BLOCK, enable_fp_fusion=False
+        )
+
+    return launch
