@@ -88,18 +88,8 @@ def philox_one_plus_uniform_torch(
 
 
 def one_plus_uniform_device(seed: int, stream: int, n: int, device: torch.device) -> torch.Tensor:
-    """:func:`philox_one_plus_uniform_torch` from offset 0 (``n > 0`` float32 ``1 + u``) under
-    the device path's rules: ``narrow`` for its slicing, no branch on a value."""
-    words = -(-n // 2)
-    blocks = torch.arange(-(-words // 4), dtype=torch.int64, device=device)
-    four = philox4x32_10_torch(
-        blocks & _LOW32,
-        blocks >> 32,
-        torch.full_like(blocks, stream),
-        torch.zeros_like(blocks),
-        seed & _LOW32,
-        seed >> 32,
-    )
-    flat = torch.stack(four, dim=1).reshape(-1).narrow(0, 0, words)
-    halves = torch.stack((flat & _LOW16, flat >> 16), dim=1).reshape(-1).narrow(0, 0, n)
+    """:func:`philox_one_plus_uniform_torch` from offset 0 (``n`` float32 ``1 + u``) under the
+    device path's rules: ``narrow`` for its slicing, no branch on a value."""
+    words = philox_words_torch(seed, stream, 0, -(-n // 2), device)
+    halves = torch.stack((words & _LOW16, words >> 16), dim=1).reshape(-1).narrow(0, 0, n)
     return one_plus_uniform_from_halves(halves)
