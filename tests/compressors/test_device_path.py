@@ -105,3 +105,12 @@ def test_corrupt_device_payload_gets_the_host_error(name: str) -> None:
         codec.decode(payload[:-3], expected_key=KEY, shape=x.shape, side=side)
     with forced_device_payloads(), pytest.raises(PayloadError):
         codec.decode(payload, expected_key=StreamKey(run_seed=8), shape=x.shape, side=side)
+
+
+@pytest.mark.parametrize("params", [{"b": 2}, {"b": 8, "scaled": True}])
+def test_hou_device_bytes_equal_host_bytes_for_an_all_zero_tensor(
+    params: dict[str, object],
+) -> None:
+    """Hou's scale of ``+0.0`` entries is ``+0.0`` on both paths (its device path once took the
+    dithered quantizers' ``max(-min, max)``, which gives ``-0.0`` there)."""
+    check_twin_bytes(registry.get("hou")(**params), torch.zeros(37), KEY)

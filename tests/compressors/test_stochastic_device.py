@@ -19,7 +19,7 @@ from gradzip.compressors.qsgd import QSGD
 from gradzip.compressors.terngrad import TernGrad
 from gradzip.device.mode import forced_device_payloads
 from gradzip.errors import PayloadError
-from gradzip.kernels.stochastic_device import pack_bits_device, unpack_bits_device
+from gradzip.kernels.bitpack_device import pack_bits_device, unpack_bits_device
 from gradzip.keys import StreamKey
 from gradzip.payload import frame_payload, parse_payload
 from tests.compressors.device_checks import device_payload

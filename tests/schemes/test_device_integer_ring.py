@@ -4,6 +4,7 @@ two host reads per call, and a corrupt message is refused by name."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -49,15 +50,69 @@ def gradient(rank: int, step: int, shape: tuple[int, ...] = (13, 7)) -> torch.Te
     return torch.randn(shape, generator=gen) * (1 + rank)
 
 
+def scheme_steps(
+    scheme_name: str, steps: int, name: str, params: dict[str, Any], ef: bool = False
+) -> Callable[[Transport], list[torch.Tensor]]:
+    """One simulated rank's work: ``steps`` reductions of its gradients by ``scheme_name``."""
+
+    def run(transport: Transport) -> list[torch.Tensor]:
+        scheme = make_scheme(scheme_name, codec(name, params), run_seed=3, error_feedback=ef)
+        return [scheme.reduce(transport, gradient(transport.rank, s), s, 0) for s in range(steps)]
+
+    return run
+
+
 def reduce_steps(
-    transport: Transport, name: str, params: dict[str, Any], ef: bool = False
-) -> list[torch.Tensor]:
-    scheme = make_scheme("allreduce", codec(name, params), run_seed=3, error_feedback=ef)
-    return [scheme.reduce(transport, gradient(transport.rank, s), s, 0) for s in range(3)]
+    name: str, params: dict[str, Any], ef: bool = False
+) -> Callable[[Transport], list[torch.Tensor]]:
+    """Three integer all-reduce steps."""
+    return scheme_steps("allreduce", 3, name, params, ef)
+
+
+def ring_steps(
+    name: str, params: dict[str, Any], ef: bool = False
+) -> Callable[[Transport], list[torch.Tensor]]:
+    """Two ring all-reduce steps."""
+    return scheme_steps("ring", 2, name, params, ef)
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.int32 if t.dtype == torch.float32 else torch.int64)
+
+
+def assert_device_equals_host(
+    world_size: int, work: Callable[[Transport], list[torch.Tensor]]
+) -> None:
+    """``work`` on ``world_size`` simulated ranks gives every rank the same results, bit for
+    bit, through forced device payloads as through the host path."""
+    host = run_local(world_size, work)
+    with forced_device_payloads():
+        device = run_local(world_size, work)
+    for host_rank, device_rank in zip(host, device, strict=True):
+        for h, d in zip(host_rank, device_rank, strict=True):
+            assert d.dtype == h.dtype and d.shape == h.shape
+            assert torch.equal(bits(d), bits(h))
+
+
+def assert_corrupt_message_refused(
+    monkeypatch: pytest.MonkeyPatch, collective: str, work: Callable[[Transport], Any]
+) -> None:
+    """With one body byte of what rank 1 receives in ``collective`` flipped (its CRC left as
+    sent), ``work`` on three ranks fails with a :class:`CorruptPayloadError` naming rank 1."""
+    original = LocalTransport.exchange_bytes
+
+    def flip(self: LocalTransport, dst: int, data: Any, src: int, name: str) -> Any:
+        got = original(self, dst, data, src, name)
+        if self.rank == 1 and name == collective and isinstance(got, torch.Tensor):
+            got = got.clone()
+            got[got.numel() - 6] ^= 0x5A  # a body byte, CRC left as sent
+        return got
+
+    monkeypatch.setattr(LocalTransport, "exchange_bytes", flip)
+    with forced_device_payloads(), pytest.raises(GradzipError) as info:
+        run_local(3, work, timeout=10)
+    assert isinstance(info.value.__cause__, CorruptPayloadError), info.value
+    assert "rank 1" in str(info.value)
 
 
 @pytest.mark.parametrize(("name", "params"), CODECS)
@@ -75,13 +130,7 @@ def test_lpc_keeps_the_host_path() -> None:
 def test_device_allreduce_equals_the_host_path_bit_for_bit(
     name: str, params: dict[str, Any], world_size: int, ef: bool
 ) -> None:
-    host = run_local(world_size, lambda t: reduce_steps(t, name, params, ef))
-    with forced_device_payloads():
-        device = run_local(world_size, lambda t: reduce_steps(t, name, params, ef))
-    for host_rank, device_rank in zip(host, device, strict=True):
-        for h, d in zip(host_rank, device_rank, strict=True):
-            assert d.dtype == h.dtype and d.shape == h.shape
-            assert torch.equal(bits(d), bits(h))
+    assert_device_equals_host(world_size, reduce_steps(name, params, ef))
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 33])
@@ -102,26 +151,13 @@ def test_device_messages_hold_the_host_bytes(n: int, width: int) -> None:
 def test_two_host_reads_per_call() -> None:
     world_size, steps = 3, 3
     with forced_device_payloads(), count_host_reads() as reads:
-        run_local(world_size, lambda t: reduce_steps(t, "dqsg", {"M": 3, "bucket_size": 16}))
+        run_local(world_size, reduce_steps("dqsg", {"M": 3, "bucket_size": 16}))
     assert reads.count == 2 * world_size * steps, reads.describe()
     assert reads.largest <= 8 * 3, reads.describe()  # flags only: a byte per message
 
 
 def test_a_corrupt_message_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = LocalTransport.exchange_bytes
-
-    def flip(self: LocalTransport, dst: int, data: Any, src: int, collective: str) -> Any:
-        got = original(self, dst, data, src, collective)
-        if self.rank == 1 and collective == "allreduce" and isinstance(got, torch.Tensor):
-            got = got.clone()
-            got[got.numel() - 6] ^= 0x5A  # a body byte, CRC left as sent
-        return got
-
-    monkeypatch.setattr(LocalTransport, "exchange_bytes", flip)
-    with forced_device_payloads(), pytest.raises(GradzipError) as info:
-        run_local(3, lambda t: reduce_steps(t, "dqsg", {"M": 3}), timeout=10)
-    assert isinstance(info.value.__cause__, CorruptPayloadError), info.value
-    assert "rank 1" in str(info.value)
+    assert_corrupt_message_refused(monkeypatch, "allreduce", reduce_steps("dqsg", {"M": 3}))
 
 
 def test_non_finite_input_is_refused_before_anything_is_updated() -> None:
@@ -171,13 +207,6 @@ def test_the_device_steps_run_on_fake_cuda(name: str, params: dict[str, Any]) ->
 RING_CODECS = [*CODECS, ("fp16", {}), ("onebit", {}), ("topk", {"ratio": 0.25})]
 
 
-def ring_steps(
-    transport: Transport, name: str, params: dict[str, Any], ef: bool = False
-) -> list[torch.Tensor]:
-    scheme = make_scheme("ring", codec(name, params), run_seed=3, error_feedback=ef)
-    return [scheme.reduce(transport, gradient(transport.rank, s), s, 0) for s in range(2)]
-
-
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 @pytest.mark.parametrize("ef", [False, True])
 @pytest.mark.parametrize(("name", "params"), RING_CODECS)
@@ -187,13 +216,7 @@ def test_device_ring_equals_the_host_path_bit_for_bit(
     c = codec(name, params)
     if not c.device_resident:
         pytest.skip(f"{c.describe()} is not device resident")
-    host = run_local(world_size, lambda t: ring_steps(t, name, params, ef))
-    with forced_device_payloads():
-        device = run_local(world_size, lambda t: ring_steps(t, name, params, ef))
-    for host_rank, device_rank in zip(host, device, strict=True):
-        for h, d in zip(host_rank, device_rank, strict=True):
-            assert d.dtype == h.dtype and d.shape == h.shape
-            assert torch.equal(bits(d), bits(h))
+    assert_device_equals_host(world_size, ring_steps(name, params, ef))
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
@@ -202,23 +225,10 @@ def test_ring_host_reads_per_call(world_size: int) -> None:
     slices and the summed slice), a header prefix and a flag per decoded payload (``2 (P - 1)``
     received, plus the owner's own summed slice): ``5P - 2`` reads, none over 128 bytes."""
     with forced_device_payloads(), count_host_reads() as reads:
-        run_local(world_size, lambda t: ring_steps(t, "dqsg", {"M": 3}))
+        run_local(world_size, ring_steps("dqsg", {"M": 3}))
     assert reads.count == (5 * world_size - 2) * world_size * 2, reads.describe()
     assert reads.largest <= 128, reads.describe()
 
 
 def test_a_corrupt_ring_message_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = LocalTransport.exchange_bytes
-
-    def flip(self: LocalTransport, dst: int, data: Any, src: int, collective: str) -> Any:
-        got = original(self, dst, data, src, collective)
-        if self.rank == 1 and collective == "reduce_scatter" and isinstance(got, torch.Tensor):
-            got = got.clone()
-            got[got.numel() - 6] ^= 0x5A  # a body byte, CRC left as sent
-        return got
-
-    monkeypatch.setattr(LocalTransport, "exchange_bytes", flip)
-    with forced_device_payloads(), pytest.raises(GradzipError) as info:
-        run_local(3, lambda t: ring_steps(t, "dqsg", {"M": 3}), timeout=10)
-    assert isinstance(info.value.__cause__, CorruptPayloadError), info.value
-    assert "rank 1" in str(info.value)
+    assert_corrupt_message_refused(monkeypatch, "reduce_scatter", ring_steps("dqsg", {"M": 3}))

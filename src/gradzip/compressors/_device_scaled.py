@@ -17,13 +17,9 @@ import torch
 from gradzip.codecs.symbols import symbol_bits
 from gradzip.compressors._device_stochastic import false_flag, scales_ok, split_scales
 from gradzip.compressors.base import Body
+from gradzip.kernels.bitpack_device import pack_bits_device, unpack_bits_device
 from gradzip.kernels.buckets import num_buckets
-from gradzip.kernels.dithered_device import (
-    decode_affine_device,
-    encode_symbols_device,
-    pack_bits_device,
-    unpack_bits_device,
-)
+from gradzip.kernels.dithered_device import decode_affine_device, encode_symbols_device
 from gradzip.kernels.packed import packed_bytes
 from gradzip.kernels.triton_device import dithered_packed, dithered_values, use_triton
 

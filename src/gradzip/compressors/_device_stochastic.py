@@ -15,14 +15,13 @@ import torch
 
 from gradzip.compressors.base import Body
 from gradzip.compressors.buckets import num_buckets
+from gradzip.kernels.bitpack_device import pack_bits_device, unpack_bits_device
 from gradzip.kernels.packed import packed_bytes, symbol_bits
 from gradzip.kernels.stochastic_device import (
-    pack_bits_device,
     symmetric_symbols_device,
     symmetric_values_device,
     twos_symbols_device,
     twos_values_device,
-    unpack_bits_device,
 )
 from gradzip.kernels.triton_device import symmetric_encoded, symmetric_values, use_triton
 

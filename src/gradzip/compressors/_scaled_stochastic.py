@@ -58,6 +58,7 @@ from gradzip.compressors.buckets import (
 from gradzip.compressors.grid import CommonGrid
 from gradzip.kernels.backend import use_torch_ops
 from gradzip.kernels.bitpack_torch import pack_bits_torch, unpack_bits_torch
+from gradzip.kernels.device_buckets import bucket_absmax_device
 from gradzip.kernels.packed import check_packed
 from gradzip.kernels.stochastic import (
     fused_symmetric_decode,
@@ -65,7 +66,7 @@ from gradzip.kernels.stochastic import (
     fused_twos_decode,
     fused_twos_encode,
 )
-from gradzip.kernels.stochastic_device import bucket_absmax_device, safe_steps_device
+from gradzip.kernels.stochastic_device import safe_steps_device
 from gradzip.kernels.stochastic_torch import (
     bucket_absmax_torch,
     symmetric_symbols_torch,

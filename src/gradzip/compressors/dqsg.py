@@ -35,12 +35,9 @@ from gradzip.compressors.buckets import (
 from gradzip.compressors.grid import CommonGrid
 from gradzip.compressors.registry import register
 from gradzip.kernels.backend import use_torch_ops
+from gradzip.kernels.device_buckets import scales_device, single_absmax
 from gradzip.kernels.dithered import fused_decode_affine
-from gradzip.kernels.dithered_device import (
-    scales_device,
-    single_absmax,
-)
-from gradzip.kernels.dithered_torch import decode_affine_torch, encode_symbols_torch
+from gradzip.kernels.dithered_device import decode_affine_device, encode_symbols_device
 from gradzip.kernels.philox import SHARED_UNIFORM
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
@@ -406,7 +403,7 @@ def dither_symbols(
     ``2M``; in float64 for larger ``M`` and for buckets whose factor overflows float32 (see
     :mod:`gradzip.kernels.dithered`).
     """
-    return encode_symbols_torch(x, scales, bucket_size, **_encode_args(M, seed))
+    return encode_symbols_device(x, scales, bucket_size, **_encode_args(M, seed))
 
 
 def _encode_args(M: int, seed: int) -> dict[str, Any]:
@@ -431,7 +428,7 @@ def dither_reconstruct(
     Computed as ``((symbol - (1 + u01)) + (3/2 - M)) * f32(sigma/M)`` in float32 (``M <= 127``)
     or float64. Zero buckets decode to exact (+0.0) zeros.
     """
-    return decode_affine_torch(
+    return decode_affine_device(
         symbols,
         scales,
         bucket_size,

@@ -35,11 +35,9 @@ from gradzip.compressors.buckets import (
 from gradzip.compressors.dqsg import FLOAT32_LIMIT, rounded_bound
 from gradzip.compressors.registry import register
 from gradzip.kernels.backend import use_torch_ops
+from gradzip.kernels.device_buckets import scales_device
 from gradzip.kernels.dithered import fused_decode_affine
-from gradzip.kernels.dithered_device import (
-    scales_device,
-)
-from gradzip.kernels.dithered_torch import decode_affine_torch, encode_symbols_torch
+from gradzip.kernels.dithered_device import decode_affine_device, encode_symbols_device
 from gradzip.kernels.philox import LOCAL_UNIFORM
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
@@ -178,7 +176,7 @@ class HalfDither(Compressor):
             args = self._encode_args(key)
             return fused_scaled_body(x, given, bs, self.alphabet, args, self.non_finite_input)
         scales = bucket_absmax(x, bs, absmax)
-        symbols = encode_symbols_torch(x, scales, bs, **self._encode_args(key))
+        symbols = encode_symbols_device(x, scales, bs, **self._encode_args(key))
         packed = device_packed(symbols, self.alphabet, self.packing)
         return scaled_symbols_body(scales, symbols, self.alphabet, self.packing, packed)
 
@@ -212,7 +210,7 @@ class HalfDither(Compressor):
         else:
             symbols = device_unpacked(body_tensor(rest), n, self.alphabet, self.packing)
             check_symbols(symbols, self.alphabet, self.name)
-            out = decode_affine_torch(symbols, *args)
+            out = decode_affine_device(symbols, *args)
         clamp_to_dtype_(out, header.dtype, self._reach(scales))
         return out
 

@@ -5,23 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-import torch
-
 from gradzip.codecs.symbols import Packing
-from gradzip.compressors._device_scaled import read_scaled_device_body, scaled_device_body
 from gradzip.compressors._scaled_stochastic import ScaledStochastic
-from gradzip.compressors.base import Body
-from gradzip.compressors.buckets import num_buckets
 from gradzip.compressors.registry import register
-from gradzip.kernels.dithered_device import (
-    scales_device,
-    symmetric_symbols_device,
-    symmetric_values_device,
-)
-from gradzip.kernels.philox import LOCAL_UNIFORM
-from gradzip.keys import StreamKey
-from gradzip.payload import Header
-from gradzip.rng import derive_seed
 
 
 @register
@@ -65,43 +51,11 @@ class Hou(ScaledStochastic):
         self.b = b
         self.scaled = bool(scaled)
 
-    @property
-    def device_resident(self) -> bool:  # type: ignore[override]
-        """Whether a gradient on a device is coded there: with the fixed packing only (the
-        dense and entropy packings are coded on the host)."""
-        return self.packing == "fixed"
-
-    def _encode_device(self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]) -> Body:
-        """The fixed-packed body on ``x``'s device: the fused kernel's bytes (the scale
-        ``max|x|``, the stochastic rounding of :func:`~gradzip.compressors._scaled_stochastic.
-        stochastic_symbols`)."""
-        scales = scales_device(x, self._bucket)
-        seed = derive_seed(key, domain="local")
-        symbols = symmetric_symbols_device(
-            x, scales, self._bucket, self.s, self.s, seed, LOCAL_UNIFORM
-        )
-        return scaled_device_body(scales, symbols, self.alphabet, torch.isfinite(scales).all())
-
-    def _decode_device(
-        self, body: torch.Tensor, header: Header, side: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``f32(symbol - s) * mult`` with the host's multipliers (``f32(scale / s)``, times
-        ``1/(1 + omega)`` in float64 when scaled), clamped to a half dtype's range as
-        :func:`~gradzip.compressors._scaled_stochastic.fit_dtype_`; the base checks the
-        values finite (where the host's bound would not prove them so, they are not)."""
-        n = header.numel
-        scales, symbols, ok = read_scaled_device_body(
-            body, n, num_buckets(n, self._bucket), self.alphabet
-        )
-        mults = (scales.to(torch.float64) / self.s).to(torch.float32)
-        factor = self._decode_factor(n)
-        if factor != 1.0:
-            mults = (mults.to(torch.float64) * factor).to(torch.float32)
-        values = symmetric_values_device(symbols, mults, self._bucket, self.s)
-        if header.dtype in (torch.float16, torch.bfloat16):
-            top = float(torch.finfo(header.dtype).max)
-            values = values.clamp(-top, top)
-        return values, ok
+    def _device_configuration(self) -> bool:
+        """Every ``b``, scaled or not: max-abs scales (one bucket), the decode factor applied
+        to the multipliers as on the host, so the generic device path of
+        :class:`~gradzip.compressors._scaled_stochastic.ScaledStochastic` serves."""
+        return True
 
     def wire_params(self) -> dict[str, int | float | bool | str]:
         return {"b": self.b, "scaled": self.scaled, "packing": self.packing}

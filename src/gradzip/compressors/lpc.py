@@ -29,8 +29,8 @@ from gradzip.compressors.base import Body, Compressor, body_tensor
 from gradzip.compressors.grid import CommonGrid
 from gradzip.compressors.registry import register
 from gradzip.kernels.backend import use_torch_ops
+from gradzip.kernels.device_division import divided
 from gradzip.kernels.stochastic import fused_symmetric_decode
-from gradzip.kernels.stochastic_device import divided
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
 from gradzip.rng import derive_seed

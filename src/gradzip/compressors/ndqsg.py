@@ -44,12 +44,9 @@ from gradzip.compressors.buckets import (
 from gradzip.compressors.registry import register
 from gradzip.errors import CorruptPayloadError
 from gradzip.kernels.backend import use_torch_ops
+from gradzip.kernels.device_buckets import scales_device
 from gradzip.kernels.dithered import fused_decode_nested
-from gradzip.kernels.dithered_device import (
-    decode_nested_device,
-    scales_device,
-)
-from gradzip.kernels.dithered_torch import decode_nested_torch, encode_symbols_torch
+from gradzip.kernels.dithered_device import decode_nested_device, encode_symbols_device
 from gradzip.kernels.philox import SHARED_UNIFORM
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
@@ -230,7 +227,7 @@ class NDQSG(Compressor):
 
     def _symbols(self, x: torch.Tensor, scales: torch.Tensor, key: StreamKey) -> torch.Tensor:
         """The symbols as torch operations on ``x``'s device (see :meth:`_encode_args`)."""
-        return encode_symbols_torch(x, scales, self._bucket_size, **self._encode_args(key))
+        return encode_symbols_device(x, scales, self._bucket_size, **self._encode_args(key))
 
     def _encode_device(self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]) -> Body:
         """The fixed-packed body on ``x``'s device: the fused kernel's bytes."""
@@ -275,7 +272,7 @@ class NDQSG(Compressor):
         check_symbols(symbols, self.k, self.name)
         numer, step_factor, K0 = self._decode_consts()
         seed = self.seed_schedule.shared_seed(header.key)
-        out = decode_nested_torch(
+        out = decode_nested_device(
             symbols, scales, self._bucket_size, numer, step_factor, self.k, K0, seed,
             SHARED_UNIFORM, side,
         )  # fmt: skip

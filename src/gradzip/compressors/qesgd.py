@@ -18,8 +18,8 @@ from gradzip.compressors._scaled_body import symbols_floor_bits
 from gradzip.compressors._scaled_stochastic import fit_dtype_, twos_body, twos_values
 from gradzip.compressors.base import Body, Compressor, body_tensor
 from gradzip.compressors.registry import register
+from gradzip.kernels.bitpack_device import pack_bits_device
 from gradzip.kernels.packed import packed_bytes
-from gradzip.kernels.stochastic_device import pack_bits_device
 from gradzip.keys import StreamKey
 from gradzip.payload import Header
 from gradzip.rng import derive_seed

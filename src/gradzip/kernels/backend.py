@@ -1,6 +1,6 @@
 """Which implementation a compressor runs: numba kernels on the CPU, torch operations elsewhere.
 
-Both give the same bytes and values (see :mod:`gradzip.kernels.dithered_torch`), so the choice is
+Both give the same bytes and values (see :mod:`gradzip.kernels.dithered_device`), so the choice is
 about speed only: CPU tensors go through the fused numba kernels, tensors on other devices
 (CUDA) are compressed where they live with torch operations. :func:`forced_torch_ops` runs the
 torch operations on CPU tensors too, which is how the tests compare the two.

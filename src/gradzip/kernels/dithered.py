@@ -7,7 +7,7 @@ scratch buffer, quantizes and packs; the decoder unpacks, regenerates the dither
 reconstructs. Every element is computed from its own index, scale and dither uniform, so the bytes
 depend neither on the thread count nor on the tiling.
 
-Arithmetic (the contract shared with :mod:`gradzip.kernels.dithered_torch`, which is what the
+Arithmetic (the contract shared with :mod:`gradzip.kernels.dithered_device`, which is what the
 compressors run on other devices and for the dense and entropy packings): every product and
 sum is its own IEEE operation in the stated precision (no fused multiply-add; numba without
 ``fastmath`` never contracts), in this order.
@@ -587,7 +587,7 @@ def decode_nested_tiles(  # type: ignore[no-untyped-def]
     ytops,
     kind,
 ):
-    """NDQSG decoding with side information ``y`` (see :mod:`gradzip.kernels.dithered_torch`
+    """NDQSG decoding with side information ``y`` (see :mod:`gradzip.kernels.dithered_device`
     for the formula): per element, with ``f = numer/sigma``, ``w = (s - (1 + u)) + y*(-f)``,
     ``m = floor(w*(1/k) + (K0/k + 1/2))``, ``g = ((w - m*k) + K0) * step + y``, ``step =
     sigma*step_factor``; float32 where ``k <= 256``, ``f`` fits float32 and ``f * max|y| <

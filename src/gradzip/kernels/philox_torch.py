@@ -85,3 +85,11 @@ def philox_one_plus_uniform_torch(
     halves = torch.stack((words & _LOW16, words >> 16), dim=1).reshape(-1)
     start = offset % 2
     return one_plus_uniform_from_halves(halves.narrow(0, start, n))
+
+
+def one_plus_uniform_device(seed: int, stream: int, n: int, device: torch.device) -> torch.Tensor:
+    """:func:`philox_one_plus_uniform_torch` from offset 0 (``n`` float32 ``1 + u``) under the
+    device path's rules: ``narrow`` for its slicing, no branch on a value."""
+    words = philox_words_torch(seed, stream, 0, -(-n // 2), device)
+    halves = torch.stack((words & _LOW16, words >> 16), dim=1).reshape(-1).narrow(0, 0, n)
+    return one_plus_uniform_from_halves(halves)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from gradzip.kernels.buckets import effective_bucket_size, num_buckets
-from gradzip.kernels.dithered_torch import bucket_of_elements
+from gradzip.kernels.device_buckets import bucket_of_elements
 from gradzip.kernels.philox import LOCAL_UNIFORM
 from gradzip.kernels.philox_torch import philox_one_plus_uniform_torch
 

@@ -23,12 +23,11 @@ from types import ModuleType
 
 import torch
 
+from gradzip.kernels.device_division import divided
 from gradzip.kernels.packed import packed_bytes, symbol_bits
 from gradzip.kernels.stochastic_device import symmetric_divisors_device
 from gradzip.kernels.triton_dispatch import triton_available
-
-#: elements (or sign entries) per program of the launches made here, the wrappers' block size
-_BLOCK = 1024
+from gradzip.kernels.triton_launch import BLOCK, program_tops, programs
 
 
 def use_triton(t: torch.Tensor) -> bool:
@@ -100,20 +99,13 @@ def dithered_values(
     dev = packed.device
     bits = symbol_bits(alphabet)
     out = torch.empty(n, dtype=torch.float32, device=dev)
-    grid = (-(-n // td.BLOCK),)
-    tops = torch.zeros(grid[0], dtype=torch.int64, device=dev)
+    tops = program_tops(n, dev)
     if n:
-        div, k0, k1 = td._launch_args(n, bucket_size, seed)
-        s32 = scales.to(torch.float32).contiguous()
-        wide_div = torch.full((), divisor, dtype=torch.float64, device=dev)
-        steps = (s32.to(torch.float64) / wide_div).contiguous()
-        consts = torch.tensor([float(c)], dtype=torch.float64, device=dev)
-        raw = packed.contiguous()
-        td._decode_affine_kernel[grid](
-            raw, s32, steps, consts, out, tops, n, raw.numel(), div, k0, k1, stream,
-            DITHERED=bool(dithered), WIDE=bool(wide), WRITE=True, ADD=False, BITS=bits,
-            BLOCK=td.BLOCK, enable_fp_fusion=False,
-        )  # fmt: skip
+        s32 = scales.to(torch.float32)
+        steps = divided(s32.to(torch.float64), divisor)
+        td.affine_decode_launcher(
+            packed, n, bits, s32, steps, bucket_size, c, dithered, seed, stream, wide, out, tops
+        )(True, False)
     return out, _tail_clear(packed, n, bits) & _within(tops, alphabet)
 
 
@@ -138,12 +130,8 @@ def symmetric_encoded(
     nbytes = packed_bytes(n, bits)
     packed = torch.empty(nbytes, dtype=torch.uint8, device=dev)
     if n:
-        div, k0, k1 = ts.launch_args(n, bucket_size, seed)
-        fac = (1.0 / symmetric_divisors_device(scales, per).to(torch.float64)).contiguous()
-        ts._symmetric_encode_kernel[(-(-n // ts.BLOCK),)](
-            x.to(torch.float32).contiguous().view(-1), fac, symbols, packed, n, nbytes, div, k0,
-            k1, S=s, CLIP=bool(clip), BITS=bits, BLOCK=ts.BLOCK, enable_fp_fusion=False,
-        )  # fmt: skip
+        fac = 1.0 / symmetric_divisors_device(scales, per).to(torch.float64)
+        ts.symmetric_encode_into(x, fac, bucket_size, s, clip, seed, bits, symbols, packed)
     return symbols, packed
 
 
@@ -156,15 +144,9 @@ def symmetric_values(
     dev = packed.device
     bits = symbol_bits(2 * s + 1)
     out = torch.empty(n, dtype=torch.float32, device=dev)
-    grid = (-(-n // ts.BLOCK),)
-    tops = torch.zeros(grid[0], dtype=torch.int64, device=dev)
+    tops = program_tops(n, dev)
     if n:
-        div, _, _ = ts.launch_args(n, bucket_size, 0)
-        raw = packed.contiguous()
-        ts._symmetric_decode_kernel[grid](
-            raw, mults.to(torch.float32).contiguous(), out, tops, n, raw.numel(), div, s,
-            WRITE=True, ADD=False, BITS=bits, BLOCK=ts.BLOCK, enable_fp_fusion=False,
-        )  # fmt: skip
+        ts.symmetric_decode_launcher(packed, n, bits, mults, bucket_size, s, out, tops)(True, False)
     return out, _tail_clear(packed, n, bits) & _within(tops, 2 * s + 1)
 
 
@@ -185,9 +167,9 @@ def signs_expanded(
     dev = packed.device
     out = torch.empty((cols, rows), dtype=torch.float32, device=dev)
     if cols and rows:
-        ts._expand_kernel[(-(-rows // _BLOCK), cols)](
+        ts._expand_kernel[(programs(rows), cols)](
             packed.contiguous(), means.to(torch.float32).contiguous(), out, rows, width // 4,
-            ADD=False, BLOCK=_BLOCK, enable_fp_fusion=False,
+            ADD=False, BLOCK=BLOCK, enable_fp_fusion=False,
         )  # fmt: skip
     tail = rows % 32
     if tail == 0 or packed.numel() == 0:

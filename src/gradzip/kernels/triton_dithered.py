@@ -6,15 +6,15 @@ Which function replaces which torch-ops path (the device codecs launch these ker
 
 * :func:`triton_dithered_encode` ``(x, scales, bucket_size, numer, seed, stream, nsum, c, top,
   modk, fast_ok, bits)`` returns the ``uint8`` packed symbols on ``x``'s device; it equals
-  ``pack_bits_torch(encode_symbols_torch(x, scales, bucket_size, numer, seed, stream, nsum, c,
-  top, modk, fast_ok), bits)`` (:mod:`gradzip.kernels.dithered_torch`,
+  ``pack_bits_torch(encode_symbols_device(x, scales, bucket_size, numer, seed, stream, nsum, c,
+  top, modk, fast_ok), bits)`` (:mod:`gradzip.kernels.dithered_device`,
   :mod:`gradzip.kernels.bitpack_torch`) and the packed part of
   :func:`gradzip.kernels.dithered.fused_encode` with the same arguments. ``scales``: float32,
   one per bucket (:func:`gradzip.kernels.stochastic_torch.bucket_absmax_torch`).
 * :func:`triton_decode_affine` ``(data, n, alphabet, scales, bucket_size, divisor, c, dithered,
   seed, stream, wide, what, out=None, add=True)`` has the signature and the result of
   :func:`gradzip.kernels.dithered.fused_decode_affine` (the torch-ops path:
-  ``decode_affine_torch(unpack_bits_torch(data, n, bits), scales, ...)``), on ``data``'s
+  ``decode_affine_device(unpack_bits_torch(data, n, bits), scales, ...)``), on ``data``'s
   device; with ``out`` the values are added into it (``out[i] + v``, one float32 add) after the
   alphabet was checked, so a corrupt stream raises with ``out`` untouched.
 
@@ -23,32 +23,38 @@ product and sum is its own IEEE operation in the stated precision and order [CHO
 kernels are launched with ``enable_fp_fusion=False``, so Triton never contracts ``x*f + base``
 into a fused multiply-add (which rounds once, not twice, and would change bytes). Per-bucket
 quantities that involve a division (``numer / sigma``, ``sigma / divisor``) are computed once
-per bucket in float64 with torch, as :mod:`gradzip.kernels.dithered_torch` does, and gathered
+per bucket in float64 with torch, as :mod:`gradzip.kernels.dithered_device` does, and gathered
 per element. Floating-point constants travel in a float64 tensor, never as Python-float kernel
 arguments (which Triton types as float32). The dither is :mod:`gradzip.kernels.triton_philox`'s.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 import triton
 import triton.language as tl
 
-from gradzip.errors import CorruptPayloadError
-from gradzip.kernels.buckets import effective_bucket_size
 from gradzip.kernels.dithered import inverse_rounded_up
-from gradzip.kernels.dithered_torch import bucket_factors
+from gradzip.kernels.dithered_device import bucket_factors
 from gradzip.kernels.packed import check_packed, packed_bytes, symbol_bits
 from gradzip.kernels.triton_bitpack import max_of, pack_store, unpack_load
 from gradzip.kernels.triton_dispatch import require_triton
+from gradzip.kernels.triton_launch import (
+    BLOCK,
+    checked_decode,
+    decode_target,
+    flat_float32,
+    launch_args,
+    program_tops,
+    programs,
+)
 from gradzip.kernels.triton_philox import uniform_at, uniform_run
 
 #: read inside a @triton.jit function, so a constexpr (compiled mode rejects other globals)
 _F32_MAX = tl.constexpr(float(np.finfo(np.float32).max))
-#: elements per program [CHOICE]: 1024, a multiple of 8 (whole bytes of the packed stream per
-#: program) and of the 128 Philox blocks four warps generate side by side
-BLOCK = 1024
 
 
 @triton.jit
@@ -115,13 +121,6 @@ def _encode_kernel(  # type: ignore[no-untyped-def]
     pack_store(q, packed_ptr, pid * BLOCK, nbytes, BLOCK, BITS)
 
 
-def _launch_args(n: int, bucket_size: int, seed: int) -> tuple[int, int, int]:
-    """``(bucket divisor, k0, k1)``: the bucket size the kernels divide by (``n`` for one
-    bucket, so every index gives bucket 0) and the Philox key."""
-    bs = effective_bucket_size(n, bucket_size)
-    return (bs if bs > 0 else max(n, 1)), seed & 0xFFFFFFFF, seed >> 32
-
-
 def triton_dithered_encode(
     x: torch.Tensor,
     scales: torch.Tensor,
@@ -145,13 +144,12 @@ def triton_dithered_encode(
     packed = torch.empty(nbytes, dtype=torch.uint8, device=dev)
     if n == 0:
         return packed
-    div, k0, k1 = _launch_args(n, bucket_size, seed)
+    div, k0, k1 = launch_args(n, bucket_size, seed)
     fac = bucket_factors(float(numer), scales.to(dev)).contiguous()
     inv_k = inverse_rounded_up(modk) if modk > 0 else 0.0
     consts = torch.tensor([float(c), inv_k], dtype=torch.float64, device=dev)
-    grid = (triton.cdiv(n, BLOCK),)
-    _encode_kernel[grid](
-        x.to(torch.float32).contiguous().view(-1), fac, consts, packed, n, nbytes, div, k0, k1,
+    _encode_kernel[(programs(n),)](
+        flat_float32(x), fac, consts, packed, n, nbytes, div, k0, k1,
         stream, top, max(modk, 1), NSUM=nsum, ALIGNED=nsum <= 1 or n % 8 == 0,
         FAST_OK=bool(fast_ok), MOD=modk > 0, BITS=bits, BLOCK=BLOCK, enable_fp_fusion=False,
     )  # fmt: skip
@@ -196,14 +194,6 @@ def _decode_affine_kernel(  # type: ignore[no-untyped-def]
         tl.store(out_ptr + i, val, mask=mask)
 
 
-def raise_if_outside(tops: torch.Tensor, alphabet: int, what: str) -> None:
-    """:class:`CorruptPayloadError` if a program's largest symbol is ``>= alphabet``."""
-    if tops.numel() and int(tops.max()) >= alphabet:
-        raise CorruptPayloadError(
-            f"{what} payload holds a symbol outside the alphabet [0, {alphabet})"
-        )
-
-
 def triton_decode_affine(
     data: torch.Tensor,
     n: int,
@@ -226,30 +216,49 @@ def triton_decode_affine(
     bits = symbol_bits(alphabet)
     check_packed(data, n, bits)
     dev = data.device
-    if out is not None and (out.dtype != torch.float32 or out.device != dev or out.numel() != n):
-        raise ValueError(f"a decode adds only into a float32 tensor of {n} elements on {dev}")
-    if out is not None and not out.is_contiguous():
-        raise ValueError("a decode adds only into a contiguous tensor")
-    target = torch.empty(n, dtype=torch.float32, device=dev) if out is None else out.view(-1)
+    target = decode_target(out, n, dev)
     if n == 0:
         return target if out is None else out
-    div, k0, k1 = _launch_args(n, bucket_size, seed)
     scales = scales.to(device=dev, dtype=torch.float32).contiguous()
-    steps = (scales.to(torch.float64) / float(divisor)).contiguous()
-    consts = torch.tensor([float(c)], dtype=torch.float64, device=dev)
-    grid = (triton.cdiv(n, BLOCK),)
-    tops = torch.zeros(grid[0], dtype=torch.int64, device=dev)
-    accumulate = out is not None and add
-    raw = data.contiguous()
-    common = (raw, scales, steps, consts, target, tops, n, raw.numel(), div, k0, k1, stream)
-    flags = {"DITHERED": bool(dithered), "WIDE": bool(wide), "BITS": bits, "BLOCK": BLOCK}
-    if accumulate:  # check the whole stream before anything is added
-        _decode_affine_kernel[grid](
-            *common, WRITE=False, ADD=False, **flags, enable_fp_fusion=False
-        )
-        raise_if_outside(tops, alphabet, what)
-    _decode_affine_kernel[grid](
-        *common, WRITE=True, ADD=accumulate, **flags, enable_fp_fusion=False
+    steps = scales.to(torch.float64) / float(divisor)
+    tops = program_tops(n, dev)
+    launch = affine_decode_launcher(
+        data, n, bits, scales, steps, bucket_size, c, dithered, seed, stream, wide, target, tops
     )
-    raise_if_outside(tops, alphabet, what)
+    checked_decode(launch, tops, alphabet, what, out is not None and add)
     return target if out is None else out
+
+
+def affine_decode_launcher(
+    data: torch.Tensor,
+    n: int,
+    bits: int,
+    scales: torch.Tensor,
+    steps: torch.Tensor,
+    bucket_size: int,
+    c: float,
+    dithered: bool,
+    seed: int,
+    stream: int,
+    wide: bool,
+    target: torch.Tensor,
+    tops: torch.Tensor,
+) -> Callable[[bool, bool], None]:
+    """``launch(write, add)``: one run of the affine decode kernel over the ``n > 0`` symbols
+    of ``data`` into ``target`` (float32, flat), each program's largest symbol into ``tops``
+    (:func:`~gradzip.kernels.triton_launch.program_tops`). ``scales``: float32 per bucket;
+    ``steps``: ``f64(sigma) / divisor`` per bucket, divided as the caller's rules say (the
+    wrapper by a host number, the device path by a device scalar)."""
+    div, k0, k1 = launch_args(n, bucket_size, seed)
+    consts = torch.tensor([float(c)], dtype=torch.float64, device=data.device)
+    raw = data.contiguous()
+    common = (raw, scales.to(torch.float32).contiguous(), steps.contiguous(), consts, target,
+              tops, n, raw.numel(), div, k0, k1, stream)  # fmt: skip
+    flags = {"DITHERED": bool(dithered), "WIDE": bool(wide), "BITS": bits, "BLOCK": BLOCK}
+
+    def launch(write: bool, add: bool) -> None:
+        _decode_affine_kernel[(programs(n),)](
+            *common, WRITE=write, ADD=add, **flags, enable_fp_fusion=False
+        )
+
+    return launch

@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from gradzip.kernels.triton_dispatch import require_triton
+from gradzip.kernels.triton_launch import BLOCK, philox_key, programs
 
 # multipliers and Weyl constants; constexpr, as compiled kernels may read no other globals
 _M0 = tl.constexpr(0xD2511F53)
@@ -28,8 +29,6 @@ _W0 = tl.constexpr(0x9E3779B9)
 _W1 = tl.constexpr(0xBB67AE85)
 #: float elements of one Philox block (four words, two 16-bit halves each)
 FLOATS_PER_BLOCK = 8
-#: elements per program of :func:`triton_one_plus_uniform`
-_BLOCK = 1024
 
 
 @triton.jit
@@ -121,9 +120,8 @@ def triton_one_plus_uniform(
     if n == 0:
         return out
     run = offset % FLOATS_PER_BLOCK == 0 and not per_element
-    grid = (triton.cdiv(n, _BLOCK),)
-    _uniform_kernel[grid](
-        out, offset, n, seed & 0xFFFFFFFF, seed >> 32, stream, RUN=run, BLOCK=_BLOCK,
+    _uniform_kernel[(programs(n),)](
+        out, offset, n, *philox_key(seed), stream, RUN=run, BLOCK=BLOCK,
         enable_fp_fusion=False,
     )  # fmt: skip
     return out

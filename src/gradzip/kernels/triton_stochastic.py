@@ -30,6 +30,8 @@ per element. The uniforms are the local stream (:data:`gradzip.kernels.philox.LO
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 import triton
@@ -40,8 +42,15 @@ from gradzip.kernels.philox import LOCAL_UNIFORM
 from gradzip.kernels.stochastic_torch import symmetric_divisors
 from gradzip.kernels.triton_bitpack import max_of, pack_store, unpack_load
 from gradzip.kernels.triton_dispatch import require_triton
-from gradzip.kernels.triton_dithered import BLOCK, raise_if_outside
-from gradzip.kernels.triton_dithered import _launch_args as launch_args
+from gradzip.kernels.triton_launch import (
+    BLOCK,
+    checked_decode,
+    decode_target,
+    flat_float32,
+    launch_args,
+    program_tops,
+    programs,
+)
 from gradzip.kernels.triton_philox import uniform_run
 
 # globals read inside @triton.jit functions must be constexpr (compiled mode rejects others)
@@ -107,14 +116,31 @@ def triton_symmetric_encode(
     packed = torch.empty(nbytes, dtype=torch.uint8, device=dev)
     if n == 0:
         return symbols, packed
+    fac = 1.0 / symmetric_divisors(scales.to(dev), per).to(torch.float64)
+    symmetric_encode_into(x, fac, bucket_size, s, clip, seed, bits, symbols, packed)
+    return symbols, packed
+
+
+def symmetric_encode_into(
+    x: torch.Tensor,
+    fac: torch.Tensor,
+    bucket_size: int,
+    s: int,
+    clip: bool,
+    seed: int,
+    bits: int,
+    symbols: torch.Tensor,
+    packed: torch.Tensor,
+) -> None:
+    """One launch of the symmetric encode over the ``n > 0`` elements of ``x``: the symbols
+    into ``symbols`` and, for ``bits > 0``, packed into ``packed``. ``fac``: ``1 / f64(d)`` per
+    bucket (float64), divided as the caller's rules say."""
+    n = x.numel()
     div, k0, k1 = launch_args(n, bucket_size, seed)
-    fac = (1.0 / symmetric_divisors(scales.to(dev), per).to(torch.float64)).contiguous()
-    grid = (triton.cdiv(n, BLOCK),)
-    _symmetric_encode_kernel[grid](
-        x.to(torch.float32).contiguous().view(-1), fac, symbols, packed, n, nbytes, div, k0, k1,
+    _symmetric_encode_kernel[(programs(n),)](
+        flat_float32(x), fac.contiguous(), symbols, packed, n, packed.numel(), div, k0, k1,
         S=s, CLIP=bool(clip), BITS=bits, BLOCK=BLOCK, enable_fp_fusion=False,
     )  # fmt: skip
-    return symbols, packed
 
 
 @triton.jit
@@ -155,27 +181,36 @@ def triton_symmetric_decode(
     require_triton(data)
     check_packed(data, n, bits)
     dev = data.device
-    if out is not None and (out.dtype != torch.float32 or out.device != dev or out.numel() != n):
-        raise ValueError(f"a decode adds only into a float32 tensor of {n} elements on {dev}")
-    if out is not None and not out.is_contiguous():
-        raise ValueError("a decode adds only into a contiguous tensor")
-    target = torch.empty(n, dtype=torch.float32, device=dev) if out is None else out.view(-1)
+    target = decode_target(out, n, dev)
     if n == 0:
         return target if out is None else out
-    div, _, _ = launch_args(n, bucket_size, 0)
-    grid = (triton.cdiv(n, BLOCK),)
-    tops = torch.zeros(grid[0], dtype=torch.int64, device=dev)
-    raw = data.contiguous()
-    m = mults.to(device=dev, dtype=torch.float32).contiguous()
-    common = (raw, m, target, tops, n, raw.numel(), div, s)
-    accumulate = out is not None and add
-    if accumulate:  # check the whole stream before anything is added
-        _symmetric_decode_kernel[grid](
-            *common, WRITE=False, ADD=False, BITS=bits, BLOCK=BLOCK, enable_fp_fusion=False
-        )
-        raise_if_outside(tops, 2 * s + 1, what)
-    _symmetric_decode_kernel[grid](
-        *common, WRITE=True, ADD=accumulate, BITS=bits, BLOCK=BLOCK, enable_fp_fusion=False
-    )
-    raise_if_outside(tops, 2 * s + 1, what)
+    tops = program_tops(n, dev)
+    launch = symmetric_decode_launcher(data, n, bits, mults, bucket_size, s, target, tops)
+    checked_decode(launch, tops, 2 * s + 1, what, out is not None and add)
     return target if out is None else out
+
+
+def symmetric_decode_launcher(
+    data: torch.Tensor,
+    n: int,
+    bits: int,
+    mults: torch.Tensor,
+    bucket_size: int,
+    s: int,
+    target: torch.Tensor,
+    tops: torch.Tensor,
+) -> Callable[[bool, bool], None]:
+    """``launch(write, add)``: one run of the symmetric decode kernel over the ``n > 0``
+    symbols of ``data`` into ``target`` (float32, flat), each program's largest symbol into
+    ``tops`` (:func:`~gradzip.kernels.triton_launch.program_tops`)."""
+    div, _, _ = launch_args(n, bucket_size, 0)
+    raw = data.contiguous()
+    m = mults.to(device=data.device, dtype=torch.float32).contiguous()
+    common = (raw, m, target, tops, n, raw.numel(), div, s)
+
+    def launch(write: bool, add: bool) -> None:
+        _symmetric_decode_kernel[(programs(n),)](
+            *common, WRITE=write, ADD=add, BITS=bits, BLOCK=BLOCK, enable_fp_fusion=False
+        )
+
+    return launch

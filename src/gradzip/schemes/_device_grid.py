@@ -20,7 +20,8 @@ from typing import Protocol
 import torch
 
 from gradzip.compressors.base import Compressor
-from gradzip.kernels.stochastic_device import bucket_absmax_device, per_element
+from gradzip.kernels.device_buckets import bucket_absmax_device, per_element
+from gradzip.kernels.device_division import divided
 from gradzip.keys import StreamKey
 
 
@@ -48,12 +49,6 @@ class DeviceGrid(Protocol):
         ...
 
 
-def divided(t: torch.Tensor, k: float) -> torch.Tensor:
-    """``t / k`` as a true division on ``t``'s device (never ``tensor / python scalar``, which
-    CUDA computes through the reciprocal: see :mod:`gradzip.device`)."""
-    return t / torch.full((), k, dtype=t.dtype, device=t.device)
-
-
 class _DQSGGrid:
     """DQSG's grid: max-abs scales (after optional clipping), dithered symbols, shared dither
     offsets ``(1 + u01) - 3/2``."""
@@ -66,7 +61,7 @@ class _DQSGGrid:
 
     def prepare(self, x: torch.Tensor) -> torch.Tensor:
         from gradzip.compressors.dqsg import clip_to_std_device
-        from gradzip.kernels.dithered_device import single_absmax
+        from gradzip.kernels.device_buckets import single_absmax
 
         c = self.codec.clip_std
         if c is None or x.numel() == 0:
@@ -87,8 +82,8 @@ class _DQSGGrid:
         return divided(scales.to(torch.float64), float(self.codec.M))
 
     def offsets(self, key: StreamKey, n: int, device: torch.device) -> torch.Tensor | None:
-        from gradzip.kernels.dithered_device import one_plus_uniform_device
         from gradzip.kernels.philox import SHARED_UNIFORM
+        from gradzip.kernels.philox_torch import one_plus_uniform_device
 
         seed = self.codec.seed_schedule.shared_seed(key)
         return one_plus_uniform_device(seed, SHARED_UNIFORM, n, device) - 1.5

@@ -30,7 +30,7 @@ from gradzip.device.host_reads import host_read
 from gradzip.device.ops import bytes_tensor
 from gradzip.device.payloads import crc_ok, frame_device_payload
 from gradzip.errors import CorruptPayloadError
-from gradzip.kernels.dithered_device import pack_bits_device, unpack_bits_device
+from gradzip.kernels.bitpack_device import pack_bits_device, unpack_bits_device
 from gradzip.keys import StreamKey
 from gradzip.payload import CRC_BYTES, Header, header_bytes, header_size
 from gradzip.schemes._messages import FLOAT_CODEC, INT_CODEC, unpack_floats, unpack_ints

@@ -10,6 +10,7 @@ from gradzip.comm.transport import Payload, Transport, in_step_scope
 from gradzip.compressors.base import empty_output
 from gradzip.errors import NonFiniteInputError
 from gradzip.feedback import working_dtype
+from gradzip.kernels.device_division import device_scalar
 from gradzip.schemes.base import Outgoing, Piece, Scheme, row_pieces
 
 __all__ = ["AllGatherDecode", "Outgoing"]
@@ -214,4 +215,4 @@ class AllGatherDecode(Scheme):
         if len(payloads) == 1:
             return total
         # by a tensor on the sum's device: CUDA divides by a host scalar through its reciprocal
-        return total.div_(torch.full((), len(payloads), dtype=total.dtype, device=total.device))
+        return total.div_(device_scalar(len(payloads), total))

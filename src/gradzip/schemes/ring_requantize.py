@@ -9,7 +9,7 @@ from gradzip.comm.transport import Transport, in_step_scope
 from gradzip.device.mode import device_path
 from gradzip.device.ops import on_device
 from gradzip.feedback import working_dtype
-from gradzip.schemes._device_grid import divided
+from gradzip.kernels.device_division import divided
 from gradzip.schemes._slices import slice_bounds
 from gradzip.schemes.base import Scheme
 

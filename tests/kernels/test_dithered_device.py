@@ -1,11 +1,11 @@
-"""The torch-operations twins' own arithmetic (the twins against the kernels: test_fused_paths)."""
+"""The torch-operations path's own arithmetic (against the kernels: test_fused_paths)."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from gradzip.kernels.dithered_torch import bucket_factors
+from gradzip.kernels.dithered_device import bucket_factors
 
 
 def test_bucket_factors_divide_once_as_the_kernels_do() -> None:
