@@ -20,6 +20,7 @@ from gradzip.schemes.nested import NestedScheme
 from gradzip.schemes.parameter_server import ParameterServer
 from gradzip.schemes.powersgd import PowerSGD
 from gradzip.schemes.registry import SCHEMES
+from gradzip.schemes.ring_allreduce import RingAllreduce
 from gradzip.schemes.ring_requantize import RingRequantize
 from gradzip.schemes.server_integer_sum import ServerIntegerSum
 from gradzip.schemes.spec import ExchangeSpec, SchemeSpec
@@ -34,6 +35,7 @@ VARIANTS: tuple[str, ...] = (
     "ps_intsum[requantize]",
     "allreduce",
     "ring",
+    "ring_allreduce",
     "nested[allgather]",
     "nested[server]",
     "nested[server,dqsg-downlink]",
@@ -73,6 +75,7 @@ __all__ = [
     "ExchangeSpec",
     "IntegerAllreduce",
     "NestedScheme",
+    "RingAllreduce",
     "ParameterServer",
     "PowerSGD",
     "RingRequantize",

@@ -10,6 +10,7 @@ from gradzip.schemes.integer_allreduce import IntegerAllreduce
 from gradzip.schemes.nested import NestedScheme
 from gradzip.schemes.parameter_server import ParameterServer
 from gradzip.schemes.powersgd import PowerSGD
+from gradzip.schemes.ring_allreduce import RingAllreduce
 from gradzip.schemes.ring_requantize import RingRequantize
 from gradzip.schemes.server_integer_sum import ServerIntegerSum
 
@@ -21,6 +22,7 @@ SCHEMES: dict[str, type[Scheme]] = {
         ServerIntegerSum,
         IntegerAllreduce,
         RingRequantize,
+        RingAllreduce,
         NestedScheme,
         PowerSGD,
     )
