@@ -15,6 +15,7 @@ from typing import Any
 from gradzip.compressors.base import Compressor
 from gradzip.schemes.allgather_decode import AllGatherDecode
 from gradzip.schemes.base import Scheme
+from gradzip.schemes.hierarchical import Hierarchical
 from gradzip.schemes.integer_allreduce import IntegerAllreduce
 from gradzip.schemes.nested import NestedScheme
 from gradzip.schemes.parameter_server import ParameterServer
@@ -36,6 +37,7 @@ VARIANTS: tuple[str, ...] = (
     "allreduce",
     "ring",
     "ring_allreduce",
+    "hierarchical[ranks_per_node=1]",
     "nested[allgather]",
     "nested[server]",
     "nested[server,dqsg-downlink]",
@@ -73,6 +75,7 @@ __all__ = [
     "VARIANTS",
     "AllGatherDecode",
     "ExchangeSpec",
+    "Hierarchical",
     "IntegerAllreduce",
     "NestedScheme",
     "RingAllreduce",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from gradzip.schemes.allgather_decode import AllGatherDecode
 from gradzip.schemes.base import Scheme
+from gradzip.schemes.hierarchical import Hierarchical
 from gradzip.schemes.integer_allreduce import IntegerAllreduce
 from gradzip.schemes.nested import NestedScheme
 from gradzip.schemes.parameter_server import ParameterServer
@@ -23,6 +24,7 @@ SCHEMES: dict[str, type[Scheme]] = {
         IntegerAllreduce,
         RingRequantize,
         RingAllreduce,
+        Hierarchical,
         NestedScheme,
         PowerSGD,
     )
