@@ -36,7 +36,7 @@ import torch
 from gradzip.comm.transport import Payload, Transport, host_bytes
 from gradzip.keys import StreamKey
 from gradzip.rng import local_uniform
-from gradzip.schemes._messages import bits_for, pack_ints, unpack_ints
+from gradzip.schemes._messages import bits_for, pack_floats, pack_ints, unpack_floats, unpack_ints
 from gradzip.schemes._slices import slice_bounds
 
 #: the default number of values per chunk [CHOICE]: 1 MiB messages at 8 bits (about 8 ms at
@@ -167,4 +167,36 @@ def pipelined_ring_sum(
         # on an error the pending transfers are dropped (their peers fail on the transport's
         # timeout, as with the blocking ring); no thread is left behind on success
         worker.shutdown(wait=not inflight, cancel_futures=True)
+    return acc
+
+
+def ring_max_floats(
+    transport: Transport, values: torch.Tensor, key: Callable[[int, int], StreamKey]
+) -> torch.Tensor:
+    """The element-wise maximum over ranks of the float32 vector ``values``, by a ring
+    (reduce-scatter, then allgather): ``2 (P-1)/P`` of the vector per rank instead of an
+    all-gather's ``P - 1`` vectors (the scales of a bucketed 2-bit code would otherwise cost
+    ``(P-1) * 32 / bucket`` bits a value). A maximum is exact and order free, so every rank
+    gets the same bits. ``key(rank, slice)`` names the messages (``slice`` in ``[0, 2P)``:
+    ``P + s`` for the allgather)."""
+    size, rank = transport.world_size, transport.rank
+    acc = values.to(torch.float32, copy=True).reshape(-1)
+    if size == 1:
+        return acc
+    slices = slice_bounds(acc.numel(), size)
+    nxt, prv = (rank + 1) % size, (rank - 1) % size
+    for k in range(size - 1):
+        send, recv = (rank - k) % size, (rank - k - 1) % size
+        lo, hi = slices[send]
+        got = transport.exchange_bytes(nxt, pack_floats(acc[lo:hi], key(rank, send)), prv, "scales")
+        lo, hi = slices[recv]
+        torch.maximum(acc[lo:hi], unpack_floats(host_bytes(got), hi - lo, key(prv, recv)), out=acc[lo:hi])
+    owned = (rank + 1) % size
+    lo, hi = slices[owned]
+    message: Payload = pack_floats(acc[lo:hi], key(rank, size + owned))
+    for k in range(size - 1):
+        message = transport.exchange_bytes(nxt, message, prv, "scales")
+        piece = (rank - k) % size
+        lo, hi = slices[piece]
+        acc[lo:hi] = unpack_floats(host_bytes(message), hi - lo, key((piece - 1) % size, size + piece))
     return acc

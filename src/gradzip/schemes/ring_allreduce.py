@@ -7,8 +7,16 @@ import torch
 
 from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor
-from gradzip.schemes._pipelined_ring import DEFAULT_CHUNK_VALUES, pipelined_ring_sum
+from gradzip.schemes._pipelined_ring import (
+    DEFAULT_CHUNK_VALUES,
+    pipelined_ring_sum,
+    ring_max_floats,
+)
 from gradzip.schemes.integer_allreduce import IntegerAllreduce
+
+
+#: the key chunks of the scale ring's messages, apart from the code ring's
+_SCALE_CHUNKS = 2**40
 
 
 class RingAllreduce(IntegerAllreduce):
@@ -19,7 +27,7 @@ class RingAllreduce(IntegerAllreduce):
     transfers overlap the codec work.
 
     Bits per rank and step: ``2 (P-1)/P * n * b`` (reduce-scatter and allgather) plus
-    ``(P-1)`` scale messages of ``32 * #buckets`` bits and a payload header and 8 length bytes per message
+    ``2 (P-1)/P`` of the ``32 * #buckets`` bits of scales (a max ring) and a payload header and 8 length bytes per message
     (``2 (P-1) C`` messages for ``C`` chunks per slice): about ``2 (P-1)/P`` of one
     compressed payload, whatever ``P``.
 
@@ -57,6 +65,17 @@ class RingAllreduce(IntegerAllreduce):
         if isinstance(chunk_values, bool) or not isinstance(chunk_values, int) or chunk_values < 1:
             raise ValueError(f"{self.name}: chunk_values must be a positive int, got {chunk_values!r}")
         self.chunk_values = chunk_values
+
+    def _agree(
+        self, transport: Transport, statistic: torch.Tensor, step: int, tensor_index: int
+    ) -> torch.Tensor:
+        """The common scale by a max ring (:func:`~gradzip.schemes._pipelined_ring.
+        ring_max_floats`), so the scales too cost ``2 (P-1)/P`` of one copy [CHOICE]."""
+        return ring_max_floats(
+            transport,
+            statistic,
+            lambda rank, part: self.key(rank, step, tensor_index, _SCALE_CHUNKS + part),
+        )
 
     def _mean(
         self,
