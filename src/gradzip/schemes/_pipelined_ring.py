@@ -5,7 +5,8 @@ Reduce-scatter then allgather around the ring ``r -> r + 1`` (Patarasuk & Yuan 2
 
 * **Fixed width.** A message is packed at ``b = bits_for(top)`` bits, the width of one rank's
   code, whatever the number ``m`` of ranks its partial sum covers. While ``m * top`` fits in
-  ``b`` bits the sum travels exactly; beyond, it is re-quantized stochastically onto the
+  ``b`` bits the sum travels exactly (in practice one rank's codes only: ``b`` is the least
+  width holding ``top``, so a sum of two needs one bit more); beyond, it is re-quantized stochastically onto the
   ``L + 1 = 2**b`` levels ``k * m * top / L`` of ``[0, m * top]``: ``q = floor(S * L / (m top)
   + u)``, ``u`` the sender's own uniform, so ``E[q] * m top / L = S`` (unbiased, within the
   ``2**-17`` step of the Philox float grid) and the rounding adds at most ``(m top / L)**2 / 4``
