@@ -41,7 +41,9 @@ def test_the_spec_reads_and_writes_ranks_per_node() -> None:
     assert str(spec) == "hierarchical[ranks_per_node=4]"
 
 
-@pytest.mark.parametrize(("k", "world_size", "problem"), [(None, 4, "needs ranks_per_node"), (3, 4, "does not divide")])
+@pytest.mark.parametrize(
+    ("k", "world_size", "problem"), [(None, 4, "needs ranks_per_node"), (3, 4, "does not divide")]
+)
 def test_a_missing_or_misfit_ranks_per_node_is_named_before_anything_is_sent(
     k: int | None, world_size: int, problem: str
 ) -> None:

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import gradzip
-from gradzip.compressors.base import Compressor
-from gradzip.keys import StreamKey
 from gradzip.comm.local import run_local
 from gradzip.comm.transport import Transport
+from gradzip.compressors.base import Compressor
+from gradzip.keys import StreamKey
 from gradzip.schemes import make_scheme
 from gradzip.schemes._pipelined_ring import HopCode
 
@@ -68,7 +68,9 @@ def test_chunked_pipeline_gives_the_same_bits_in_processes_as_in_threads(
     simulated_and_processes: RunSimulatedAndProcesses,
 ) -> None:
     # 3001 values in chunks of 100: several chunks per slice in flight on the worker thread
-    runs = simulated_and_processes(3, reduce_twice, "ring_allreduce[chunk_values=100]", "dqsg", True)
+    runs = simulated_and_processes(
+        3, reduce_twice, "ring_allreduce[chunk_values=100]", "dqsg", True
+    )
     for rank in range(3):
         assert runs.processes[rank] == runs.simulated[rank] == runs.simulated[0]
 
@@ -109,10 +111,16 @@ def test_mean_is_unbiased_with_the_variance_of_its_docstring(world_size: int) ->
     n = 60_000
 
     def grad(rank: int) -> torch.Tensor:
-        return torch.rand(n, generator=torch.Generator().manual_seed(5 + rank)).sub_(0.5) * (1 + rank)
+        return torch.rand(n, generator=torch.Generator().manual_seed(5 + rank)).sub_(0.5) * (
+            1 + rank
+        )
 
     def run(t: Transport) -> torch.Tensor:
-        scheme = make_scheme("ring_allreduce[chunk_values=5000]", gradzip.create("dqsg", M=1, bucket_size=None), run_seed=7)
+        scheme = make_scheme(
+            "ring_allreduce[chunk_values=5000]",
+            gradzip.create("dqsg", M=1, bucket_size=None),
+            run_seed=7,
+        )
         return scheme.reduce(t, grad(t.rank), 3, 0)
 
     means = run_local(world_size, run)

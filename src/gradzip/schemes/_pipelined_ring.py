@@ -109,9 +109,7 @@ def pipelined_ring_sum(
     slices = slice_bounds(acc.numel(), size)
     longest = max(hi - lo for lo, hi in slices)
     count = max(1, -(-longest // max(1, chunk_values)))
-    chunks = [
-        [(lo + a, lo + b) for a, b in slice_bounds(hi - lo, count)] for lo, hi in slices
-    ]
+    chunks = [[(lo + a, lo + b) for a, b in slice_bounds(hi - lo, count)] for lo, hi in slices]
     nxt, prv = (rank + 1) % size, (rank - 1) % size
 
     def rs_send(k: int) -> int:  # the slice this rank sends in reduce-scatter round k
@@ -139,7 +137,9 @@ def pipelined_ring_sum(
             if k + 1 < size - 1:
                 lo, hi = chunks[rs_send(k + 1)][c]
                 code = HopCode(top, bits, k + 2, dtype)
-                submit("rs", k + 1, c, code.encode(acc[lo:hi], key(rank, rs_send(k + 1) * count + c)))
+                submit(
+                    "rs", k + 1, c, code.encode(acc[lo:hi], key(rank, rs_send(k + 1) * count + c))
+                )
             else:  # this chunk of the owned slice is complete: its allgather starts
                 owned = (rank + 1) % size
                 lo, hi = chunks[owned][c]
@@ -161,7 +161,12 @@ def pipelined_ring_sum(
     try:
         for c in range(count):
             lo, hi = chunks[rs_send(0)][c]
-            submit("rs", 0, c, HopCode(top, bits, 1, dtype).encode(acc[lo:hi], key(rank, rs_send(0) * count + c)))
+            submit(
+                "rs",
+                0,
+                c,
+                HopCode(top, bits, 1, dtype).encode(acc[lo:hi], key(rank, rs_send(0) * count + c)),
+            )
         while inflight:
             land()
     finally:
@@ -191,7 +196,9 @@ def ring_max_floats(
         lo, hi = slices[send]
         got = transport.exchange_bytes(nxt, pack_floats(acc[lo:hi], key(rank, send)), prv, "scales")
         lo, hi = slices[recv]
-        torch.maximum(acc[lo:hi], unpack_floats(host_bytes(got), hi - lo, key(prv, recv)), out=acc[lo:hi])
+        torch.maximum(
+            acc[lo:hi], unpack_floats(host_bytes(got), hi - lo, key(prv, recv)), out=acc[lo:hi]
+        )
     owned = (rank + 1) % size
     lo, hi = slices[owned]
     message: Payload = pack_floats(acc[lo:hi], key(rank, size + owned))
@@ -199,5 +206,7 @@ def ring_max_floats(
         message = transport.exchange_bytes(nxt, message, prv, "scales")
         piece = (rank - k) % size
         lo, hi = slices[piece]
-        acc[lo:hi] = unpack_floats(host_bytes(message), hi - lo, key((piece - 1) % size, size + piece))
+        acc[lo:hi] = unpack_floats(
+            host_bytes(message), hi - lo, key((piece - 1) % size, size + piece)
+        )
     return acc

@@ -70,7 +70,8 @@ class Hierarchical(Scheme):
     ) -> None:
         super().__init__(compressor, run_seed=run_seed, error_feedback=False)
         if ranks_per_node is not None and (
-            isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, int)
+            isinstance(ranks_per_node, bool)
+            or not isinstance(ranks_per_node, int)
             or ranks_per_node < 1
         ):
             raise ValueError(
@@ -123,7 +124,9 @@ class Hierarchical(Scheme):
             total = x.clone()
             for member in range(leader + 1, leader + k):
                 got = host_bytes(transport.recv_bytes(member, "node_reduce"))
-                total += unpack_floats(got, n, self.key(member, step, tensor_index, _TO_LEADER_CHUNK))
+                total += unpack_floats(
+                    got, n, self.key(member, step, tensor_index, _TO_LEADER_CHUNK)
+                )
             node_mean = total.div_(k).view(tensor.shape)
             leaders = SubgroupTransport(transport, range(0, transport.world_size, k))
             mean = self.inner.reduce(leaders, node_mean, step, tensor_index).reshape(-1)

@@ -14,7 +14,6 @@ from gradzip.schemes._pipelined_ring import (
 )
 from gradzip.schemes.integer_allreduce import IntegerAllreduce
 
-
 #: the key chunks of the scale ring's messages, apart from the code ring's
 _SCALE_CHUNKS = 2**40
 
@@ -63,7 +62,9 @@ class RingAllreduce(IntegerAllreduce):
     ) -> None:
         super().__init__(compressor, run_seed=run_seed, error_feedback=error_feedback)
         if isinstance(chunk_values, bool) or not isinstance(chunk_values, int) or chunk_values < 1:
-            raise ValueError(f"{self.name}: chunk_values must be a positive int, got {chunk_values!r}")
+            raise ValueError(
+                f"{self.name}: chunk_values must be a positive int, got {chunk_values!r}"
+            )
         self.chunk_values = chunk_values
 
     def _agree(
