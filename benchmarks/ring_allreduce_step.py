@@ -34,7 +34,9 @@ def main() -> None:
     args = parser.parse_args()
     n = int(args.numel)
     codec = gradzip.create(args.codec)
-    print(f"{args.codec} {codec.describe()}, n = {n}, P = {args.ranks}, {torch.get_num_threads()} torch threads")
+    print(
+        f"{args.codec} {codec.describe()}, n = {n}, P = {args.ranks}, {torch.get_num_threads()} torch threads"
+    )
     for spec in args.schemes:
 
         def run(t: Transport, spec: str = spec) -> tuple[float, int]:
