@@ -15,11 +15,13 @@ from typing import Any
 from gradzip.compressors.base import Compressor
 from gradzip.schemes.allgather_decode import AllGatherDecode
 from gradzip.schemes.base import Scheme
+from gradzip.schemes.hierarchical import Hierarchical
 from gradzip.schemes.integer_allreduce import IntegerAllreduce
 from gradzip.schemes.nested import NestedScheme
 from gradzip.schemes.parameter_server import ParameterServer
 from gradzip.schemes.powersgd import PowerSGD
 from gradzip.schemes.registry import SCHEMES
+from gradzip.schemes.ring_allreduce import RingAllreduce
 from gradzip.schemes.ring_requantize import RingRequantize
 from gradzip.schemes.server_integer_sum import ServerIntegerSum
 from gradzip.schemes.spec import ExchangeSpec, SchemeSpec
@@ -34,6 +36,8 @@ VARIANTS: tuple[str, ...] = (
     "ps_intsum[requantize]",
     "allreduce",
     "ring",
+    "ring_allreduce",
+    "hierarchical[ranks_per_node=1]",
     "nested[allgather]",
     "nested[server]",
     "nested[server,dqsg-downlink]",
@@ -71,10 +75,12 @@ __all__ = [
     "VARIANTS",
     "AllGatherDecode",
     "ExchangeSpec",
+    "Hierarchical",
     "IntegerAllreduce",
     "NestedScheme",
     "ParameterServer",
     "PowerSGD",
+    "RingAllreduce",
     "RingRequantize",
     "Scheme",
     "SchemeSpec",

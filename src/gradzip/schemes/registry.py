@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from gradzip.schemes.allgather_decode import AllGatherDecode
 from gradzip.schemes.base import Scheme
+from gradzip.schemes.hierarchical import Hierarchical
 from gradzip.schemes.integer_allreduce import IntegerAllreduce
 from gradzip.schemes.nested import NestedScheme
 from gradzip.schemes.parameter_server import ParameterServer
 from gradzip.schemes.powersgd import PowerSGD
+from gradzip.schemes.ring_allreduce import RingAllreduce
 from gradzip.schemes.ring_requantize import RingRequantize
 from gradzip.schemes.server_integer_sum import ServerIntegerSum
 
@@ -21,6 +23,8 @@ SCHEMES: dict[str, type[Scheme]] = {
         ServerIntegerSum,
         IntegerAllreduce,
         RingRequantize,
+        RingAllreduce,
+        Hierarchical,
         NestedScheme,
         PowerSGD,
     )
