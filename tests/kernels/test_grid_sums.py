@@ -47,4 +47,4 @@ def test_add_scaled_equals_multiply_then_add() -> None:
 
 def test_mean_from_sums_refuses_steps_that_do_not_cover_the_buckets() -> None:
     with pytest.raises(ValueError, match="steps do not match"):
-        mean_from_sums(torch.zeros(10), 0, [], torch.ones(3), 4)
+        mean_from_sums(torch.zeros(10), 0, [], torch.ones(2), 4)
