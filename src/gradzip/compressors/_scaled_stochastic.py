@@ -480,3 +480,6 @@ class ScaledStochastic(Compressor):
 
     def grid_offsets(self, key: StreamKey, n: int) -> torch.Tensor | None:
         return None
+
+    def grid_offset_seed(self, key: StreamKey) -> int | None:
+        return None

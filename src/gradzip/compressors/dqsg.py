@@ -375,6 +375,9 @@ class DQSG(Compressor):
         seed = self.seed_schedule.shared_seed(key)
         return shared_uniform_plus_one_from_seed(seed, n).sub_(1.5)
 
+    def grid_offset_seed(self, key: StreamKey) -> int | None:
+        return self.seed_schedule.shared_seed(key)
+
 
 def clip_to_std_device(
     x: torch.Tensor, absmax: torch.Tensor, c: float

@@ -59,3 +59,9 @@ class CommonGrid(Protocol):
     def grid_offsets(self, key: StreamKey, n: int) -> torch.Tensor | None:
         """What the receiver subtracts from rank ``key.rank``'s levels (float32), or None."""
         ...
+
+    def grid_offset_seed(self, key: StreamKey) -> int | None:
+        """The seed whose shared uniform stream gives :meth:`grid_offsets` as ``(1 + u) - 3/2``
+        (so fused kernels regenerate the offsets tile by tile), or None: no offsets, or offsets
+        of another form."""
+        ...

@@ -215,6 +215,9 @@ class LPC(Compressor):
     def grid_offsets(self, key: StreamKey, n: int) -> torch.Tensor | None:
         return None
 
+    def grid_offset_seed(self, key: StreamKey) -> int | None:
+        return None
+
     def expected_body_bits(self, x: torch.Tensor) -> int | None:
         bits = packed_symbol_bits(x.numel(), 2 * self.s + 1, self.packing)
         return None if bits is None else 32 + bits

@@ -13,6 +13,7 @@ from gradzip.compressors.grid import CommonGrid
 from gradzip.device.mode import device_path
 from gradzip.errors import NonFiniteInputError
 from gradzip.feedback import working_dtype
+from gradzip.kernels.grid_sums import mean_from_sums
 from gradzip.keys import StreamKey
 from gradzip.schemes._device_grid import DeviceGrid, device_grid
 from gradzip.schemes._device_messages import Checks
@@ -105,8 +106,22 @@ class GridScheme(Scheme):
     def _decode_sum(
         self, sums: torch.Tensor, scales: torch.Tensor, step: int, tensor_index: int, count: int
     ) -> torch.Tensor:
-        """The mean of ranks ``0 .. count-1`` from the sum of their symbols (float32)."""
+        """The mean of ranks ``0 .. count-1`` from the sum of their symbols (float32).
+
+        A float32 sum goes through one fused pass (:func:`~gradzip.kernels.grid_sums.
+        mean_from_sums`: the dithers regenerated tile by tile, the steps read per bucket), the
+        same bits as :meth:`_net_levels` then :meth:`_values`; wide sums and grids whose offsets
+        have no seed take those two."""
         keys = [self.key(p, step, tensor_index) for p in range(count)]
+        s = self.grid.grid_levels()
+        seeds = [self.grid.grid_offset_seed(key) for key in keys]
+        has_offsets = self.grid.grid_offsets(keys[0], 0) is not None if keys else False
+        fused = sums.dtype == torch.float32 and 2 * s * count <= FLOAT32_EXACT
+        if fused and (not has_offsets or all(seed is not None for seed in seeds)):
+            steps = (self.grid.grid_steps(scales) / count).to(torch.float32)
+            offsets = [seed for seed in seeds if seed is not None] if has_offsets else []
+            n = sums.numel()
+            return mean_from_sums(sums, count * s, offsets, steps, self.grid.grid_bucket_size(n))
         return self._values(self._net_levels(sums, keys), scales, count)
 
     def _net_levels(self, sums: torch.Tensor, keys: list[StreamKey]) -> torch.Tensor:

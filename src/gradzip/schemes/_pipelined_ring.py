@@ -35,8 +35,9 @@ from dataclasses import dataclass
 import torch
 
 from gradzip.comm.transport import Payload, Transport, host_bytes
+from gradzip.kernels.grid_sums import add_scaled, requantize
 from gradzip.keys import StreamKey
-from gradzip.rng import local_uniform
+from gradzip.rng import derive_seed, local_uniform
 from gradzip.schemes._messages import bits_for, pack_floats, pack_ints, unpack_floats, unpack_ints
 from gradzip.schemes._slices import slice_bounds
 
@@ -70,12 +71,42 @@ class HopCode:
 
     def encode(self, sums: torch.Tensor, key: StreamKey) -> bytes:
         """``sums`` (float32 partial sums) as a message, re-quantized when not exact."""
+        return self.encode_levels(sums, key)[0]
+
+    def encode_levels(self, sums: torch.Tensor, key: StreamKey) -> tuple[bytes, torch.Tensor]:
+        """:meth:`encode` and the integers it packed (what :meth:`decode` will unpack)."""
         if self.exact:
-            return pack_ints(sums.to(torch.int32), self.bits, key)
+            q = sums.to(torch.int32)
+            return pack_ints(q, self.bits, key), q
         levels = (1 << self.bits) - 1
-        scaled = sums * torch.tensor(levels / (self.ranks * self.top), dtype=self.dtype)
+        factor = levels / (self.ranks * self.top)
+        if self.dtype == torch.float32:
+            # one fused pass, the same bits as the torch lines below (kernels.grid_sums)
+            q = requantize(sums, factor, derive_seed(key, domain="local"), levels)
+            return pack_ints(q, self.bits, key), q
+        scaled = sums * torch.tensor(factor, dtype=self.dtype)
         q = scaled.add_(local_uniform(key, sums.numel())).floor_().clamp_(0, levels)
-        return pack_ints(q.to(torch.int32), self.bits, key)
+        q = q.to(torch.int32)
+        return pack_ints(q, self.bits, key), q
+
+    def add_into(self, acc: torch.Tensor, message: Payload, key: StreamKey, replace: bool) -> None:
+        """``acc += decode(message)`` (``acc = ...`` when ``replace``) in one pass for float32."""
+        q = unpack_ints(host_bytes(message), acc.numel(), self.bits, key)
+        self.add_levels(acc, q, replace)
+
+    def add_levels(self, acc: torch.Tensor, q: torch.Tensor, replace: bool) -> None:
+        """``acc += q * unit`` (or ``=``; ``unit`` 1 for exact sums), the bits of
+        :meth:`decode`."""
+        if self.dtype == torch.float32 and acc.is_contiguous():
+            add_scaled(acc, q, 1.0 if self.exact else self.unit, replace)
+            return
+        value = q.to(self.dtype)
+        if not self.exact:
+            value.mul_(torch.tensor(self.unit, dtype=self.dtype))
+        if replace:
+            acc.copy_(value)
+        else:
+            acc += value
 
     def decode(self, message: Payload, n: int, key: StreamKey) -> torch.Tensor:
         """The partial sums (``dtype``) of a message from :meth:`encode`."""
@@ -133,7 +164,7 @@ def pipelined_ring_sum(
             piece = (rank - k - 1) % size
             lo, hi = chunks[piece][c]
             code = HopCode(top, bits, k + 1, dtype)
-            acc[lo:hi] += code.decode(got, hi - lo, key(prv, piece * count + c))
+            code.add_into(acc[lo:hi], got, key(prv, piece * count + c), replace=False)
             if k + 1 < size - 1:
                 lo, hi = chunks[rs_send(k + 1)][c]
                 code = HopCode(top, bits, k + 2, dtype)
@@ -144,16 +175,17 @@ def pipelined_ring_sum(
                 owned = (rank + 1) % size
                 lo, hi = chunks[owned][c]
                 code = HopCode(top, bits, size, dtype)
-                message = code.encode(acc[lo:hi], key(rank, (size + owned) * count + c))
-                # the owner keeps what every other rank will decode from this message
-                acc[lo:hi] = code.decode(message, hi - lo, key(rank, (size + owned) * count + c))
+                message, q = code.encode_levels(acc[lo:hi], key(rank, (size + owned) * count + c))
+                # the owner keeps what every other rank will decode from this message (from the
+                # very integers it packed: no unpack of its own message)
+                code.add_levels(acc[lo:hi], q, replace=True)
                 submit("ag", 0, c, message)
         else:
             piece = (rank - k) % size
             lo, hi = chunks[piece][c]
             owner = (piece - 1) % size
-            acc[lo:hi] = HopCode(top, bits, size, dtype).decode(
-                got, hi - lo, key(owner, (size + piece) * count + c)
+            HopCode(top, bits, size, dtype).add_into(
+                acc[lo:hi], got, key(owner, (size + piece) * count + c), replace=True
             )
             if k + 1 < size - 1:
                 submit("ag", k + 1, c, got)  # forwarded as received

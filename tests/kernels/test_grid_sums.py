@@ -1,0 +1,50 @@
+"""The fused integer-sum kernels give the bits of the torch formulation they replace."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gradzip
+from gradzip.kernels.grid_sums import add_scaled, mean_from_sums, requantize
+from gradzip.rng import derive_seed, local_uniform
+from gradzip.schemes import make_scheme
+
+
+@pytest.mark.parametrize("codec", ["dqsg", "qsgd"])
+def test_decode_sum_equals_net_levels_then_values(codec: str) -> None:
+    scheme = make_scheme("ring_allreduce", gradzip.create(codec), run_seed=0)
+    n = 100_003  # not a multiple of a tile, a bucket or a Philox block
+    g = torch.Generator().manual_seed(1)
+    sums = torch.randint(0, 9, (n,), generator=g).float()
+    bucket = scheme.grid.grid_bucket_size(n)
+    scales = torch.rand(1 if bucket == 0 else -(-n // bucket), generator=g)
+    keys = [scheme.key(p, 3, 0) for p in range(4)]
+    # (_net_levels works in place on a float32 sum: give it a copy)
+    expected = scheme._values(scheme._net_levels(sums.clone(), keys), scales, 4)
+    assert torch.equal(scheme._decode_sum(sums, scales, 3, 0, 4), expected)
+
+
+def test_requantize_equals_torch_rounding() -> None:
+    scheme = make_scheme("ring_allreduce", gradzip.create("dqsg"), run_seed=0)
+    key = scheme.key(1, 3, 0, 5)
+    n = 70_001
+    x = torch.rand(n, generator=torch.Generator().manual_seed(2)) * 8
+    factor = torch.tensor(3 / 8, dtype=torch.float32)
+    expected = (x * factor).add_(local_uniform(key, n)).floor_().clamp_(0, 3).to(torch.int32)
+    assert torch.equal(requantize(x, 3 / 8, derive_seed(key, domain="local"), 3), expected)
+
+
+def test_add_scaled_equals_multiply_then_add() -> None:
+    g = torch.Generator().manual_seed(3)
+    acc = torch.rand(1001, generator=g)
+    q = torch.randint(0, 7, (1001,), generator=g, dtype=torch.int32)
+    unit = 8 / 3
+    expected = acc + q.float().mul_(torch.tensor(unit, dtype=torch.float32))
+    add_scaled(acc, q, unit)
+    assert torch.equal(acc, expected)
+
+
+def test_mean_from_sums_refuses_steps_that_do_not_cover_the_buckets() -> None:
+    with pytest.raises(ValueError, match="steps do not match"):
+        mean_from_sums(torch.zeros(10), 0, [], torch.ones(2), 4)
