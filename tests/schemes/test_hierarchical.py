@@ -42,11 +42,18 @@ def test_the_spec_reads_and_writes_ranks_per_node() -> None:
 
 
 @pytest.mark.parametrize(
-    ("k", "world_size", "problem"), [(None, 4, "needs ranks_per_node"), (3, 4, "does not divide")]
+    ("k", "local", "world_size", "problem"),
+    [
+        (3, "", 4, "does not divide"),
+        (None, "3", 4, "does not divide"),
+        (None, "x", 4, "LOCAL_WORLD_SIZE"),
+    ],
 )
-def test_a_missing_or_misfit_ranks_per_node_is_named_before_anything_is_sent(
-    k: int | None, world_size: int, problem: str
+def test_a_misfit_ranks_per_node_is_named_before_anything_is_sent(
+    k: int | None, local: str, world_size: int, problem: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", local)
+
     def run(t: Transport) -> str:
         scheme = make_scheme(
             "hierarchical" if k is None else f"hierarchical[ranks_per_node={k}]",
@@ -145,3 +152,19 @@ def test_two_nodes_of_two_give_the_same_bits_in_processes_as_in_threads(
     runs = simulated_and_processes(4, hierarchical_steps, 2)
     for rank in range(4):
         assert runs.processes[rank] == runs.simulated[rank] == runs.simulated[0]
+
+
+@pytest.mark.parametrize(("local", "expected"), [("", 1), ("2", 2)])
+def test_without_the_option_the_node_is_torchruns_local_world(
+    local: str, expected: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", local)
+    scheme = make_scheme("hierarchical", gradzip.create("dqsg"))
+    assert scheme.check_group(4) == expected
+
+
+def test_the_run_seed_reaches_the_leaders_scheme() -> None:
+    scheme = make_scheme("hierarchical[ranks_per_node=2]", gradzip.create("dqsg"), run_seed=3)
+    assert scheme.inner.run_seed == 3
+    scheme.run_seed = 7
+    assert (scheme.run_seed, scheme.inner.run_seed) == (7, 7)

@@ -49,6 +49,8 @@ SCHEME_VARIANTS = (
     "ps_intsum[requantize]",
     "allreduce",
     "ring",
+    "ring_allreduce",
+    "hierarchical[ranks_per_node=1]",
     "nested[allgather]",
     "nested[server]",
     "nested[server,dqsg-downlink]",

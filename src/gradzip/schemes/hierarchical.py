@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from gradzip.comm.subgroup import SubgroupTransport
@@ -17,6 +19,20 @@ from gradzip.schemes.ring_allreduce import RingAllreduce
 #: the key chunks of the float32 messages inside a node (beyond any ring chunk of a tensor)
 _TO_LEADER_CHUNK = 2**40
 _FROM_LEADER_CHUNK = 2**40 + 1
+
+
+def ranks_per_node_from_environment() -> int:
+    """The ranks of one node when a spec does not say: torchrun's ``LOCAL_WORLD_SIZE`` where it
+    is set (the processes it started on this machine), else 1, one rank per node, which makes
+    the scheme the leaders' ``ring_allreduce`` over every rank [CHOICE: a spec without the
+    option still runs, as every other scheme's does; ``gradzip bench cluster`` fills it in from
+    ``--ranks-per-node``]."""
+    text = os.environ.get("LOCAL_WORLD_SIZE", "")
+    if not text:
+        return 1
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"hierarchical: LOCAL_WORLD_SIZE={text!r} is not a positive int")
+    return int(text)
 
 
 class Hierarchical(Scheme):
@@ -85,15 +101,26 @@ class Hierarchical(Scheme):
         self.feedback = self.inner.feedback
         self.produced = self.inner.produced
 
+    @property
+    def run_seed(self) -> int:
+        """The run seed, shared with the leaders' inner scheme (whose keys name the messages
+        between nodes): setting it sets both."""
+        return self._run_seed
+
+    @run_seed.setter
+    def run_seed(self, value: int) -> None:
+        self._run_seed = value
+        inner = self.__dict__.get("inner")
+        if inner is not None:
+            inner.run_seed = value
+
     def check_group(self, world_size: int) -> int:
-        """``ranks_per_node``, after checking it is given and divides ``world_size`` (every
-        rank raises the same ``ValueError`` before sending anything)."""
+        """``ranks_per_node`` (when not given: :func:`ranks_per_node_from_environment`), after
+        checking it divides ``world_size`` (every rank raises the same ``ValueError`` before
+        sending anything)."""
         k = self.ranks_per_node
         if k is None:
-            raise ValueError(
-                "hierarchical needs ranks_per_node, the ranks of one node "
-                "(e.g. hierarchical[ranks_per_node=4])"
-            )
+            k = ranks_per_node_from_environment()
         if world_size % k:
             raise ValueError(
                 f"hierarchical: ranks_per_node={k} does not divide the world size {world_size}"
