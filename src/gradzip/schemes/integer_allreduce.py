@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from gradzip.comm.transport import Transport, host_bytes
+from gradzip.keys import StreamKey
 from gradzip.schemes._device_grid import DeviceGrid
 from gradzip.schemes._device_grid_reduce import decode_sum_device
 from gradzip.schemes._device_messages import Checks, pack_floats_device, unpack_floats_device
@@ -77,10 +80,22 @@ class IntegerAllreduce(GridScheme):
         tensor_index: int,
     ) -> torch.Tensor:
         top = 2 * self.grid.grid_levels()
-        sums = ring_allreduce_ints(
+        sums = self._sum_codes(
             transport, symbols, top, lambda rank, chunk: self.key(rank, step, tensor_index, chunk)
         )
         return self._decode_sum(sums, scales, step, tensor_index, transport.world_size)
+
+    def _sum_codes(
+        self,
+        transport: Transport,
+        symbols: torch.Tensor,
+        top: int,
+        key: Callable[[int, int], StreamKey],
+    ) -> torch.Tensor:
+        """The element-wise sum over ranks of ``symbols`` (each in ``[0, top]``), every
+        message named by ``key(rank, chunk)``: exact integers by the ring of
+        :func:`~gradzip.schemes._ring_ints.ring_allreduce_ints`."""
+        return ring_allreduce_ints(transport, symbols, top, key)
 
     def _agree_device(
         self,

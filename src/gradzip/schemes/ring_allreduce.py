@@ -3,10 +3,13 @@ pipelined ring whose messages stay at one code's width."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from gradzip.comm.transport import Transport
 from gradzip.compressors.base import Compressor
+from gradzip.keys import StreamKey
 from gradzip.schemes._pipelined_ring import (
     DEFAULT_CHUNK_VALUES,
     pipelined_ring_sum,
@@ -78,20 +81,13 @@ class RingAllreduce(IntegerAllreduce):
             lambda rank, part: self.key(rank, step, tensor_index, _SCALE_CHUNKS + part),
         )
 
-    def _mean(
+    def _sum_codes(
         self,
         transport: Transport,
         symbols: torch.Tensor,
-        scales: torch.Tensor,
-        step: int,
-        tensor_index: int,
+        top: int,
+        key: Callable[[int, int], StreamKey],
     ) -> torch.Tensor:
-        top = 2 * self.grid.grid_levels()
-        sums = pipelined_ring_sum(
-            transport,
-            symbols,
-            top,
-            lambda rank, chunk: self.key(rank, step, tensor_index, chunk),
-            self.chunk_values,
-        )
-        return self._decode_sum(sums, scales, step, tensor_index, transport.world_size)
+        """The sum by :func:`~gradzip.schemes._pipelined_ring.pipelined_ring_sum`: chunks in a
+        pipeline, every hop at one code's width (re-quantized where a sum no longer fits)."""
+        return pipelined_ring_sum(transport, symbols, top, key, self.chunk_values)
