@@ -21,9 +21,15 @@ waits for:
   without overflow; the chunk's measured payload is scaled by that width.
 * gradzip ``powersgd``: the factors as payloads of the variant's codec, all-gathered (``P-1``
   payloads each of P and Q); arithmetic timed as torch's. ``exposed = comm + codec``.
+* gradzip ``ring_allreduce`` (shared-scale codes, every hop at one code's width, chunked and
+  pipelined) and ``hierarchical[ranks_per_node=K]`` (float32 to and from a node leader on the
+  intra-node link, ``ring_allreduce`` among the ``P/K`` leaders on the inter-node link): see
+  :mod:`gradzip_lab.bench.project_rings`. Unlike ``allreduce``, no ``ceil(log2 P)`` growth.
 * ``hier[K]:<gradzip spec>``: ranks in nodes of K; a float32 ring reduce-scatter and all-gather
   among the K ranks at the intra-node link, and the compressed exchange of each rank's ``1/K``
-  shard among the ``P/K`` nodes at the inter-node link (ZeRO++-style).
+  shard among the ``P/K`` nodes at the inter-node link (ZeRO++-style). A design the library
+  does not implement, kept for comparison; not an alias of ``hierarchical[...]``, whose leader
+  carries the node's whole tensor.
 
 [CHOICE] Overlap with backward: none by default (``overlap = 0``). DDP starts a bucket's
 collective while backward goes on, but on the measured cluster the ranks' codecs and backward
@@ -36,7 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -55,6 +61,14 @@ from gradzip_lab.bench.project_links import (
     Traffic,
     ring_allreduce,
 )
+from gradzip_lab.bench.project_rings import (
+    Exchange,
+    hierarchical_exchange,
+    ring_allreduce_exchange,
+)
+
+if TYPE_CHECKING:
+    from gradzip.schemes.spec import ExchangeSpec
 
 #: the variants the projection compares by default (the cluster benchmark's spellings)
 DEFAULT_VARIANTS: tuple[str, ...] = (
@@ -69,6 +83,8 @@ DEFAULT_VARIANTS: tuple[str, ...] = (
     "gradzip:fp16+ef:powersgd[r1,start2]",
     "gradzip:qsgd:ring",
     "gradzip:qsgd:allreduce",
+    "gradzip:qsgd:ring_allreduce",
+    "gradzip:qsgd:hierarchical[ranks_per_node=8]",
     "hier[8]:gradzip:qsgd:allgather",
 )
 #: [CHOICE] backward's share of a forward and backward (about twice the forward's work)
@@ -158,42 +174,42 @@ def predict(name: str, work: Workload, world_size: int, net: Network) -> Predict
     ``world_size`` ranks on ``net``; ``ValueError`` naming an unknown variant."""
     if world_size < 2:
         raise ValueError(f"the world size must be >= 2, got {world_size}")
-    comm, codec, nbytes, pipelined = _exchange(name, work, world_size, net)
-    if pipelined:
-        exposed = max(comm, codec) + min(comm, codec) / max(1, len(work.buckets))
-    else:
-        exposed = comm + codec
+    ex = _exchange(name, work, world_size, net)
     hidden = net.overlap * BACKWARD_SHARE * work.compute_s
-    step = work.compute_s + max(0.0, exposed - hidden)
-    return Prediction(name, world_size, net.inter.gbit_per_s, step, comm, codec, nbytes)
+    step = work.compute_s + max(0.0, ex.exposed_s - hidden)
+    return Prediction(
+        name, world_size, net.inter.gbit_per_s, step, ex.comm_s, ex.codec_s, ex.nbytes
+    )
 
 
-def _exchange(name: str, work: Workload, p: int, net: Network) -> tuple[float, float, float, bool]:
-    """(comm seconds, codec seconds, bytes a rank sends, pipelined) of one step."""
+def _exchange(name: str, work: Workload, p: int, net: Network) -> Exchange:
+    """One step's link and codec seconds, bytes a rank sends and the seconds the step waits."""
     if name == "fp32" or name == "fp16_hook":
         width = 4 if name == "fp32" else 2
         traffic = _sum(ring_allreduce(width * b, p) for b in work.buckets)
         cast = 0.0 if name == "fp32" else work.timed("cast") * work.numel / work.cpu_share
-        return net.inter.seconds(traffic.rounds, traffic.nbytes), cast, traffic.nbytes, False
+        return _waited(net.inter.seconds(traffic.rounds, traffic.nbytes), cast, traffic.nbytes)
     if name.startswith("powersgd_r"):
         rank = _int_suffix(name, "powersgd_r")
         traffic = _torch_powersgd_traffic(work, p, rank)
         arithmetic = work.timed(f"powersgd-r{rank}") / work.cpu_share
-        return net.inter.seconds(traffic.rounds, traffic.nbytes), arithmetic, traffic.nbytes, False
+        comm = net.inter.seconds(traffic.rounds, traffic.nbytes)
+        return _waited(comm, arithmetic, traffic.nbytes)
     if name.startswith("hier["):
-        return _hierarchical(name, work, p, net)
+        return _sharded_hierarchical(name, work, p, net)
     if name.startswith("gradzip:"):
-        traffic, codec, pipelined = _gradzip(name, work, p, work.numels)
-        return net.inter.seconds(traffic.rounds, traffic.nbytes), codec, traffic.nbytes, pipelined
+        return _gradzip(name, work, p, work.numels, net)
     raise ValueError(
         f"unknown variant {name!r}: write fp32, fp16_hook, powersgd_rN, "
         "gradzip:<compressor>[<params>][+ef]:<scheme> or hier[K]:gradzip:..."
     )
 
 
-def _hierarchical(
-    name: str, work: Workload, p: int, net: Network
-) -> tuple[float, float, float, bool]:
+def _sharded_hierarchical(name: str, work: Workload, p: int, net: Network) -> Exchange:
+    """``hier[K]:<gradzip spec>``: a ZeRO++-style design the library does not implement (a
+    float32 ring inside the node, each rank's ``1/K`` shard exchanged between nodes); kept for
+    comparison. Not an alias of ``gradzip:<codec>:hierarchical[ranks_per_node=K]``, the
+    library's leader-based scheme (:mod:`~gradzip_lab.bench.project_rings`)."""
     inside, _, spec = name[len("hier[") :].partition("]:")
     try:
         k = int(inside)
@@ -206,21 +222,17 @@ def _hierarchical(
     intra_s = net.intra.seconds(intra.rounds, intra.nbytes)
     nodes = p // k
     if nodes < 2:
-        return intra_s, 0.0, 0.0, False
+        return Exchange(intra_s, 0.0, 0.0, intra_s)
     shards = [math.ceil(n / k) for n in work.numels]
-    traffic, codec, pipelined = _gradzip(spec, work, nodes, shards)
-    inter_s = net.inter.seconds(traffic.rounds, traffic.nbytes)
-    if pipelined:
-        exposed = max(inter_s, codec) + min(inter_s, codec) / max(1, len(work.buckets))
-    else:
-        exposed = inter_s + codec
+    between = _gradzip(spec, work, nodes, shards, net)
     # [CHOICE] reported as comm = intra + the inter-node exchange as the step waits for it
-    return intra_s + exposed, 0.0, traffic.nbytes + intra.nbytes, False
+    comm = intra_s + between.exposed_s
+    return Exchange(comm, 0.0, between.nbytes + intra.nbytes, comm)
 
 
-def _gradzip(
-    spec_text: str, work: Workload, p: int, numels: list[int]
-) -> tuple[Traffic, float, bool]:
+def _gradzip(spec_text: str, work: Workload, p: int, numels: list[int], net: Network) -> Exchange:
+    """A gradzip exchange of tensors of ``numels`` among ``p`` ranks on ``net.inter`` (the
+    hierarchical scheme's node links on ``net.intra``)."""
     from gradzip.schemes.spec import ExchangeSpec
 
     spec = ExchangeSpec.parse(spec_text)
@@ -228,6 +240,30 @@ def _gradzip(
     scheme = spec.scheme.name
     measure = work.codec(spec.compressor, params)
     ef = work.timed("ef") if spec.error_feedback else 0.0
+    share = work.cpu_share
+    if scheme == "ring_allreduce":
+        return ring_allreduce_exchange(spec_text, measure, numels, p, net.inter, ef, share)
+    if scheme == "hierarchical":
+        return hierarchical_exchange(spec_text, measure, numels, p, net.inter, net.intra, ef, share)
+    traffic, codec, pipelined = _codec_traffic(spec, measure, ef, work, p, numels)
+    comm = net.inter.seconds(traffic.rounds, traffic.nbytes)
+    if not pipelined:
+        return _waited(comm, codec, traffic.nbytes)
+    stages = max(1, len(work.buckets))
+    return Exchange(comm, codec, traffic.nbytes, max(comm, codec) + min(comm, codec) / stages)
+
+
+def _waited(comm: float, codec: float, nbytes: float) -> Exchange:
+    """An exchange whose codec and link work do not overlap."""
+    return Exchange(comm, codec, nbytes, comm + codec)
+
+
+def _codec_traffic(
+    spec: ExchangeSpec, measure: CodecMeasure, ef: float, work: Workload, p: int, numels: list[int]
+) -> tuple[Traffic, float, bool]:
+    """(traffic, codec seconds, pipelined) of the schemes whose messages are codec payloads."""
+    spec_text = str(spec)
+    scheme = spec.scheme.name
     share = work.cpu_share
     n = sum(numels)
     buckets = max(1, len(work.buckets))

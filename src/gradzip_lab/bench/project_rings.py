@@ -1,0 +1,206 @@
+"""The scaling model of the two schemes built on the pipelined integer ring: ``ring_allreduce``
+and ``hierarchical`` (:mod:`gradzip.schemes.ring_allreduce`, :mod:`gradzip.schemes.hierarchical`).
+
+``ring_allreduce`` on one tensor of ``m`` values over ``P`` ranks, as
+:func:`~gradzip.schemes._pipelined_ring.pipelined_ring_sum` sends it:
+
+* **Scales.** A max ring of the compressor's scale statistics (``s`` floats): ``2(P-1)``
+  float32 messages of at most ``ceil(s/P)`` values, before the codes (not pipelined).
+* **Codes.** Each slice of ``ceil(m/P)`` values is cut into ``C = ceil(ceil(m/P) / chunk)``
+  chunks; ``2(P-1) C`` messages, each a chunk packed at ``b = bits_for(top)`` bits, the width
+  of ONE rank's code whatever the number of ranks its partial sum covers (no ``ceil(log2 P)``
+  growth, unlike ``allreduce``): ``2(P-1)/P`` of one payload at ``b`` bits a value.
+* **Codec.** One quantization of the ``m`` values, then per reduce-scatter hop a decode and a
+  re-encode of a slice and per allgather hop a decode: ``m x encode + (P-1) ceil(m/P) x
+  (encode + 2 decode)`` [RECON: the ring's pack, unpack and re-quantize are timed as the
+  compressor's encode and decode, the closest codec the model measures].
+* **Pipeline.** The transfers of chunk ``c`` overlap the codec work on chunk ``c + 1``, so
+  ``exposed = scales + max(codes, codec) + min(codes, codec) / C``; tensors run one after
+  another (the DDP hook reduces a bucket's tensors in turn).
+
+Every byte count is ``len()`` of a real message packed by the library's own functions
+(:func:`~gradzip.schemes._messages.pack_ints`, ``pack_floats``) at the model's stream key;
+[CHOICE] the meter's 8-byte length prefix a message is left out, as for every other variant.
+
+``hierarchical[ranks_per_node=K]``: the scheme's own plan, not a ring inside the node: every
+rank sends its float32 tensor to the node's leader, the ``P/K`` leaders run ``ring_allreduce``
+on the node means at the inter-node link, and the leader sends the mean back. On the intra-node
+link the leader receives, then sends, ``K-1`` float32 messages a tensor, one after another:
+``2 (K-1) (alpha + 4m / beta)``; the three phases do not overlap. The bytes reported are the
+leader's (the rank that sends most: ``(K-1)`` float32 copies plus its ring's bytes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import torch
+
+from gradzip.schemes._messages import bits_for, pack_floats, pack_ints
+from gradzip.schemes.base import Scheme
+from gradzip.schemes.hierarchical import Hierarchical
+from gradzip.schemes.ring_allreduce import RingAllreduce
+from gradzip.schemes.spec import ExchangeSpec
+from gradzip_lab.bench.project_codecs import KEY, CodecMeasure
+from gradzip_lab.bench.project_links import NO_TRAFFIC, Link, Traffic
+
+#: the scale ring's messages carry chunks from 2**40 (see ring_allreduce): a 6-byte varint
+SCALE_KEY = replace(KEY, chunk=2**40)
+#: the float32 messages inside a node carry chunk 2**40 or 2**40 + 1 (see hierarchical)
+NODE_KEY = replace(KEY, chunk=2**40 + 1)
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One step's exchange on one rank: link seconds, codec seconds, the bytes the rank sends,
+    and the seconds the step waits for (``exposed``, which knows what overlaps)."""
+
+    comm_s: float
+    codec_s: float
+    nbytes: float
+    exposed_s: float
+
+
+@dataclass(frozen=True)
+class RingTensor:
+    """One tensor's ``ring_allreduce`` on one rank: the scale ring's and the code ring's
+    traffic, the chunks per slice (the pipeline's stages) and the values coded."""
+
+    scales: Traffic
+    codes: Traffic
+    chunks: int
+    numel: int
+
+
+class RingSizes:
+    """Message sizes of ``ring_allreduce`` for one compressor, packed for real (cached)."""
+
+    def __init__(self, scheme: RingAllreduce) -> None:
+        self._grid = scheme.grid
+        self.bits = bits_for(2 * scheme.grid.grid_levels())
+        self.chunk_values = scheme.chunk_values
+        self._code: dict[int, int] = {}
+        self._scale: dict[int, int] = {}
+        self._statistic: dict[int, int] = {}
+
+    def code_message(self, values: int) -> int:
+        """``len()`` of a chunk of ``values`` codes packed at :attr:`bits`."""
+        if values not in self._code:
+            ints = torch.zeros(values, dtype=torch.int32)
+            self._code[values] = len(pack_ints(ints, self.bits, KEY))
+        return self._code[values]
+
+    def scale_message(self, values: int) -> int:
+        """``len()`` of a float32 message of ``values`` scale statistics."""
+        if values not in self._scale:
+            self._scale[values] = len(pack_floats(torch.zeros(values), SCALE_KEY))
+        return self._scale[values]
+
+    def statistics(self, numel: int) -> int:
+        """The number of scale statistics (buckets) of a tensor of ``numel`` values."""
+        if numel not in self._statistic:
+            prepared = self._grid.grid_prepare(torch.zeros(numel))
+            self._statistic[numel] = int(self._grid.grid_statistic(prepared).numel())
+        return self._statistic[numel]
+
+    def tensor(self, numel: int, p: int) -> RingTensor:
+        """One tensor of ``numel`` values over ``p`` ranks (every message at the size of the
+        longest slice's: a rank sends at most that many bytes)."""
+        slice_values = math.ceil(numel / p)
+        chunks = max(1, math.ceil(slice_values / max(1, self.chunk_values)))
+        per_chunk = math.ceil(slice_values / chunks)
+        hops = 2 * (p - 1)
+        codes = Traffic(hops * chunks, hops * chunks * self.code_message(per_chunk))
+        scale_slice = math.ceil(self.statistics(numel) / p)
+        scales = Traffic(hops, hops * self.scale_message(scale_slice))
+        return RingTensor(scales, codes, chunks, numel)
+
+
+def ring_allreduce_exchange(
+    spec_text: str,
+    measure: CodecMeasure,
+    numels: Sequence[int],
+    p: int,
+    link: Link,
+    extra_s_per_coord: float = 0.0,
+    cpu_share: float = 1.0,
+) -> Exchange:
+    """``ring_allreduce`` (``spec_text``: a ``gradzip:...:ring_allreduce[...]`` spelling) of
+    tensors of ``numels`` over ``p`` ranks on ``link`` (see the module docstring);
+    ``extra_s_per_coord``: error feedback's seconds a value."""
+    scheme = _build(spec_text)
+    if not isinstance(scheme, RingAllreduce):
+        raise ValueError(f"{spec_text!r} is not a ring_allreduce exchange")
+    sizes = RingSizes(scheme)
+    return _ring(sizes, measure, numels, p, link, extra_s_per_coord, cpu_share)
+
+
+def hierarchical_exchange(
+    spec_text: str,
+    measure: CodecMeasure,
+    numels: Sequence[int],
+    p: int,
+    inter: Link,
+    intra: Link,
+    extra_s_per_coord: float = 0.0,
+    cpu_share: float = 1.0,
+) -> Exchange:
+    """``hierarchical[ranks_per_node=K]`` of tensors of ``numels`` over ``p`` ranks: float32 to
+    and from the node's leader on ``intra``, ``ring_allreduce`` among the ``p/K`` leaders on
+    ``inter``. ``ValueError`` when the spec leaves ``K`` out (the model does not read the
+    environment) or ``K`` does not divide ``p``."""
+    scheme = _build(spec_text)
+    if not isinstance(scheme, Hierarchical):
+        raise ValueError(f"{spec_text!r} is not a hierarchical exchange")
+    k = scheme.ranks_per_node
+    if k is None:
+        raise ValueError(
+            f"{spec_text!r}: the projection needs ranks_per_node=K in the spec "
+            "(e.g. hierarchical[ranks_per_node=8])"
+        )
+    if p % k:
+        raise ValueError(f"{spec_text!r}: ranks_per_node={k} does not divide the world size {p}")
+    one_way = NO_TRAFFIC
+    for m in numels:
+        message = len(pack_floats(torch.zeros(m), NODE_KEY))
+        one_way = one_way + Traffic(k - 1, (k - 1) * message)
+    node_s = 2 * intra.seconds(one_way.rounds, one_way.nbytes)
+    nodes = p // k
+    if nodes < 2:
+        return Exchange(node_s, 0.0, one_way.nbytes, node_s)
+    ring = _ring(
+        RingSizes(scheme.inner), measure, numels, nodes, inter, extra_s_per_coord, cpu_share
+    )
+    return Exchange(
+        node_s + ring.comm_s, ring.codec_s, one_way.nbytes + ring.nbytes, node_s + ring.exposed_s
+    )
+
+
+def _ring(
+    sizes: RingSizes,
+    measure: CodecMeasure,
+    numels: Sequence[int],
+    p: int,
+    link: Link,
+    extra_s_per_coord: float,
+    cpu_share: float,
+) -> Exchange:
+    comm = codec = nbytes = exposed = 0.0
+    enc, dec = measure.encode_s_per_coord, measure.decode_s_per_coord
+    for m in numels:
+        t = sizes.tensor(m, p)
+        scales_s = link.seconds(t.scales.rounds, t.scales.nbytes)
+        codes_s = link.seconds(t.codes.rounds, t.codes.nbytes)
+        work = m * (enc + extra_s_per_coord) + (p - 1) * math.ceil(m / p) * (enc + 2 * dec)
+        work /= cpu_share
+        comm += scales_s + codes_s
+        codec += work
+        nbytes += t.scales.nbytes + t.codes.nbytes
+        exposed += scales_s + max(codes_s, work) + min(codes_s, work) / t.chunks
+    return Exchange(comm, codec, nbytes, exposed)
+
+
+def _build(spec_text: str) -> Scheme:
+    return ExchangeSpec.parse(spec_text).build(run_seed=0)
