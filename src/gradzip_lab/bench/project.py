@@ -64,13 +64,28 @@ def project(
 
 
 def spans_nodes(variant: str, world_size: int) -> bool:
-    """Whether ``variant`` is predicted at ``world_size``: a ``hier[K]`` variant only from two
-    nodes on ([CHOICE] within one node every variant would run on the intra-node link, and the
-    flat variants here assume a link a rank)."""
-    if not variant.startswith("hier["):
-        return True
-    k = variant[len("hier[") :].split("]", 1)[0]
-    return k.isdigit() and world_size >= 2 * int(k)
+    """Whether ``variant`` is predicted at ``world_size``: a ``hier[K]`` or
+    ``hierarchical[ranks_per_node=K]`` variant only from two nodes on ([CHOICE] within one node
+    every variant would run on the intra-node link, and the flat variants here assume a link a
+    rank), and the latter only where K divides the world size (the scheme refuses others)."""
+    if variant.startswith("hier["):
+        k = variant[len("hier[") :].split("]", 1)[0]
+        return k.isdigit() and world_size >= 2 * int(k)
+    nodes = ranks_per_node(variant)
+    return nodes is None or (world_size >= 2 * nodes and world_size % nodes == 0)
+
+
+def ranks_per_node(variant: str) -> int | None:
+    """K of a ``gradzip:...:hierarchical[ranks_per_node=K]`` variant; None for any other."""
+    if not variant.startswith("gradzip:"):
+        return None
+    from gradzip.schemes.spec import ExchangeSpec
+
+    scheme = ExchangeSpec.parse(variant).scheme
+    if scheme.name != "hierarchical":
+        return None
+    k = dict(scheme.options).get("ranks_per_node")
+    return k if isinstance(k, int) else None
 
 
 def run(

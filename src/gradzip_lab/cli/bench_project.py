@@ -46,7 +46,8 @@ def add_project_parser(bench_sub: Any) -> None:
         help="the model whose parameter shapes and compute are measured",
     )
     p.add_argument("--variants", nargs="+", metavar="NAME", help="fp32 fp16_hook powersgd_rN "
-                   "gradzip:C[K=V][+ef]:SCHEME hier[K]:gradzip:... (default: a set of each)")  # fmt: skip
+                   "gradzip:C[K=V][+ef]:SCHEME (ring_allreduce, hierarchical[ranks_per_node=K], ...) "
+                   "hier[K]:gradzip:... (default: a set of each)")  # fmt: skip
     p.add_argument("--world-sizes", type=_numbers(int), default=None, metavar="P,P,..",
                    help="ranks (default 2,4,...,1024)")  # fmt: skip
     p.add_argument("--rates", type=_numbers(float), default=None, metavar="G,G,..",
@@ -57,7 +58,7 @@ def add_project_parser(bench_sub: Any) -> None:
                    metavar="G,G,..", help="the rates the table prints")  # fmt: skip
     p.add_argument("--alpha-us", type=float, default=30.0, help="latency a message, microseconds")
     p.add_argument("--intra-gbit", type=float, default=800.0,
-                   help="intra-node link of the hier[K] variants, Gbit/s")  # fmt: skip
+                   help="intra-node link of the hier[K] and hierarchical variants, Gbit/s")  # fmt: skip
     p.add_argument("--overlap", type=float, default=0.0,
                    help="fraction of backward that hides communication, 0..1 (default 0)")  # fmt: skip
     p.add_argument("--compute-ms", type=float, help="forward+backward ms (default: measured)")

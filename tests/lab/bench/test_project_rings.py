@@ -13,9 +13,10 @@ import torch
 
 from gradzip.comm.local import run_local
 from gradzip.comm.transport import LENGTH_PREFIX_BYTES, Transport
-from gradzip.schemes.spec import ExchangeSpec
-from gradzip_lab.bench.project_links import Link
 from gradzip.schemes._messages import pack_floats
+from gradzip.schemes.spec import ExchangeSpec
+from gradzip_lab.bench.project import ranks_per_node, spans_nodes
+from gradzip_lab.bench.project_links import Link
 from gradzip_lab.bench.project_rings import NODE_KEY, SCALE_KEY, RingSizes
 from gradzip_lab.bench.project_variants import Network, Workload, predict
 
@@ -133,3 +134,11 @@ def test_hierarchical_without_a_node_size_or_with_one_not_dividing_p_is_refused(
         predict("gradzip:qsgd:hierarchical", work, 8, net)
     with pytest.raises(ValueError, match="does not divide the world size 6"):
         predict("gradzip:qsgd:hierarchical[ranks_per_node=4]", work, 6, net)
+
+
+def test_the_projection_predicts_hierarchical_only_from_two_whole_nodes() -> None:
+    variant = "gradzip:qsgd:hierarchical[ranks_per_node=8]"
+    assert ranks_per_node(variant) == 8
+    assert ranks_per_node("gradzip:qsgd:ring_allreduce") is None
+    assert [p for p in (2, 8, 12, 16, 24, 64) if spans_nodes(variant, p)] == [16, 24, 64]
+    assert spans_nodes("gradzip:qsgd:ring_allreduce", 2)
