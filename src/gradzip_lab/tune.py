@@ -14,8 +14,14 @@ Python API::
     ranked = recommend(model, sample_batch, world_size=16, link=Link(30e-6, 10.0))
     print(ranked[0].variant, snippet(ranked[0].variant))
 
-[CHOICE] The candidates are the projection's variants without the hierarchical ones: a DDP hook
-of a hierarchical exchange is not a spelling this library offers yet.
+[CHOICE] The candidates are the projection's flat variants (``ring_allreduce`` among them), and,
+when the ranks sit ``K > 1`` to a node on at least two nodes (``local_world_size``: torchrun's
+``LOCAL_WORLD_SIZE`` under ``gradzip tune``), ``gradzip:qsgd:hierarchical[ranks_per_node=K]``:
+the DDP hook runs any scheme over the default process group (a scheme that does not pipeline
+runs whole in the hook's transfer stage), so a hierarchical exchange is a hook like any other.
+``hier[K]:`` (a ZeRO++-style design the library does not implement) is never a candidate. The
+hierarchical candidate's node links are ``intra_link`` (default: the measured link, which
+overstates its step where the node's own links are faster).
 """
 
 from __future__ import annotations
@@ -35,7 +41,23 @@ from gradzip_lab.bench.project_variants import (
     predict,
 )
 
-CANDIDATES: tuple[str, ...] = tuple(v for v in DEFAULT_VARIANTS if not v.startswith("hier["))
+#: the candidates whatever the node size (the flat variants)
+CANDIDATES: tuple[str, ...] = tuple(
+    v for v in DEFAULT_VARIANTS if not v.startswith("hier[") and ":hierarchical" not in v
+)
+#: the hierarchical candidate's spelling, for ``K`` ranks a node
+HIERARCHICAL = "gradzip:qsgd:hierarchical[ranks_per_node={k}]"
+
+
+def candidates(world_size: int, local_world_size: int = 1) -> tuple[str, ...]:
+    """:data:`CANDIDATES`, plus :data:`HIERARCHICAL` when ``local_world_size`` ranks a node
+    (``> 1``) divide ``world_size`` into at least two nodes."""
+    k = local_world_size
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"the ranks per node must be a positive int, got {k!r}")
+    if k > 1 and world_size % k == 0 and world_size >= 2 * k:
+        return (*CANDIDATES, HIERARCHICAL.format(k=k))
+    return CANDIDATES
 
 
 def recommend(
@@ -44,20 +66,25 @@ def recommend(
     world_size: int,
     link: Link,
     *,
-    variants: Sequence[str] = CANDIDATES,
+    variants: Sequence[str] | None = None,
+    local_world_size: int = 1,
+    intra_link: Link | None = None,
     compute_s: float | None = None,
     overlap: float = 0.0,
     codec_numel: int = 1 << 21,
 ) -> list[Prediction]:
     """Every candidate's predicted step on ``world_size`` ranks joined by ``link``, fastest
-    first. ``compute_s``: a forward and backward's seconds (default: timed on ``sample_batch``
-    here, the loss being the output's mean)."""
+    first. ``variants``: default :func:`candidates` for ``local_world_size`` ranks a node
+    (whose node links are ``intra_link``, default ``link``). ``compute_s``: a forward and
+    backward's seconds (default: timed on ``sample_batch`` here, the loss being the output's
+    mean)."""
     if world_size < 2:
         raise ValueError(f"tuning needs a world size >= 2, got {world_size}")
+    chosen = candidates(world_size, local_world_size) if variants is None else tuple(variants)
     seconds = compute_seconds(model, sample_batch) if compute_s is None else compute_s
     work = Workload(parameter_shapes(model), seconds, codec_numel=codec_numel)
-    net = Network(link, link, overlap)
-    return sorted((predict(v, work, world_size, net) for v in variants), key=lambda r: r.step_s)
+    net = Network(link, link if intra_link is None else intra_link, overlap)
+    return sorted((predict(v, work, world_size, net) for v in chosen), key=lambda r: r.step_s)
 
 
 def snippet(variant: str) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from gradzip.schemes.hierarchical import ranks_per_node_from_environment
 from gradzip_lab.bench.project_links import Link
 from gradzip_lab.bench.project_models import named_model
 from gradzip_lab.tune import ranking_table, recommend, snippet
@@ -36,10 +37,18 @@ def tune(
     alpha_s: float = 30e-6,
     sizes_mb: Sequence[float] = DEFAULT_SIZES_MB,
     codec_numel: int = 1 << 21,
+    local_world_size: int | None = None,
+    intra_gbit: float | None = None,
     show: bool = True,
 ) -> TuneResult:
     """Measure (the link only when ``world_size`` and ``link_gbit`` are not given: then under
-    an initialised default process group), rank the variants, print on rank 0."""
+    an initialised default process group), rank the variants, print on rank 0.
+
+    ``local_world_size``: the ranks of one node (default: torchrun's ``LOCAL_WORLD_SIZE``, else
+    1), which adds the hierarchical candidate (:func:`gradzip_lab.tune.candidates`); its node
+    links run at ``intra_gbit`` (default: the inter-rank link's rate) with the same alpha."""
+    if local_world_size is None:
+        local_world_size = ranks_per_node_from_environment()
     start = time.perf_counter()
     measured = None
     if world_size is None or link_gbit is None:
@@ -48,7 +57,16 @@ def tune(
     else:
         link = Link(alpha_s, link_gbit)
     model, sample = named_model(model_name)
-    ranked = recommend(model, sample, world_size, link, codec_numel=codec_numel)
+    intra = link if intra_gbit is None else Link(link.alpha_s, intra_gbit)
+    ranked = recommend(
+        model,
+        sample,
+        world_size,
+        link,
+        local_world_size=local_world_size,
+        intra_link=intra,
+        codec_numel=codec_numel,
+    )
     seconds = time.perf_counter() - start
     rank0 = not dist.is_initialized() or dist.get_rank() == 0
     if show and rank0:

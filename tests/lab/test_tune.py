@@ -9,11 +9,16 @@ import math
 from typing import Any
 
 import pytest
+import torch
 
+from gradzip.comm.local import run_local
 from gradzip.comm.spawn import run_processes
+from gradzip.comm.transport import Transport
+from gradzip.integrations.ddp import GradzipHookState
+from gradzip.schemes.base import Scheme
 from gradzip.schemes.spec import ExchangeSpec
 from gradzip_lab.cli.tune import add_tune_parser
-from gradzip_lab.tune import CANDIDATES, snippet
+from gradzip_lab.tune import CANDIDATES, candidates, snippet
 
 TORCH_VARIANTS = {"fp32", "fp16_hook", "powersgd_r1"}
 
@@ -59,12 +64,70 @@ def test_offline_tune_prints_a_ranking_and_a_snippet(capsys: pytest.CaptureFixtu
     assert snippet(best).splitlines()[0] in out
 
 
+def test_offline_tune_with_nodes_ranks_the_hierarchical_candidate(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["tune", "--model", "fc-300-100", "--world-size", "8", "--link-rate", "1"]
+    assert _main([*argv, "--ranks-per-node", "4", "--intra-link-rate", "100"]) == 0
+    assert "gradzip:qsgd:hierarchical[ranks_per_node=4]" in capsys.readouterr().out
+    assert _main([*argv, "--ranks-per-node", "0"]) == 2
+    assert "--ranks-per-node must be >= 1, got 0" in capsys.readouterr().err
+
+
 def test_half_an_offline_link_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert _main(["tune", "--world-size", "8"]) == 2
     assert "both --world-size and --link-rate" in capsys.readouterr().err
 
 
 def test_every_candidate_has_a_snippet_and_parses() -> None:
-    for variant in CANDIDATES:
+    for variant in candidates(16, local_world_size=8):
         assert _parses(variant)
         assert snippet(variant)
+
+
+def test_the_ring_is_always_a_candidate_and_hierarchical_only_across_whole_nodes() -> None:
+    assert "gradzip:qsgd:ring_allreduce" in CANDIDATES
+    assert not any("hier" in v for v in CANDIDATES)
+    assert candidates(16, local_world_size=8)[-1] == "gradzip:qsgd:hierarchical[ranks_per_node=8]"
+    for world, local in [(16, 1), (8, 8), (12, 8)]:  # one rank a node, one node, not dividing
+        assert candidates(world, local_world_size=local) == CANDIDATES
+    with pytest.raises(ValueError, match="ranks per node must be a positive int"):
+        candidates(16, local_world_size=0)
+
+
+def test_every_gradzip_snippet_builds_its_scheme() -> None:
+    """The snippet's lines up to the hook's registration run as printed (that line needs a
+    real DDP model) and build the scheme the variant names."""
+    for variant in candidates(16, local_world_size=8):
+        if variant in TORCH_VARIANTS:
+            continue
+        lines = snippet(variant).splitlines()
+        assert lines[-1] == "state = register_gradzip_hook(ddp, scheme)"
+        namespace: dict[str, Any] = {}
+        exec("\n".join(lines[:-1]), namespace)
+        assert isinstance(namespace["scheme"], Scheme)
+        assert namespace["scheme"].name == ExchangeSpec.parse(variant).scheme.name
+
+
+def test_the_hook_runs_the_hierarchical_candidate_as_the_scheme_reduces() -> None:
+    """The DDP hook state (what the snippet registers) runs the hierarchical candidate over 4
+    ranks, 2 a node, and gives the scheme's own means."""
+    from tests.integrations.test_ddp_hook import _grads, _run_step
+
+    variant = candidates(4, local_world_size=2)[-1]
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    params = list(net.parameters())
+    shapes = [tuple(p.shape) for p in params]
+
+    def body(transport: Transport) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        state = GradzipHookState(ExchangeSpec.parse(variant).build(run_seed=3), net, transport)
+        grads = _grads(transport.rank, 0, shapes)
+        hooked = _run_step(state, params, grads, [(3, 2), (1, 0)])
+        state.close()
+        direct = ExchangeSpec.parse(variant).build(run_seed=3)
+        means = [direct.reduce(transport, g, 0, i) for i, g in enumerate(grads)]
+        return hooked, means
+
+    for hooked, means in run_local(4, body):
+        for a, b in zip(hooked, means, strict=True):
+            assert torch.equal(a, b)
