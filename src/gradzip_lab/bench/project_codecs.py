@@ -47,7 +47,9 @@ def ddp_buckets(numels: Sequence[int]) -> list[int]:
     return buckets
 
 
-def _seconds(fn: Callable[[], Any], repeat: int) -> float:
+def seconds_best_of(fn: Callable[[], Any], repeat: int) -> float:
+    """The fastest of ``repeat`` runs of ``fn``, in seconds (see :meth:`CodecMeasure.time_codec`
+    for why the best)."""
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
@@ -100,9 +102,13 @@ class CodecMeasure:
         side = x if self._codec.needs_side_information else None
         encoded = self._codec.encode(x, KEY)
         self._sizes.setdefault(numel, len(encoded.payload))
-        self.encode_s_per_coord = _seconds(lambda: self._codec.encode(x, KEY), repeat) / numel
+        self.encode_s_per_coord = (
+            seconds_best_of(lambda: self._codec.encode(x, KEY), repeat) / numel
+        )
         self.decode_s_per_coord = (
-            _seconds(lambda: self._codec.decode(encoded.payload, shape=x.shape, side=side), repeat)
+            seconds_best_of(
+                lambda: self._codec.decode(encoded.payload, shape=x.shape, side=side), repeat
+            )
             / numel
         )
 
@@ -116,14 +122,14 @@ def error_feedback_s_per_coord(numel: int, repeat: int = 9) -> float:
         corrected = x + residual
         residual.copy_(corrected - x)
 
-    return _seconds(step, repeat) / numel
+    return seconds_best_of(step, repeat) / numel
 
 
 def cast_s_per_coord(numel: int, repeat: int = 9) -> float:
     """Seconds a coordinate of ``fp16_compress_hook``'s own work: float32 to float16, back, and
     the division by P (timed)."""
     x = _normal(numel)
-    return _seconds(lambda: x.half().float().div_(2.0), repeat) / numel
+    return seconds_best_of(lambda: x.half().float().div_(2.0), repeat) / numel
 
 
 def matrix_shapes(shapes: Sequence[torch.Size]) -> list[tuple[int, int]]:
@@ -155,7 +161,7 @@ def powersgd_seconds(shapes: Sequence[torch.Size], rank: int, repeat: int = 4) -
             q2 = corrected.T @ p
             err.copy_(corrected - p @ q2.T)
 
-        total += _seconds(step, repeat)
+        total += seconds_best_of(step, repeat)
     return total
 
 
@@ -168,4 +174,4 @@ def compute_seconds(model: torch.nn.Module, sample: torch.Tensor, repeat: int = 
         model(sample).float().mean().backward()
 
     step()
-    return _seconds(step, repeat)
+    return seconds_best_of(step, repeat)

@@ -10,10 +10,12 @@ and ``hierarchical`` (:mod:`gradzip.schemes.ring_allreduce`, :mod:`gradzip.schem
   chunks; ``2(P-1) C`` messages, each a chunk packed at ``b = bits_for(top)`` bits, the width
   of ONE rank's code whatever the number of ranks its partial sum covers (no ``ceil(log2 P)``
   growth, unlike ``allreduce``): ``2(P-1)/P`` of one payload at ``b`` bits a value.
-* **Codec.** One quantization of the ``m`` values, then per reduce-scatter hop a decode and a
-  re-encode of a slice and per allgather hop a decode: ``m x encode + (P-1) ceil(m/P) x
-  (encode + 2 decode)`` [RECON: the ring's pack, unpack and re-quantize are timed as the
-  compressor's encode and decode, the closest codec the model measures].
+* **Codec.** The compressor's quantization of the ``m`` values and the decode of the sum (timed
+  as its encode and decode [RECON: the grid scheme's own passes are of the same kind]), then per
+  reduce-scatter hop an add of the received chunk and a re-quantize and pack of the next, and
+  per allgather hop an unpack: ``m x (encode + decode) + (P-1) ceil(m/P) x (hop_pack + 2
+  hop_add)``, the hop's two passes timed on this machine on the library's own
+  :class:`~gradzip.schemes._pipelined_ring.HopCode` (:func:`ring_hop_seconds`).
 * **Pipeline.** The transfers of chunk ``c`` overlap the codec work on chunk ``c + 1``, so
   ``exposed = scales + max(codes, codec) + min(codes, codec) / C``; tensors run one after
   another (the DDP hook reduces a bucket's tensors in turn).
@@ -33,23 +35,43 @@ leader's (the rank that sends most: ``(K-1)`` float32 copies plus its ring's byt
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
 
 from gradzip.schemes._messages import bits_for, pack_floats, pack_ints
+from gradzip.schemes._pipelined_ring import HopCode
 from gradzip.schemes.base import Scheme
 from gradzip.schemes.hierarchical import Hierarchical
 from gradzip.schemes.ring_allreduce import RingAllreduce
 from gradzip.schemes.spec import ExchangeSpec
-from gradzip_lab.bench.project_codecs import KEY, CodecMeasure
+from gradzip_lab.bench.project_codecs import KEY, CodecMeasure, seconds_best_of
 from gradzip_lab.bench.project_links import NO_TRAFFIC, Link, Traffic
 
 #: the scale ring's messages carry chunks from 2**40 (see ring_allreduce): a 6-byte varint
 SCALE_KEY = replace(KEY, chunk=2**40)
 #: the float32 messages inside a node carry chunk 2**40 or 2**40 + 1 (see hierarchical)
 NODE_KEY = replace(KEY, chunk=2**40 + 1)
+
+
+#: seconds a coordinate of a hop's (re-quantize and pack, unpack and add) at a code width in bits
+HopSpeeds = Callable[[int], tuple[float, float]]
+
+
+def ring_hop_seconds(bits: int, numel: int, repeat: int = 9) -> tuple[float, float]:
+    """Seconds a coordinate to re-quantize and pack a partial sum of two ranks' codes at
+    ``bits`` bits (the general hop: two codes' sum needs a bit more), and to unpack a message
+    and add it into the running sums: the best of ``repeat`` runs on ``numel`` values."""
+    top = (1 << bits) - 1
+    code = HopCode(top, bits, 2)
+    sums = torch.randint(0, 2 * top + 1, (numel,), generator=torch.Generator().manual_seed(3))
+    sums = sums.to(torch.float32)
+    message = code.encode(sums, KEY)
+    acc = torch.zeros(numel)
+    pack = seconds_best_of(lambda: code.encode(sums, KEY), repeat)
+    add = seconds_best_of(lambda: code.add_into(acc, message, KEY, replace=False), repeat)
+    return pack / numel, add / numel
 
 
 @dataclass(frozen=True)
@@ -124,6 +146,7 @@ def ring_allreduce_exchange(
     numels: Sequence[int],
     p: int,
     link: Link,
+    hop_speeds: HopSpeeds,
     extra_s_per_coord: float = 0.0,
     cpu_share: float = 1.0,
 ) -> Exchange:
@@ -134,7 +157,7 @@ def ring_allreduce_exchange(
     if not isinstance(scheme, RingAllreduce):
         raise ValueError(f"{spec_text!r} is not a ring_allreduce exchange")
     sizes = RingSizes(scheme)
-    return _ring(sizes, measure, numels, p, link, extra_s_per_coord, cpu_share)
+    return _ring(sizes, measure, numels, p, link, hop_speeds, extra_s_per_coord, cpu_share)
 
 
 def hierarchical_exchange(
@@ -144,6 +167,7 @@ def hierarchical_exchange(
     p: int,
     inter: Link,
     intra: Link,
+    hop_speeds: HopSpeeds,
     extra_s_per_coord: float = 0.0,
     cpu_share: float = 1.0,
 ) -> Exchange:
@@ -171,7 +195,14 @@ def hierarchical_exchange(
     if nodes < 2:
         return Exchange(node_s, 0.0, one_way.nbytes, node_s)
     ring = _ring(
-        RingSizes(scheme.inner), measure, numels, nodes, inter, extra_s_per_coord, cpu_share
+        RingSizes(scheme.inner),
+        measure,
+        numels,
+        nodes,
+        inter,
+        hop_speeds,
+        extra_s_per_coord,
+        cpu_share,
     )
     return Exchange(
         node_s + ring.comm_s, ring.codec_s, one_way.nbytes + ring.nbytes, node_s + ring.exposed_s
@@ -184,16 +215,18 @@ def _ring(
     numels: Sequence[int],
     p: int,
     link: Link,
+    hop_speeds: HopSpeeds,
     extra_s_per_coord: float,
     cpu_share: float,
 ) -> Exchange:
     comm = codec = nbytes = exposed = 0.0
     enc, dec = measure.encode_s_per_coord, measure.decode_s_per_coord
+    pack, add = hop_speeds(sizes.bits)
     for m in numels:
         t = sizes.tensor(m, p)
         scales_s = link.seconds(t.scales.rounds, t.scales.nbytes)
         codes_s = link.seconds(t.codes.rounds, t.codes.nbytes)
-        work = m * (enc + extra_s_per_coord) + (p - 1) * math.ceil(m / p) * (enc + 2 * dec)
+        work = m * (enc + dec + extra_s_per_coord) + (p - 1) * math.ceil(m / p) * (pack + 2 * add)
         work /= cpu_share
         comm += scales_s + codes_s
         codec += work

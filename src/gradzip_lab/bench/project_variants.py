@@ -65,6 +65,7 @@ from gradzip_lab.bench.project_rings import (
     Exchange,
     hierarchical_exchange,
     ring_allreduce_exchange,
+    ring_hop_seconds,
 )
 
 if TYPE_CHECKING:
@@ -107,6 +108,7 @@ class Workload:
     given_speeds: dict[str, tuple[float, float]] = field(default_factory=dict)
     _codecs: dict[str, CodecMeasure] = field(default_factory=dict)
     _timed: dict[str, float] = field(default_factory=dict)
+    _hops: dict[int, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def numels(self) -> list[int]:
@@ -132,6 +134,16 @@ class Workload:
                 measure.encode_s_per_coord, measure.decode_s_per_coord = given
             self._codecs[key] = measure
         return self._codecs[key]
+
+    def ring_hop(self, bits: int) -> tuple[float, float]:
+        """Seconds a coordinate of a ``ring_allreduce`` hop at ``bits`` bits: re-quantize and
+        pack, unpack and add (``ring-hop`` in the given speeds, else timed once a width)."""
+        given = self.given_speeds.get("ring-hop")
+        if given is not None:
+            return given
+        if bits not in self._hops:
+            self._hops[bits] = ring_hop_seconds(bits, min(self.codec_numel, max(self.numel, 4096)))
+        return self._hops[bits]
 
     def timed(self, what: str) -> float:
         """Seconds a coordinate of ``ef`` or ``cast``, or a step of ``powersgd-rN``, timed once."""
@@ -242,9 +254,13 @@ def _gradzip(spec_text: str, work: Workload, p: int, numels: list[int], net: Net
     ef = work.timed("ef") if spec.error_feedback else 0.0
     share = work.cpu_share
     if scheme == "ring_allreduce":
-        return ring_allreduce_exchange(spec_text, measure, numels, p, net.inter, ef, share)
+        return ring_allreduce_exchange(
+            spec_text, measure, numels, p, net.inter, work.ring_hop, ef, share
+        )
     if scheme == "hierarchical":
-        return hierarchical_exchange(spec_text, measure, numels, p, net.inter, net.intra, ef, share)
+        return hierarchical_exchange(
+            spec_text, measure, numels, p, net.inter, net.intra, work.ring_hop, ef, share
+        )
     traffic, codec, pipelined = _codec_traffic(spec, measure, ef, work, p, numels)
     comm = net.inter.seconds(traffic.rounds, traffic.nbytes)
     if not pipelined:

@@ -201,7 +201,7 @@ def test_table_over_seeds_and_curves(tmp_path: Path) -> None:
             ["--model", "fc-300-100", "--eval-every", "5", "--target-accuracy", "50"],
             "--eval-every, --target-accuracy: --model fc-300-100 has no held-out set; only "
             "resnet20 and transformer-lm evaluate one",
-        ),  # fmt: skip
+        ),
         (["--model", "fc-300-100", "--seeds", "3"], "--seeds: --model fc-300-100 has no"),
         (["--model", "resnet20", "--eval-every", "0"], "--eval-every and --seeds must be >= 1"),
         (["--model", "resnet20", "--data", "pydoc"], "trains on fashion-mnist or cifar10"),

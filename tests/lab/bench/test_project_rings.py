@@ -43,7 +43,7 @@ def _metered(spec: str, world_size: int) -> int:
 
 def _work() -> Workload:
     work = Workload(list(SHAPES), compute_s=0.0)
-    work.given_speeds["qsgd"] = (0.0, 0.0)
+    work.given_speeds["qsgd"] = work.given_speeds["ring-hop"] = (0.0, 0.0)
     return work
 
 
@@ -88,7 +88,7 @@ def test_predicted_bytes_are_the_meters(spec: str, world_size: int) -> None:
 
 def test_the_rings_bytes_do_not_grow_with_the_world_size_like_allreduces() -> None:
     work = Workload([torch.Size([1 << 20])], compute_s=0.0)
-    work.given_speeds["qsgd"] = (0.0, 0.0)
+    work.given_speeds["qsgd"] = work.given_speeds["ring-hop"] = (0.0, 0.0)
     net = Network(EXACT, EXACT)
     ring = [predict("gradzip:qsgd:ring_allreduce", work, p, net).bytes_per_rank for p in (2, 64)]
     integer = predict("gradzip:qsgd:allreduce", work, 64, net).bytes_per_rank
@@ -102,15 +102,17 @@ def test_the_rings_bytes_do_not_grow_with_the_world_size_like_allreduces() -> No
 def test_the_pipeline_hides_the_smaller_of_link_and_codec_but_one_stage() -> None:
     # one tensor of 2**16 values, chunks of 2**10: at P = 2, 32 chunks a slice
     work = Workload([torch.Size([1 << 16])], compute_s=0.0)
-    codec_s = 1e-6  # a second a million values, encode and decode alike
+    codec_s, pack_s, add_s = 1e-6, 2e-7, 1e-7  # seconds a value
     work.given_speeds["qsgd"] = (codec_s, codec_s)
+    work.given_speeds["ring-hop"] = (pack_s, add_s)
     link = Link(alpha_s=0.0, gbit_per_s=8e-3, efficiency=1.0)  # 1e6 bytes a second
     pred = predict("gradzip:qsgd:ring_allreduce[chunk_values=1024]", work, 2, Network(link, link))
     sizes = RingSizes(ExchangeSpec.parse("gradzip:qsgd:ring_allreduce[chunk_values=1024]").build())
     t = sizes.tensor(1 << 16, 2)
     assert t.chunks == 32
     scales_s, codes_s = t.scales.nbytes / 1e6, t.codes.nbytes / 1e6
-    work_s = codec_s * ((1 << 16) + math.ceil((1 << 16) / 2) * 3)
+    # the compressor's encode and decode of every value; a hop's pack and two adds of a slice
+    work_s = 2 * codec_s * (1 << 16) + (pack_s + 2 * add_s) * math.ceil((1 << 16) / 2)
     expected = scales_s + max(codes_s, work_s) + min(codes_s, work_s) / 32
     assert pred.step_s == pytest.approx(expected, rel=1e-12)
     assert pred.comm_s == pytest.approx(scales_s + codes_s, rel=1e-12)
