@@ -34,6 +34,7 @@ leader's (the rank that sends most: ``(K-1)`` float32 copies plus its ring's byt
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -153,11 +154,16 @@ def ring_allreduce_exchange(
     """``ring_allreduce`` (``spec_text``: a ``gradzip:...:ring_allreduce[...]`` spelling) of
     tensors of ``numels`` over ``p`` ranks on ``link`` (see the module docstring);
     ``extra_s_per_coord``: error feedback's seconds a value."""
-    scheme = _build(spec_text)
-    if not isinstance(scheme, RingAllreduce):
-        raise ValueError(f"{spec_text!r} is not a ring_allreduce exchange")
-    sizes = RingSizes(scheme)
-    return _ring(sizes, measure, numels, p, link, hop_speeds, extra_s_per_coord, cpu_share)
+    return _ring(
+        ring_sizes(spec_text),
+        measure,
+        numels,
+        p,
+        link,
+        hop_speeds,
+        extra_s_per_coord,
+        cpu_share,
+    )
 
 
 def hierarchical_exchange(
@@ -188,14 +194,14 @@ def hierarchical_exchange(
         raise ValueError(f"{spec_text!r}: ranks_per_node={k} does not divide the world size {p}")
     one_way = NO_TRAFFIC
     for m in numels:
-        message = len(pack_floats(torch.zeros(m), NODE_KEY))
+        message = _node_message(m)
         one_way = one_way + Traffic(k - 1, (k - 1) * message)
     node_s = 2 * intra.seconds(one_way.rounds, one_way.nbytes)
     nodes = p // k
     if nodes < 2:
         return Exchange(node_s, 0.0, one_way.nbytes, node_s)
     ring = _ring(
-        RingSizes(scheme.inner),
+        ring_sizes(spec_text),
         measure,
         numels,
         nodes,
@@ -235,5 +241,26 @@ def _ring(
     return Exchange(comm, codec, nbytes, exposed)
 
 
+@functools.lru_cache(maxsize=64)
+def ring_sizes(spec_text: str) -> RingSizes:
+    """The message sizes of the ``ring_allreduce`` that ``spec_text`` runs (itself, or the
+    leaders' ring of a ``hierarchical`` spec), kept across predictions: a projection predicts
+    each variant at many world sizes and rates."""
+    scheme = _build(spec_text)
+    if isinstance(scheme, Hierarchical):
+        return RingSizes(scheme.inner)
+    if isinstance(scheme, RingAllreduce):
+        return RingSizes(scheme)
+    raise ValueError(f"{spec_text!r} is neither a ring_allreduce nor a hierarchical exchange")
+
+
+@functools.lru_cache(maxsize=64)
 def _build(spec_text: str) -> Scheme:
+    """The scheme ``spec_text`` names (read only: for its options and its compressor's grid)."""
     return ExchangeSpec.parse(spec_text).build(run_seed=0)
+
+
+@functools.lru_cache(maxsize=4096)
+def _node_message(numel: int) -> int:
+    """``len()`` of the float32 message of a tensor of ``numel`` values inside a node."""
+    return len(pack_floats(torch.zeros(numel), NODE_KEY))
