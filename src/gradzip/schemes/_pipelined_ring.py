@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from gradzip.buffers import fresh_array
 from gradzip.comm.transport import Payload, Transport, host_bytes
 from gradzip.kernels.grid_sums import add_scaled, requantize
 from gradzip.kernels.ring_hops import add_packed, encode_packed
@@ -188,7 +189,12 @@ def pipelined_ring_sum(
     size, rank = transport.world_size, transport.rank
     bits = bits_for(top)
     dtype = torch.float32 if bits <= FLOAT32_EXACT_BITS else torch.float64
-    acc = values.to(dtype, copy=True).reshape(-1)
+    # recycled [CHOICE]: a fresh accumulator of tens of MB costs page faults on every step
+    # (gradzip.buffers); the values' conversion is .to(dtype)'s
+    acc = torch.from_numpy(
+        fresh_array(values.numel(), np.float32 if bits <= FLOAT32_EXACT_BITS else np.float64)
+    )
+    acc.copy_(values.reshape(-1))
     if size == 1:
         return acc
     slices = slice_bounds(acc.numel(), size)
