@@ -53,7 +53,7 @@ def frame_ints(n: int, bits: int, key: StreamKey, write: Callable[[np.ndarray], 
 
 def unpack_ints(payload: bytes, n: int, bits: int, key: StreamKey) -> torch.Tensor:
     """The ``n`` integers (int32) of a :func:`pack_ints` message that must carry ``key``."""
-    return unpack_bits(_bytes(open_ints(payload, n, bits, key)), n, bits).to(torch.int32)
+    return unpack_bits(_bytes(open_ints(payload, n, bits, key).data), n, bits).to(torch.int32)
 
 
 def open_ints(payload: bytes | memoryview, n: int, bits: int, key: StreamKey) -> np.ndarray:
@@ -96,7 +96,7 @@ def _bytes(body: memoryview) -> torch.Tensor:
     return torch.frombuffer(bytearray(body), dtype=torch.uint8)
 
 
-def _open(payload: bytes, codec: int, n: int, key: StreamKey) -> tuple[Header, memoryview]:
+def _open(payload: bytes | memoryview, codec: int, n: int, key: StreamKey) -> tuple[Header, memoryview]:
     header, body = parse_payload(payload)
     if header.codec_id != codec:
         raise PayloadMismatchError(f"expected a message of kind {codec}, got {header.codec_id}")
