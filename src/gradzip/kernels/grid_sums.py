@@ -8,7 +8,9 @@ Three passes that the torch formulation spread over many full-length temporaries
   scales);
 * :func:`requantize`: ``clamp(floor(sum * factor + u), 0, levels)`` into int32, ``u`` the
   sender's own uniforms drawn tile by tile;
-* :func:`add_scaled`: ``acc += float32(q) * unit`` (or ``acc = ...``) for a received message.
+* :func:`add_scaled`: ``acc += float32(q) * unit`` (or ``acc = ...``) for integers already
+  unpacked (the pipelined ring's float32 hops fuse unpacking and this addition, and the
+  re-quantization with packing, in :mod:`gradzip.kernels.ring_hops`).
 
 Bits: each element goes through the same float32 operations, in the same order, as the torch
 code it replaces (a subtraction of the integer ``P s``, then one subtraction per rank's offset,
