@@ -7,7 +7,7 @@ import torch
 
 import gradzip
 from gradzip.kernels.grid_sums import add_scaled, mean_from_sums, requantize
-from gradzip.rng import derive_seed, local_uniform
+from gradzip.rng import derive_seed, local_uniform, shared_uniform_plus_one_from_seed
 from gradzip.schemes import make_scheme
 
 
@@ -48,3 +48,22 @@ def test_add_scaled_equals_multiply_then_add() -> None:
 def test_mean_from_sums_refuses_steps_that_do_not_cover_the_buckets() -> None:
     with pytest.raises(ValueError, match="steps do not match"):
         mean_from_sums(torch.zeros(10), 0, [], torch.ones(2), 4)
+
+
+@pytest.mark.parametrize("seeds", [[], [11, 2**40 + 5]])
+@pytest.mark.parametrize("bucket", [0, 5, 1000, 20_000])
+def test_mean_from_sums_equals_the_torch_formulation_per_bucket(
+    seeds: list[int], bucket: int
+) -> None:
+    """Buckets smaller than, equal to no multiple of, and larger than the kernel's tile (16 K
+    values), with and without dithers: ``(sums - base - offsets) * step[i // bucket]``."""
+    n = 50_003
+    g = torch.Generator().manual_seed(bucket + len(seeds))
+    sums = torch.randint(0, 17, (n,), generator=g).float()
+    steps = torch.rand(1 if bucket == 0 else -(-n // bucket), generator=g) + 0.5
+    levels = sums - 8
+    for seed in seeds:
+        levels -= shared_uniform_plus_one_from_seed(seed, n) - 1.5
+    index = torch.zeros(n, dtype=torch.long) if bucket == 0 else torch.arange(n) // bucket
+    expected = levels * steps[index]
+    assert torch.equal(mean_from_sums(sums, 8, seeds, steps, bucket), expected)

@@ -8,7 +8,9 @@ Three passes that the torch formulation spread over many full-length temporaries
   scales);
 * :func:`requantize`: ``clamp(floor(sum * factor + u), 0, levels)`` into int32, ``u`` the
   sender's own uniforms drawn tile by tile;
-* :func:`add_scaled`: ``acc += float32(q) * unit`` (or ``acc = ...``) for a received message.
+* :func:`add_scaled`: ``acc += float32(q) * unit`` (or ``acc = ...``) for integers already
+  unpacked (the pipelined ring's float32 hops fuse unpacking and this addition, and the
+  re-quantization with packing, in :mod:`gradzip.kernels.ring_hops`).
 
 Bits: each element goes through the same float32 operations, in the same order, as the torch
 code it replaces (a subtraction of the integer ``P s``, then one subtraction per rank's offset,
@@ -25,6 +27,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
+from gradzip.buffers import fresh_array
 from gradzip.kernels._threads import call_parallel
 from gradzip.kernels.philox import LOCAL_UNIFORM, SHARED_UNIFORM, fill_uniform
 
@@ -43,19 +46,36 @@ def _mean_kernel(sums, base, k0s, k1s, steps, bucket, out):  # type: ignore[no-u
     for t in prange(tasks):
         lo = t * _TILE
         hi = min(n, lo + _TILE)
+        if ranks == 0:  # no dithers: straight from the sums (the same two float32 operations)
+            _scale_by_bucket(sums[lo:hi], base, lo, steps, bucket, out[lo:hi])
+            continue
         acc = np.empty(hi - lo, dtype=np.float32)
         for i in range(hi - lo):
             acc[i] = sums[lo + i] - base
-        if ranks:
-            scratch = np.empty(hi - lo, dtype=np.uint32)
-            dither = scratch.view(np.float32)
-            for p in range(ranks):
-                fill_uniform(k0s[p], k1s[p], SHARED_UNIFORM, lo, scratch)
-                for i in range(hi - lo):
-                    acc[i] = acc[i] - (dither[i] - _HALF_THREE)
-        for i in range(hi - lo):
-            j = lo + i
-            out[j] = acc[i] * steps[j // bucket if bucket > 0 else 0]
+        scratch = np.empty(hi - lo, dtype=np.uint32)
+        dither = scratch.view(np.float32)
+        for p in range(ranks):
+            fill_uniform(k0s[p], k1s[p], SHARED_UNIFORM, lo, scratch)
+            for i in range(hi - lo):
+                acc[i] = acc[i] - (dither[i] - _HALF_THREE)
+        _scale_by_bucket(acc, np.float32(0.0), lo, steps, bucket, out[lo:hi])
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _scale_by_bucket(levels, base, origin, steps, bucket, out):  # type: ignore[no-untyped-def]
+    """``out[i] = (levels[i] - base) * steps[(origin + i) // bucket]``, one run per bucket:
+    the step is read once per run instead of found by an integer division per element (which
+    kept the loop from vectorizing). ``base = 0`` subtracts exactly nothing (``x - 0 == x``
+    for every float32, ``-0`` included)."""
+    count = levels.size
+    i = 0
+    while i < count:
+        b = (origin + i) // bucket
+        end = min(count, (b + 1) * bucket - origin)
+        step = steps[b]
+        for j in range(i, end):
+            out[j] = (levels[j] - base) * step
+        i = end
 
 
 def mean_from_sums(
@@ -79,9 +99,11 @@ def mean_from_sums(
         raise ValueError(
             f"{steps.numel()} steps do not match {n} values in buckets of {bucket_size}"
         )
-    out = torch.empty(n, dtype=torch.float32)
     if n == 0:
-        return out
+        return torch.empty(0, dtype=torch.float32)
+    # recycled [CHOICE]: a fresh output of tens of MB costs more in page faults than the pass
+    # itself (gradzip.buffers); the caller's tensor keeps it out of the pool while it lives
+    out = torch.from_numpy(fresh_array(n, np.float32))
     k0s = np.array([s & 0xFFFFFFFF for s in offset_seeds], dtype=np.uint64)
     k1s = np.array([s >> 32 for s in offset_seeds], dtype=np.uint64)
     call_parallel(

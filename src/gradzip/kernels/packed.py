@@ -8,6 +8,8 @@ stream without importing the codec layer (which itself uses kernels).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from gradzip.errors import CorruptPayloadError, TruncatedPayloadError
@@ -36,15 +38,22 @@ def check_packed(data: torch.Tensor, n: int, bits: int) -> None:
     (:class:`TruncatedPayloadError`, :class:`CorruptPayloadError`) or whose padding bits are set
     (:class:`CorruptPayloadError`)."""
     check_bits(bits)
+    check_packed_size(data.numel(), lambda: int(data[-1]), n, bits)
+
+
+def check_packed_size(size: int, last_byte: Callable[[], int], n: int, bits: int) -> None:
+    """:func:`check_packed` of a stream of ``size`` bytes whose last byte ``last_byte()`` reads
+    (called only when the length is right and the last byte has padding bits), for callers
+    that hold the bytes as something other than a tensor; the same errors and messages."""
     expected = packed_bytes(n, bits)
-    if data.numel() < expected:
+    if size < expected:
         raise TruncatedPayloadError(
-            f"packed symbol stream has {data.numel()} bytes; {n} symbols of {bits} bits need {expected}"
+            f"packed symbol stream has {size} bytes; {n} symbols of {bits} bits need {expected}"
         )
-    if data.numel() > expected:
+    if size > expected:
         raise CorruptPayloadError(
-            f"packed symbol stream has {data.numel()} bytes; {n} symbols of {bits} bits take {expected}"
+            f"packed symbol stream has {size} bytes; {n} symbols of {bits} bits take {expected}"
         )
     tail_bits = (n * bits) % 8
-    if tail_bits and int(data[-1]) >> tail_bits:
+    if tail_bits and last_byte() >> tail_bits:
         raise CorruptPayloadError("packed symbol stream has non-zero padding bits")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from gradzip.codecs.bitpack import pack_bits, unpack_bits
@@ -21,8 +22,9 @@ from gradzip.errors import (
     KeyMismatchError,
     PayloadMismatchError,
 )
+from gradzip.kernels.packed import check_bits, check_packed_size, packed_bytes
 from gradzip.keys import StreamKey
-from gradzip.payload import Header, build_payload, parse_payload
+from gradzip.payload import Deferred, Header, build_payload, frame_payload, parse_payload
 
 INT_CODEC = 40  # packed non-negative integers (code sums)
 FLOAT_CODEC = 41  # float32 vectors (scales)
@@ -41,14 +43,32 @@ def pack_ints(values: torch.Tensor, bits: int, key: StreamKey) -> bytes:
     return build_payload(header, [tensor_bytes(pack_bits(values, bits))])
 
 
+def frame_ints(n: int, bits: int, key: StreamKey, write: Callable[[np.ndarray], None]) -> Payload:
+    """The :func:`pack_ints` message of ``n`` integers whose packed body ``write(out)`` writes
+    straight into the payload (``out``: uint8, ``ceil(n bits / 8)`` bytes, arbitrary contents
+    to overwrite): the same bytes, without an integer tensor or a packed copy in between."""
+    header = Header(INT_CODEC, torch.float32, (n,), bits, key, b"")
+    return frame_payload(header, [Deferred(packed_bytes(n, bits), write)])
+
+
 def unpack_ints(payload: bytes, n: int, bits: int, key: StreamKey) -> torch.Tensor:
     """The ``n`` integers (int32) of a :func:`pack_ints` message that must carry ``key``."""
+    return unpack_bits(_bytes(open_ints(payload, n, bits, key).data), n, bits).to(torch.int32)
+
+
+def open_ints(payload: bytes | memoryview, n: int, bits: int, key: StreamKey) -> np.ndarray:
+    """The packed body (uint8, read-only, zero-copy) of a :func:`pack_ints` message that must
+    carry ``key``, ``n`` integers and ``bits``, after every check :func:`unpack_ints` makes:
+    the same error for the same bad message (checksum, kind, key, shape, width, body length,
+    padding bits)."""
     header, body = _open(payload, INT_CODEC, n, key)
     if header.bucket_size != bits:
         raise PayloadMismatchError(
             f"integer message packed at {header.bucket_size} bits; expected {bits}"
         )
-    return unpack_bits(_bytes(body), n, bits).to(torch.int32)
+    check_bits(bits)
+    check_packed_size(len(body), lambda: body[-1], n, bits)
+    return np.frombuffer(body, dtype=np.uint8)
 
 
 def pack_floats(values: torch.Tensor, key: StreamKey) -> bytes:
@@ -76,7 +96,7 @@ def _bytes(body: memoryview) -> torch.Tensor:
     return torch.frombuffer(bytearray(body), dtype=torch.uint8)
 
 
-def _open(payload: bytes, codec: int, n: int, key: StreamKey) -> tuple[Header, memoryview]:
+def _open(payload: bytes | memoryview, codec: int, n: int, key: StreamKey) -> tuple[Header, memoryview]:
     header, body = parse_payload(payload)
     if header.codec_id != codec:
         raise PayloadMismatchError(f"expected a message of kind {codec}, got {header.codec_id}")

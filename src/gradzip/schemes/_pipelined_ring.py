@@ -32,13 +32,24 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from gradzip.buffers import fresh_array
 from gradzip.comm.transport import Payload, Transport, host_bytes
 from gradzip.kernels.grid_sums import add_scaled, requantize
+from gradzip.kernels.ring_hops import add_packed, encode_packed
 from gradzip.keys import StreamKey
 from gradzip.rng import derive_seed, local_uniform
-from gradzip.schemes._messages import bits_for, pack_floats, pack_ints, unpack_floats, unpack_ints
+from gradzip.schemes._messages import (
+    bits_for,
+    frame_ints,
+    open_ints,
+    pack_floats,
+    pack_ints,
+    unpack_floats,
+    unpack_ints,
+)
 from gradzip.schemes._slices import slice_bounds
 
 #: the default number of values per chunk [CHOICE]: 1 MiB messages at 8 bits (about 8 ms at
@@ -69,19 +80,50 @@ class HopCode:
         """The value of one step of a re-quantized message: ``m top / L``."""
         return self.ranks * self.top / ((1 << self.bits) - 1)
 
-    def encode(self, sums: torch.Tensor, key: StreamKey) -> bytes:
-        """``sums`` (float32 partial sums) as a message, re-quantized when not exact."""
-        return self.encode_levels(sums, key)[0]
+    @property
+    def _fused(self) -> bool:
+        """Whether the hop runs the fused float32 kernels (:mod:`gradzip.kernels.ring_hops`)."""
+        return self.dtype == torch.float32
 
-    def encode_levels(self, sums: torch.Tensor, key: StreamKey) -> tuple[bytes, torch.Tensor]:
-        """:meth:`encode` and the integers it packed (what :meth:`decode` will unpack)."""
+    def encode(self, sums: torch.Tensor, key: StreamKey) -> Payload:
+        """``sums`` (partial sums) as a message, re-quantized when not exact."""
+        if self._fused:
+            return self._encode_fused(sums.reshape(-1).contiguous(), key, keep=False)
+        return self._encode_levels(sums, key)[0]
+
+    def encode_kept(self, acc: torch.Tensor, key: StreamKey) -> Payload:
+        """:meth:`encode` of ``acc``, which then holds what every receiver decodes from the
+        message (the allgather's start: the owner keeps the very values it sends)."""
+        if self._fused and acc.dim() == 1 and acc.is_contiguous():
+            return self._encode_fused(acc, key, keep=True)
+        message, q = self._encode_levels(acc, key)
+        self.add_levels(acc, q, replace=True)
+        return message
+
+    def _encode_fused(self, sums: torch.Tensor, key: StreamKey, keep: bool) -> Payload:
+        """One pass from float32 sums to the message's packed body (and, with ``keep``, to the
+        decoded values written back): the bytes of :meth:`_encode_levels`."""
+        levels = (1 << self.bits) - 1
+        exact = self.exact
+        factor = levels / (self.ranks * self.top)
+        seed = 0 if exact else derive_seed(key, domain="local")
+        unit = 1.0 if exact else self.unit
+
+        def write(out: np.ndarray) -> None:
+            encode_packed(
+                sums, self.bits, out, exact=exact, factor=factor, seed=seed, unit=unit, keep=keep
+            )
+
+        return frame_ints(sums.numel(), self.bits, key, write)
+
+    def _encode_levels(self, sums: torch.Tensor, key: StreamKey) -> tuple[bytes, torch.Tensor]:
+        """The unfused formulation: the integers ``q`` (int32), then :func:`pack_ints`."""
         if self.exact:
             q = sums.to(torch.int32)
             return pack_ints(q, self.bits, key), q
         levels = (1 << self.bits) - 1
         factor = levels / (self.ranks * self.top)
         if self.dtype == torch.float32:
-            # one fused pass, the same bits as the torch lines below (kernels.grid_sums)
             q = requantize(sums, factor, derive_seed(key, domain="local"), levels)
             return pack_ints(q, self.bits, key), q
         scaled = sums * torch.tensor(factor, dtype=self.dtype)
@@ -90,7 +132,13 @@ class HopCode:
         return pack_ints(q, self.bits, key), q
 
     def add_into(self, acc: torch.Tensor, message: Payload, key: StreamKey, replace: bool) -> None:
-        """``acc += decode(message)`` (``acc = ...`` when ``replace``) in one pass for float32."""
+        """``acc += decode(message)`` (``acc = ...`` when ``replace``); for float32 one pass
+        from the packed body into ``acc`` (:func:`~gradzip.kernels.ring_hops.add_packed`),
+        after every check :func:`unpack_ints` makes."""
+        if self._fused and acc.dim() == 1 and acc.is_contiguous():
+            body = open_ints(_host(message), acc.numel(), self.bits, key)
+            add_packed(acc, body, self.bits, 1.0 if self.exact else self.unit, replace)
+            return
         q = unpack_ints(host_bytes(message), acc.numel(), self.bits, key)
         self.add_levels(acc, q, replace)
 
@@ -116,6 +164,13 @@ class HopCode:
         return q.mul_(torch.tensor(self.unit, dtype=self.dtype))
 
 
+def _host(message: Payload) -> bytes | memoryview:
+    """A message's host bytes without a copy where it already is on the host."""
+    if isinstance(message, torch.Tensor):
+        return host_bytes(message)
+    return memoryview(message)
+
+
 def pipelined_ring_sum(
     transport: Transport,
     values: torch.Tensor,
@@ -134,7 +189,12 @@ def pipelined_ring_sum(
     size, rank = transport.world_size, transport.rank
     bits = bits_for(top)
     dtype = torch.float32 if bits <= FLOAT32_EXACT_BITS else torch.float64
-    acc = values.to(dtype, copy=True).reshape(-1)
+    # recycled [CHOICE]: a fresh accumulator of tens of MB costs page faults on every step
+    # (gradzip.buffers); the values' conversion is .to(dtype)'s
+    acc = torch.from_numpy(
+        fresh_array(values.numel(), np.float32 if bits <= FLOAT32_EXACT_BITS else np.float64)
+    )
+    acc.copy_(values.reshape(-1))
     if size == 1:
         return acc
     slices = slice_bounds(acc.numel(), size)
@@ -175,10 +235,9 @@ def pipelined_ring_sum(
                 owned = (rank + 1) % size
                 lo, hi = chunks[owned][c]
                 code = HopCode(top, bits, size, dtype)
-                message, q = code.encode_levels(acc[lo:hi], key(rank, (size + owned) * count + c))
                 # the owner keeps what every other rank will decode from this message (from the
-                # very integers it packed: no unpack of its own message)
-                code.add_levels(acc[lo:hi], q, replace=True)
+                # very integers it packed, in the same pass: no unpack of its own message)
+                message = code.encode_kept(acc[lo:hi], key(rank, (size + owned) * count + c))
                 submit("ag", 0, c, message)
         else:
             piece = (rank - k) % size

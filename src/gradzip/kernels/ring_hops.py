@@ -1,0 +1,147 @@
+"""Fused numba kernels for one hop of the pipelined ring: float32 partial sums to packed bytes,
+and packed bytes added into float32 partial sums, each in a single pass over the values.
+
+The unfused formulation (kept in the tests as the reference) took four full-length passes and
+an int32 temporary per hop:
+
+* encode: ``q = requantize(sums)`` (or ``q = int32(sums)`` for an exact sum), then
+  ``pack_bits(q)`` and, at the start of the allgather, ``acc = float32(q) * unit``;
+* decode: ``q = unpack_bits(body)``, ``q.to(int32)``, then ``acc += float32(q) * unit``.
+
+Here each tile of :data:`TILE` values goes from floats to bytes (or back) while it sits in the
+first-level cache: the integers live only in a tile-sized scratch that the vectorized
+pack/unpack loops of :mod:`gradzip.kernels.bitpack` read or write [CHOICE: a 4096-value scratch
+(16 KiB) rather than symbol-by-symbol arithmetic, so the widths with their own vectorized
+layouts (1, 2, 3, 4, 8 bits) keep them].
+
+Bits: every value goes through the float32 operations of the unfused code, in the same order
+(``floor(s * factor + (u - 1))``, clamp, int32; ``float32(q) * unit`` then one addition), with
+no ``fastmath``, and the packed layout is :func:`gradzip.codecs.bitpack.pack_bits`' (zero
+padding bits), so the bytes and sums are bit-identical to it. The local uniforms are drawn
+for index ``i`` at index ``i`` (tiles start at multiples of 8, Philox's block), as
+:func:`gradzip.kernels.grid_sums.requantize` draws them. Serial kernels [CHOICE] (a chunk is
+about a million values and the ring's other ranks share the cores), ``nogil`` (the ring's
+worker thread moves bytes meanwhile) and ``cache=True``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numba import njit
+
+from gradzip.kernels.bitpack import pack_tile, unpack_tile
+from gradzip.kernels.packed import check_bits, packed_bytes
+from gradzip.kernels.philox import LOCAL_UNIFORM, fill_uniform
+
+#: values per tile [CHOICE]: a multiple of 8 (every tile starts on a byte of the packed stream
+#: and on a Philox block) whose int32 scratch and uniforms (32 KiB together) stay in L1/L2
+TILE = 1 << 12
+_ONE = np.float32(1.0)
+_ZERO = np.float32(0.0)
+
+
+@njit(nogil=True, cache=True)
+def _encode_kernel(sums, exact, factor, k0, k1, levels, bits, unit, keep, out):  # type: ignore[no-untyped-def]
+    n = sums.size
+    q = np.empty(min(n, TILE), dtype=np.uint32)
+    scratch = np.empty(min(n, TILE), dtype=np.uint32)
+    u = scratch.view(np.float32)
+    top = np.float32(levels)
+    for lo in range(0, n, TILE):
+        hi = min(n, lo + TILE)
+        count = hi - lo
+        if exact:  # the sum as it is: float32 -> int32 truncation, as torch's .to(int32)
+            for i in range(count):
+                q[i] = np.uint32(np.int32(sums[lo + i]))
+        else:
+            fill_uniform(k0, k1, LOCAL_UNIFORM, lo, scratch[:count])
+            for i in range(count):
+                v = np.floor(sums[lo + i] * factor + (u[i] - _ONE))
+                q[i] = np.uint32(np.int32(min(max(v, _ZERO), top)))
+        pack_tile(q, 0, count, bits, out[lo * bits // 8 :])
+        if keep:  # what every receiver decodes, written over the sums just read
+            for i in range(count):
+                sums[lo + i] = np.float32(np.int32(q[i])) * unit
+
+
+@njit(nogil=True, cache=True)
+def _add_kernel(body, n, bits, unit, replace, acc):  # type: ignore[no-untyped-def]
+    q = np.empty(min(n, TILE), dtype=np.uint32)
+    for lo in range(0, n, TILE):
+        count = min(n, lo + TILE) - lo
+        unpack_tile(body, lo, count, bits, q)
+        if replace:
+            for i in range(count):
+                acc[lo + i] = np.float32(np.int32(q[i])) * unit
+        else:
+            for i in range(count):
+                acc[lo + i] = acc[lo + i] + np.float32(np.int32(q[i])) * unit
+
+
+def _float32_view(values: torch.Tensor, what: str) -> np.ndarray:
+    if values.dtype != torch.float32 or values.dim() != 1 or not values.is_contiguous():
+        raise ValueError(f"{what} takes a contiguous 1-D float32 tensor, got {values.dtype}")
+    return values.numpy()
+
+
+def encode_packed(
+    sums: torch.Tensor,
+    bits: int,
+    out: np.ndarray,
+    *,
+    exact: bool,
+    factor: float = 1.0,
+    seed: int = 0,
+    unit: float = 1.0,
+    keep: bool = False,
+) -> None:
+    """Pack ``q`` of the float32 ``sums`` at ``bits`` bits into ``out`` (uint8, exactly
+    ``ceil(n bits / 8)`` bytes, any prior contents): ``q = int32(sums)`` when ``exact``, else
+    ``clamp(floor(sums * factor + u), 0, 2**bits - 1)`` with ``factor`` rounded to float32 and
+    ``u = (1 + u') - 1`` the local uniforms of stream ``seed`` (those of
+    :func:`~gradzip.kernels.grid_sums.requantize`). With ``keep``, ``sums`` is then replaced by
+    ``float32(q) * unit`` (``unit`` rounded to float32): what a receiver of the message decodes.
+
+    ``bits`` at most 24 (float32's exact integers). Variance: that of the stochastic rounding,
+    at most ``(1 / factor)**2 / 4`` per value; none when ``exact``.
+    """
+    check_bits(bits)
+    if bits > 24:
+        raise ValueError(f"encode_packed packs float32 sums at up to 24 bits, got {bits}")
+    values = _float32_view(sums, "encode_packed")
+    if out.dtype != np.uint8 or out.size != packed_bytes(values.size, bits):
+        raise ValueError(
+            f"encode_packed needs {packed_bytes(values.size, bits)} output bytes, got {out.size}"
+        )
+    if values.size == 0:
+        return
+    _encode_kernel(
+        values,
+        exact,
+        np.float32(factor),
+        seed & 0xFFFFFFFF,
+        seed >> 32,
+        (1 << bits) - 1,
+        bits,
+        np.float32(unit),
+        keep,
+        out,
+    )
+
+
+def add_packed(acc: torch.Tensor, body: np.ndarray, bits: int, unit: float, replace: bool) -> None:
+    """``acc += float32(q) * unit`` (``acc = ...`` when ``replace``), ``q`` the ``acc.numel()``
+    symbols of ``bits`` bits packed in ``body`` (uint8, already checked by
+    :func:`~gradzip.kernels.packed.check_packed_size`), ``unit`` rounded to float32; ``acc`` a
+    contiguous float32 vector. The bits of ``add_scaled(acc, unpack_bits(body), unit)``."""
+    check_bits(bits)
+    if bits > 24:
+        raise ValueError(f"add_packed adds float32 values of up to 24 bits, got {bits}")
+    values = _float32_view(acc, "add_packed")
+    if body.dtype != np.uint8 or body.size != packed_bytes(values.size, bits):
+        raise ValueError(
+            f"add_packed needs {packed_bytes(values.size, bits)} body bytes, got {body.size}"
+        )
+    if values.size:
+        _add_kernel(body, values.size, bits, np.float32(unit), replace, values)
