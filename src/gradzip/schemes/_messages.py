@@ -96,7 +96,9 @@ def _bytes(body: memoryview) -> torch.Tensor:
     return torch.frombuffer(bytearray(body), dtype=torch.uint8)
 
 
-def _open(payload: bytes | memoryview, codec: int, n: int, key: StreamKey) -> tuple[Header, memoryview]:
+def _open(
+    payload: bytes | memoryview, codec: int, n: int, key: StreamKey
+) -> tuple[Header, memoryview]:
     header, body = parse_payload(payload)
     if header.codec_id != codec:
         raise PayloadMismatchError(f"expected a message of kind {codec}, got {header.codec_id}")
