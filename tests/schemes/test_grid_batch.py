@@ -48,7 +48,11 @@ def run(spec: str, ef: bool, batch: bool, world_size: int) -> list[dict]:
         reduce = batched if batch else one_by_one
         means = [reduce(scheme, t, grads(t.rank, step), step) for step in range(STEPS)]
         residuals = (
-            [scheme.feedback["worker"].residual(i) for i, s in zip(INDICES, SHAPES) if s != (0,)]
+            [
+                scheme.feedback["worker"].residual(i)
+                for i, s in zip(INDICES, SHAPES, strict=True)
+                if s != (0,)
+            ]
             if ef
             else []
         )
