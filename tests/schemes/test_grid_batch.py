@@ -25,6 +25,11 @@ def qsgd() -> gradzip.Compressor:
     return gradzip.create("qsgd", s=4)
 
 
+def example(name: str) -> gradzip.Compressor:
+    cls = gradzip.get(name)
+    return cls(**cls.example_params)
+
+
 def grads(rank: int, step: int) -> list[torch.Tensor]:
     gen = torch.Generator().manual_seed(1000 * step + rank)
     return [torch.randn(shape, generator=gen) * (1 + rank) for shape in SHAPES]
@@ -40,11 +45,12 @@ def batched(scheme: Scheme, t: Transport, tensors: list[torch.Tensor], step: int
     return means
 
 
-def run(spec: str, ef: bool, batch: bool, world_size: int) -> list[dict]:
+def run(spec: str, ef: bool, batch: bool, world_size: int, codec: str = "qsgd") -> list[dict]:
     """Two steps on every rank: the means, the residuals after them, messages and bytes sent."""
 
     def body(t: Transport) -> dict:
-        scheme = make_scheme(spec, qsgd(), run_seed=5, error_feedback=ef)
+        compressor = qsgd() if codec == "qsgd" else example(codec)
+        scheme = make_scheme(spec, compressor, run_seed=5, error_feedback=ef)
         reduce = batched if batch else one_by_one
         means = [reduce(scheme, t, grads(t.rank, step), step) for step in range(STEPS)]
         residuals = (
@@ -100,6 +106,19 @@ def test_a_batch_gives_the_bits_of_one_by_one_in_fewer_messages(
     for rank in range(world_size):
         assert batch[rank]["messages"] == alone[rank]["messages"] - saved
         assert batch[rank]["sent"] < alone[rank]["sent"]
+
+
+@pytest.mark.parametrize("codec", ["dqsg", "terngrad", "lpc"])
+@pytest.mark.parametrize("spec", ["allreduce", "ps_intsum"])
+def test_every_grid_codec_batches_bit_for_bit(codec: str, spec: str) -> None:
+    """The other grid codecs' statistics (per bucket, one scalar) and offsets (DQSG's dithers)
+    split back to each tensor as its own agreement gave them."""
+    alone = run(spec, True, False, 3, codec)
+    batch = run(spec, True, True, 3, codec)
+    for rank in range(3):
+        for step in range(STEPS):
+            assert_bit_equal(batch[rank]["means"][step], alone[rank]["means"][step])
+        assert_bit_equal(batch[rank]["residuals"], alone[rank]["residuals"])
 
 
 def test_a_batch_mean_of_the_ring_is_unbiased() -> None:
