@@ -179,3 +179,19 @@ def test_snapshot_restore_undoes_later_encodes() -> None:
     assert torch.equal(ef.residual(0), before)  # later encodes did not touch the held tensors
     with pytest.raises(KeyError):
         ef.residual(1)
+
+
+def test_two_phase_compensation_changes_nothing_until_committed() -> None:
+    """``compensated`` gives ``g + e`` and leaves the residual; ``commit`` keeps ``v - v_hat``:
+    together the residual of ``compensate``."""
+    fb = ErrorFeedback(gradzip.create("qsgd", s=2))
+    key = StreamKey(tensor_index=2)
+    g = torch.randn(50, generator=torch.Generator().manual_seed(3))
+    fb.compensate(g, key, lambda v: (None, v.round()))
+    before = fb.residual(2)
+    slot, v = fb.compensated(g, key)
+    assert slot == (2, 0)
+    assert torch.equal(v, g + before) and torch.equal(fb.residual(2), before)
+    expected = (g + before) - (g + before).round()
+    fb.commit(slot, v, v.clone().round())
+    assert torch.equal(fb.residual(2), expected)

@@ -4,7 +4,7 @@ averaging with the identity codec, bit-exact resume, all-or-nothing steps, real 
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -16,6 +16,7 @@ from gradzip.comm.transport import Transport
 from gradzip.errors import GradzipError, NonFiniteInputError, PayloadMismatchError
 from gradzip.optim import CompressedOptimizer
 from gradzip.schemes import VARIANTS, AllGatherDecode, SchemeSpec, make_scheme
+from gradzip.schemes._grid_scheme import GridScheme
 from gradzip.sync import GradientSync
 
 if TYPE_CHECKING:
@@ -199,6 +200,20 @@ def test_a_failed_step_leaves_every_scheme_buffer_unchanged(
             return mean(t, g, step, index)
 
         sync.scheme.reduce = sabotage  # type: ignore[method-assign]
+        grid = getattr(scheme, "inner", scheme)  # hierarchical's leaders run a grid scheme
+        if isinstance(grid, GridScheme):
+            # these reduce both tensors in one batch: rank 1 takes another run seed once the
+            # scales are agreed, before the codes (no residual may change then either)
+            codes = grid._means_of_batch
+
+            def sabotage_codes(
+                t: Transport, symbols: Any, scales: Any, step: int, indices: Any
+            ) -> list[torch.Tensor]:
+                if step == 1 and transport.rank == 1:
+                    scheme.run_seed = 99
+                return codes(t, symbols, scales, step, indices)
+
+            grid._means_of_batch = sabotage_codes  # type: ignore[method-assign]
         try:
             sync.synchronize([torch.randn(6, 3, generator=gen), torch.randn(4, generator=gen)])
         except GradzipError:

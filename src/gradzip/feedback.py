@@ -166,8 +166,20 @@ class ErrorFeedback:
         ``quantize`` returns; ``v`` is in the working dtype (float32, or float64)."""
         slot, v = self._compensated(tensor, key)
         result, v_hat = quantize(v)
-        self._residuals[slot] = v.sub_(v_hat.to(v.dtype))
+        self.commit(slot, v, v_hat)
         return result
+
+    def compensated(self, tensor: torch.Tensor, key: StreamKey) -> tuple[Slot, torch.Tensor]:
+        """Phase one of :meth:`compensate` split in two, for a scheme that quantizes several
+        tensors before it knows whether the step succeeds (one agreement for a batch): the slot
+        of ``key`` and ``v = tensor + e``, a new tensor of the working dtype the caller owns.
+        Nothing changes until :meth:`commit`; a step that fails simply never commits."""
+        return self._compensated(tensor, key)
+
+    def commit(self, slot: Slot, v: torch.Tensor, v_hat: torch.Tensor) -> None:
+        """Phase two: keep ``e = v - v_hat`` for ``slot`` (``v`` from :meth:`compensated`,
+        turned into the residual in place; ``v_hat`` this sender's reconstruction of it)."""
+        self._residuals[slot] = v.sub_(v_hat.to(v.dtype))
 
     def _compensated(self, tensor: torch.Tensor, key: StreamKey) -> tuple[Slot, torch.Tensor]:
         """The slot of ``key`` and ``v = tensor + e`` as a new contiguous CPU tensor of the

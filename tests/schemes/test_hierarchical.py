@@ -168,3 +168,63 @@ def test_the_run_seed_reaches_the_leaders_scheme() -> None:
     assert scheme.inner.run_seed == 3
     scheme.run_seed = 7
     assert (scheme.run_seed, scheme.inner.run_seed) == (7, 7)
+
+
+#: a batch (a DDP bucket's parameters): several shapes, an empty one among them
+BATCH_SIZES = [(20, 10), (10,), (0,), (7, 3)]
+
+
+def batch_grads(rank: int, step: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(100 * step + rank)
+    return [torch.randn(shape, generator=gen) * (1 + rank) for shape in BATCH_SIZES]
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_batch_gives_one_by_ones_bits_in_fewer_messages(world_size: int) -> None:
+    """One flag all-gather, one message up and one down per node member, the leaders' batch:
+    the means and the leaders' residuals of one tensor at a time, bit for bit."""
+    indices = [2, 3, 4, 5]
+
+    def run(t: Transport, batch: bool) -> tuple[list[bytes], list[bytes], int]:
+        scheme = make_scheme(
+            "hierarchical[ranks_per_node=2,chunk_values=50]",
+            gradzip.create("dqsg", M=2),
+            run_seed=6,
+            error_feedback=True,
+        )
+        means = []
+        for step in range(2):
+            grads = batch_grads(t.rank, step)
+            if batch:
+                got, down = scheme.reduce_many_if_all_finite(t, grads, indices, step, True)
+                assert down == []
+            else:
+                got = [scheme.reduce(t, g, step, i) for g, i in zip(grads, indices, strict=True)]
+            means += [m.numpy().tobytes() for m in got]
+        residuals = [v.numpy().tobytes() for _, v in sorted(scheme.snapshot()["worker"].items())]
+        return means, residuals, t.meter.total(step=1).messages
+
+    alone = run_local(world_size, lambda t: run(t, False))
+    batch = run_local(world_size, lambda t: run(t, True))
+    for rank in range(world_size):
+        assert batch[rank][:2] == alone[rank][:2]
+        assert batch[rank][0] == batch[0][0]
+        # the meter counts each send and each receive: one by one, each of the 4 tensors
+        # (the empty one too) sends one node message and receives one, and a leader runs a
+        # max ring of 2(N-1) exchanges for each of the 3 non-empty ones; the batch does each
+        # once, plus the flag all-gather (P - 1 records)
+        leader_rings = 2 * (world_size // 2 - 1) if rank % 2 == 0 else 0
+        saved = 3 * 2 + 2 * leader_rings - (world_size - 1)
+        assert batch[rank][2] == alone[rank][2] - saved
+
+
+def test_a_flag_down_rank_in_a_batch_is_named_on_every_rank() -> None:
+    def run(t: Transport) -> object:
+        scheme = make_scheme("hierarchical[ranks_per_node=2]", gradzip.create("qsgd"), run_seed=1)
+        grads = batch_grads(t.rank, 0)
+        if t.rank == 3:
+            grads[-1][0, 0] = float("inf")
+        got = scheme.reduce_many_if_all_finite(t, grads, [0, 1, 2, 3], 0, True)
+        return got, t.meter.total(step=0).messages
+
+    assert run_local(4, run) == [(([], [3]), 3)] * 4

@@ -495,8 +495,9 @@ class GradzipHookState:
         under its model-order index (as :class:`~gradzip.sync.GradientSync` does), so nothing
         the scheme computes depends on the bucket. The cost: a scheme without a batched
         :meth:`~gradzip.schemes.base.Scheme.reduce_many_if_all_finite` (the ring, the
-        parameter server, the integer and nested schemes) runs its messages once per
-        parameter, where a bucket-wide reduction ran them once per bucket."""
+        parameter server, the nested scheme) runs its messages once per parameter, where a
+        bucket-wide reduction ran them once per bucket; the integer-sum schemes batch their
+        scale agreement (``allreduce`` its code ring too) without changing a bit."""
         assert job.layout is not None
         flat = job.buffer.detach()
         tensors = list(job.layout.parameter_views(flat, self._shapes))

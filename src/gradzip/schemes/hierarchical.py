@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import torch
 
@@ -13,7 +14,7 @@ from gradzip.errors import NonFiniteInputError
 from gradzip.feedback import working_dtype
 from gradzip.schemes._messages import pack_floats, unpack_floats
 from gradzip.schemes._pipelined_ring import DEFAULT_CHUNK_VALUES
-from gradzip.schemes.base import Scheme
+from gradzip.schemes.base import FINITE_CHECK, Scheme
 from gradzip.schemes.ring_allreduce import RingAllreduce
 
 #: the key chunks of the float32 messages inside a node (beyond any ring chunk of a tensor)
@@ -66,6 +67,11 @@ class Hierarchical(Scheme):
     A rank whose tensor holds NaN or Inf raises :class:`~gradzip.errors.NonFiniteInputError`
     before sending; :meth:`reduce_if_all_finite` agrees on the flags first, so every rank
     learns which ranks were down and nothing is updated.
+
+    Batches (:meth:`reduce_many_if_all_finite`, a DDP bucket's parameters): one flag
+    all-gather, one float32 message up and one down inside the node for the whole batch, and
+    between the leaders ``ring_allreduce``'s batch (one max ring, a code ring per tensor):
+    bit-identical to one by one.
     """
 
     name = "hierarchical"
@@ -162,3 +168,71 @@ class Hierarchical(Scheme):
             for member in range(leader + 1, leader + k):
                 transport.send_bytes(member, message, "node_broadcast")
         return mean.view(tensor.shape).to(working_dtype(tensor.dtype))
+
+    @in_step_scope
+    def reduce_many_if_all_finite(
+        self,
+        transport: Transport,
+        tensors: Sequence[torch.Tensor],
+        indices: Sequence[int],
+        step: int,
+        finite: bool,
+    ) -> tuple[list[torch.Tensor], list[int]]:
+        """The means of ``tensors`` with one flag all-gather (every value of every tensor
+        scanned for this rank's flag; counted under ``"finite_check"``), then, when every flag
+        is up, ONE float32 message from each rank to its leader carrying every tensor, the
+        leaders' :meth:`~gradzip.schemes._grid_scheme.GridScheme.reduce_many_if_all_finite`
+        (one max ring for the scales) and ONE message back: the bytes of one by one less the
+        headers and length prefixes of ``2 (K-1)`` node messages and ``2 (N-1)`` scale messages
+        per extra tensor. The node sums add the same values in the same order, so every mean is
+        bit-identical to :meth:`reduce` one tensor at a time. When some rank's flag is down,
+        every rank returns ``([], down)`` having sent nothing else, nothing updated."""
+        if len(tensors) != len(indices) or not tensors:
+            raise ValueError(
+                f"reduce_many_if_all_finite needs at least one tensor and one index per tensor, "
+                f"got {len(tensors)} tensors and {len(indices)} indices"
+            )
+        k = self.check_group(transport.world_size)
+        rank = transport.rank
+        leader = rank - rank % k
+        flat = [t.detach().reshape(-1).to("cpu", torch.float32) for t in tensors]
+        finite = finite and all(bool(torch.isfinite(x).all()) for x in flat)
+        _, down = transport.all_gather_flagged(b"\x01" if finite else b"\x00", finite, FINITE_CHECK)
+        if down:
+            return [], down
+        sizes = [x.numel() for x in flat]
+        first = indices[0]
+        up = self.key(rank, step, first, _TO_LEADER_CHUNK)
+        from_leader = self.key(leader, step, first, _FROM_LEADER_CHUNK)
+        if rank != leader:
+            transport.send_bytes(leader, pack_floats(torch.cat(flat), up), "node_reduce")
+            got = host_bytes(transport.recv_bytes(leader, "node_broadcast"))
+            joined = unpack_floats(got, sum(sizes), from_leader)
+        else:
+            total = torch.cat(flat)  # a new tensor: the node sum, in rank order as in reduce
+            for member in range(leader + 1, leader + k):
+                got = host_bytes(transport.recv_bytes(member, "node_reduce"))
+                total += unpack_floats(
+                    got, total.numel(), self.key(member, step, first, _TO_LEADER_CHUNK)
+                )
+            node_means = [
+                part.view(t.shape)
+                for part, t in zip(torch.split(total.div_(k), sizes), tensors, strict=True)
+            ]
+            leaders = SubgroupTransport(transport, range(0, transport.world_size, k))
+            means, lost = self.inner.reduce_many_if_all_finite(
+                leaders, node_means, indices, step, True
+            )
+            if lost:  # a node sum overflowed float32: finite inputs, infinite node mean
+                raise NonFiniteInputError(
+                    f"hierarchical: the node means of leader(s) {[i * k for i in lost]} overflowed "
+                    f"float32 at step {step}; nothing was updated"
+                )
+            joined = torch.cat([m.reshape(-1).to(torch.float32) for m in means])
+            message = pack_floats(joined, from_leader)
+            for member in range(leader + 1, leader + k):
+                transport.send_bytes(member, message, "node_broadcast")
+        return [
+            part.view(t.shape).to(working_dtype(t.dtype))
+            for part, t in zip(torch.split(joined, sizes), tensors, strict=True)
+        ], []

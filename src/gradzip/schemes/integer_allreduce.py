@@ -48,6 +48,11 @@ class IntegerAllreduce(GridScheme):
 
     Error feedback: role ``"worker"``, the residual of each rank's own contribution.
 
+    Batches (:meth:`~gradzip.schemes._grid_scheme.GridScheme.reduce_many_if_all_finite`, a DDP
+    bucket's parameters): one scale all-gather carrying every tensor's statistics and ``P``
+    flag floats, and one ring over every tensor's concatenated codes; the means and residuals
+    are bit-identical to reducing the tensors one by one.
+
     References: DQSG paper Alg. 1 (dithers regenerated from seeds); TernGrad's scale sharing
     (Wen et al., NeurIPS 2017); LPC-SVRG scheme (b) (spec 3.3) with the server replaced by a
     ring; Patarasuk & Yuan (2009) for the ring allreduce.
@@ -84,6 +89,37 @@ class IntegerAllreduce(GridScheme):
             transport, symbols, top, lambda rank, chunk: self.key(rank, step, tensor_index, chunk)
         )
         return self._decode_sum(sums, scales, step, tensor_index, transport.world_size)
+
+    #: whether :meth:`_sum_codes` is exact (integer sums, the same bits whatever the vector
+    #: they sit in), so a batch's codes may travel concatenated in one sum
+    sums_exactly = True
+
+    def _means_of_batch(
+        self,
+        transport: Transport,
+        symbols: list[torch.Tensor],
+        scales: list[torch.Tensor],
+        step: int,
+        indices: list[int],
+    ) -> list[torch.Tensor]:
+        """Every tensor's symbols concatenated into ONE code sum (messages keyed by the batch's
+        first tensor index), split, and each part decoded with its own scales and keys
+        (:meth:`_decode_sum`): the rounds of one ring for the whole batch. The sums are exact
+        integers, so each tensor's sum, hence its mean, has the bits of its own ring."""
+        if not self.sums_exactly or len(symbols) <= 1:
+            return super()._means_of_batch(transport, symbols, scales, step, indices)
+        top, size, first = 2 * self.grid.grid_levels(), transport.world_size, indices[0]
+        sums = self._sum_codes(
+            transport,
+            torch.cat(symbols),
+            top,
+            lambda rank, chunk: self.key(rank, step, first, chunk),
+        )
+        parts = torch.split(sums, [sym.numel() for sym in symbols])
+        return [
+            self._decode_sum(part, sc, step, index, size)
+            for part, sc, index in zip(parts, scales, indices, strict=True)
+        ]
 
     def _sum_codes(
         self,

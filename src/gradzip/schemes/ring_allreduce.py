@@ -47,11 +47,21 @@ class RingAllreduce(IntegerAllreduce):
     Error feedback: role ``"worker"``, the residual of this rank's own quantization (the
     re-quantizations of partial sums are shared and unbiased, so they are not fed back).
 
+    Batches (:meth:`~gradzip.schemes._grid_scheme.GridScheme.reduce_many_if_all_finite`): one
+    max ring for every tensor's scales plus ``P`` flag floats, then one code ring per tensor
+    (see :attr:`sums_exactly`): means and residuals bit-identical to one by one.
+
     References: Patarasuk & Yuan (2009) for the ring; Dryden et al. (MLHPC 2016) for
     re-quantizing partial sums; the pipelining as in NCCL's chunked rings.
     """
 
     name = "ring_allreduce"
+    #: [CHOICE] a batch agrees on its scales and flags in ONE max ring, but each tensor's codes
+    #: keep their own pipelined ring: the re-quantized partial sums fall where a tensor sits in
+    #: the summed vector and draw under the ring's keys, so a concatenated sum would give other
+    #: bits (the same distribution) for each grouping, and the DDP hook's means would depend on
+    #: its buckets (:attr:`~gradzip.schemes.base.Scheme.groups_exactly` would fail)
+    sums_exactly = False
     #: the host ring only (the device path is :class:`IntegerAllreduce`'s)
     device_capable = False
 
