@@ -115,7 +115,7 @@ def run(
         for work in workloads.values():
             if speeds_path:
                 load_speeds(speeds_path, work)
-        checked, skipped = validate(measured, workloads, alpha_s)
+        checked, skipped = validate(measured, workloads, alpha_s, intra_gbit)
         if save_speeds_path and len(workloads) == 1:
             save_speeds(save_speeds_path, next(iter(workloads.values())))
         print(f"scaling model against {len(checked)} measured rows (alpha {1e6 * alpha_s:g} us):")

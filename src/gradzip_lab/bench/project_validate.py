@@ -12,7 +12,11 @@ nothing is fitted per row. What comes from the file:
 * the link: the row's tc rate, at the wire efficiency of TCP framing
   (:data:`~gradzip_lab.bench.project_links.WIRE_EFFICIENCY`) and the alpha given (default
   :data:`DEFAULT_ALPHA_S`). Rows at rate ``none`` (no limit) are skipped: the veth's own rate
-  is not a link parameter the file records.
+  is not a link parameter the file records;
+* the nodes: the row's ``ranks_per_node`` (else the file's, else 1). Ranks of one node talk
+  over its loopback, which the cluster does not limit: [CHOICE] those links are modelled at
+  ``intra_gbit`` (the projection's ``--intra-gbit``), the node's own link at the row's rate.
+  The MB column stays the file's bytes a rank (a node's veth bytes / K).
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ class MeasuredRow:
     compute_ms: float | None
     mb_per_rank: float | None
     cpu_count: int
+    #: ranks sharing one node's namespace (its loopback unlimited)
+    ranks_per_node: int = 1
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,7 @@ def read_rows(path: str | Path) -> list[MeasuredRow]:
         data = json.loads(text)
         runs: list[dict[str, Any]] = data["runs"]
         cpu_count = int(data.get("cpu_count") or data.get("machine", {}).get("cpu_count") or 0)
+        file_nodes = int(data.get("ranks_per_node") or 1)
         rows = []
         for run in runs:
             sent = run.get("bytes_sent_per_rank")
@@ -94,6 +101,7 @@ def read_rows(path: str | Path) -> list[MeasuredRow]:
                     compute_ms=None if run.get("compute_ms") is None else float(run["compute_ms"]),
                     mb_per_rank=None if sent is None else float(sent) / 1e6,
                     cpu_count=cpu_count,
+                    ranks_per_node=int(run.get("ranks_per_node") or file_nodes),
                 )
             )
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
@@ -117,9 +125,11 @@ def validate(
     rows: list[MeasuredRow],
     workloads: dict[str, Workload],
     alpha_s: float = DEFAULT_ALPHA_S,
+    intra_gbit: float = 800.0,
 ) -> tuple[list[Checked], list[str]]:
     """Predict every row that can be (``workloads``: the measured model per model name); the
-    checked rows and a line for each skipped one."""
+    checked rows and a line for each skipped one. ``intra_gbit``: the links inside a node of
+    a row with ``ranks_per_node > 1``."""
     computes = compute_lookup(rows)
     checked: list[Checked] = []
     skipped: list[str] = []
@@ -143,7 +153,8 @@ def validate(
         work = replace(workloads[r.model], compute_s=compute_ms / 1e3, cpu_share=share)
         link = Link(alpha_s, r.bits_per_s / 1e9)
         try:
-            pred = predict(r.variant, work, r.world_size, Network(link, link))
+            intra = link if r.ranks_per_node == 1 else Link(alpha_s, intra_gbit)
+            pred = predict(r.variant, work, r.world_size, Network(link, intra))
         except ValueError as err:
             skipped.append(f"{where}: {err}")
             continue

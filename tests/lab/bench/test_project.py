@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,27 @@ def test_bad_options_are_refused_before_anything_is_measured(
     assert main(["bench", "project", "--overlap", "2"]) == 2
     assert "--overlap in [0, 1]" in capsys.readouterr().err
     assert main(["bench", "project", "--world-sizes", "1,4"]) == 2
+
+
+def test_rows_of_nodes_model_the_node_links_at_the_intra_rate() -> None:
+    """A P = 8 file of 4 ranks a node: its rows carry K = 4, and a hierarchical row's float32
+    traffic inside a node goes over ``intra_gbit``, not the node's 100 Mbit/s link: a faster
+    intra link must shorten the prediction, and fp32 (one flat ring) must not change."""
+    rows = read_rows(RESULTS / "cluster-scaling-p8-nodes4.json")
+    assert {r.ranks_per_node for r in rows} == {4}
+    from gradzip_lab.bench.project_models import named_model, parameter_shapes
+
+    model, _ = named_model("mlp-4096")
+    work = Workload(parameter_shapes(model), compute_s=0.0)
+    picked = [
+        r for r in rows if r.variant in ("fp32", "gradzip:qsgd:hierarchical[ranks_per_node=4]")
+    ]
+    picked = [replace(r, compute_ms=1000.0) for r in picked]
+    slow, _ = validate(picked, {"mlp-4096": work}, intra_gbit=0.1)
+    fast, _ = validate(picked, {"mlp-4096": work}, intra_gbit=800.0)
+    by_variant = {c.row.variant: c.predicted_ms for c in slow}
+    for c in fast:
+        if c.row.variant == "fp32":
+            assert c.predicted_ms == pytest.approx(by_variant["fp32"])
+        else:
+            assert c.predicted_ms < by_variant[c.row.variant] / 5
