@@ -106,14 +106,7 @@ def encode_packed(
     ``bits`` at most 24 (float32's exact integers). Variance: that of the stochastic rounding,
     at most ``(1 / factor)**2 / 4`` per value; none when ``exact``.
     """
-    check_bits(bits)
-    if bits > 24:
-        raise ValueError(f"encode_packed packs float32 sums at up to 24 bits, got {bits}")
-    values = _float32_view(sums, "encode_packed")
-    if out.dtype != np.uint8 or out.size != packed_bytes(values.size, bits):
-        raise ValueError(
-            f"encode_packed needs {packed_bytes(values.size, bits)} output bytes, got {out.size}"
-        )
+    values = _checked_hop(sums, out, bits, "encode_packed", "output")
     if values.size == 0:
         return
     _encode_kernel(
@@ -135,13 +128,22 @@ def add_packed(acc: torch.Tensor, body: np.ndarray, bits: int, unit: float, repl
     symbols of ``bits`` bits packed in ``body`` (uint8, already checked by
     :func:`~gradzip.kernels.packed.check_packed_size`), ``unit`` rounded to float32; ``acc`` a
     contiguous float32 vector. The bits of ``add_scaled(acc, unpack_bits(body), unit)``."""
-    check_bits(bits)
-    if bits > 24:
-        raise ValueError(f"add_packed adds float32 values of up to 24 bits, got {bits}")
-    values = _float32_view(acc, "add_packed")
-    if body.dtype != np.uint8 or body.size != packed_bytes(values.size, bits):
-        raise ValueError(
-            f"add_packed needs {packed_bytes(values.size, bits)} body bytes, got {body.size}"
-        )
+    values = _checked_hop(acc, body, bits, "add_packed", "body")
     if values.size:
         _add_kernel(body, values.size, bits, np.float32(unit), replace, values)
+
+
+def _checked_hop(
+    sums: torch.Tensor, packed: np.ndarray, bits: int, name: str, role: str
+) -> np.ndarray:
+    """The float32 view of ``sums`` after checking that ``bits`` is a width float32 holds
+    exactly (at most 24) and that ``packed`` is a uint8 buffer of exactly the packed size."""
+    check_bits(bits)
+    if bits > 24:
+        raise ValueError(f"{name} takes float32 sums of up to 24 bits, got {bits}")
+    values = _float32_view(sums, name)
+    if packed.dtype != np.uint8 or packed.size != packed_bytes(values.size, bits):
+        raise ValueError(
+            f"{name} needs {packed_bytes(values.size, bits)} {role} bytes, got {packed.size}"
+        )
+    return values
