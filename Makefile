@@ -20,6 +20,13 @@ $(BIN)/gradzip: pyproject.toml
 
 setup: $(BIN)/gradzip
 
+# numba's kernels compiled and cached before the tests (in a fresh clone their first calls put
+# about ten minutes of compilation inside the suite); again whenever a kernel module changes.
+KERNELS_WARM := $(VENV)/.gradzip-kernels-warm
+$(KERNELS_WARM): $(BIN)/gradzip $(wildcard src/gradzip/kernels/*.py)
+	$(BIN)/python -m gradzip.warmup --quiet
+	touch $@
+
 # Optional data: Fashion-MNIST (`--dataset fashion-mnist`, `gradzip reproduce qesgd-fmnist`) from
 # Debian's dataset-fashion-mnist package, installed when run as root on a Debian-based machine;
 # otherwise it says how to supply it. The tests that need it skip without it.
@@ -40,16 +47,16 @@ run: setup
 	$(BIN)/gradzip train
 
 # Lint, type-check and the default test suite (slow tests excluded; see test-slow).
-test: setup lint typecheck
+test: setup lint typecheck $(KERNELS_WARM)
 	$(BIN)/pytest
 
 # The inner loop while developing: the default suite without the tests that spawn processes
 # (gloo ranks, the CLI in a subprocess); no lint or type-check.
-test-fast: setup
+test-fast: setup $(KERNELS_WARM)
 	$(BIN)/pytest -m 'not slow and not distributed'
 
 # The slow statistical and end-to-end tests (run by CI after `make test`).
-test-slow: setup
+test-slow: setup $(KERNELS_WARM)
 	$(BIN)/pytest -m slow
 
 # On a machine with a CUDA device: the gpu tests, the codec and DDP-hook benchmarks on the GPU

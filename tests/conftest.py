@@ -36,6 +36,27 @@ settings.register_profile(
 settings.load_profile("gradzip")
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m 'not slow'` deselects by mark
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the cases of :data:`tests.slow_cases.SLOW_CASES` slow; refuse an id there that
+    names no collected case of a test that was collected (a rename must not move a case)."""
+    from tests.slow_cases import SLOW_CASES
+
+    by_id = {item.nodeid: item for item in items}
+    collected_tests = {item.nodeid.split("[", 1)[0] for item in items}
+    picked_cases = any("[" in arg for arg in config.args)  # `file::test[case]` on the command line
+    stale = []
+    for case in SLOW_CASES:
+        if case in by_id:
+            by_id[case].add_marker(pytest.mark.slow)
+        elif case.split("[", 1)[0] in collected_tests and not picked_cases:
+            stale.append(case)
+    if stale:
+        raise pytest.UsageError(
+            "tests/slow_cases.py names cases that do not exist: " + ", ".join(stale)
+        )
+
+
 @pytest.fixture(autouse=True)
 def _processes_only_in_distributed_tests(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch

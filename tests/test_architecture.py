@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gradzip.feedback",),
     ("gradzip.schemes",),
     ("gradzip.stepping",),
-    ("gradzip.sync", "gradzip.optim"),
+    ("gradzip.sync", "gradzip.optim", "gradzip.warmup"),
     ("gradzip.integrations",),
     ("gradzip.data", "gradzip.models"),
     ("gradzip.simulation",),

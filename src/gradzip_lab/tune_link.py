@@ -8,6 +8,10 @@ alpha is the intercept of the time a round against a round's bytes, beta the inv
 reduction arithmetic in it; the all-reduce of the largest size is timed too and printed as a
 check. [CHOICE] Sizes stop growing once one collective takes more than ``budget_s`` seconds, so
 a slow link still finishes in well under a minute; at least two sizes are always timed.
+[CHOICE] A link faster than the sizes can resolve (a loaded host, localhost, small sizes) can
+give times that do not grow with bytes: rather than fail, the fit then takes alpha as 0 and the
+rate as the best throughput any size showed, a lower bound on the link's, and says so
+(``rate_is_lower_bound``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class LinkEstimate:
     world_size: int
     points: tuple[tuple[float, float], ...]  # (bytes a round, seconds a round)
     allreduce_gbit_per_s: float
+    rate_is_lower_bound: bool = False
 
     def check(self) -> None:
         if not (math.isfinite(self.alpha_s) and self.alpha_s >= 0):
@@ -74,6 +79,18 @@ def fit_alpha_beta(points: Sequence[tuple[float, float]]) -> tuple[float, float]
     return alpha, 1.0 / slope
 
 
+def fit_or_bound(points: Sequence[tuple[float, float]]) -> tuple[float, float, bool]:
+    """:func:`fit_alpha_beta`, or, when the times do not grow with bytes, alpha 0 and the best
+    throughput of any point (a lower bound on the rate): (alpha, beta, beta is a bound)."""
+    try:
+        alpha, beta = fit_alpha_beta(points)
+    except ValueError:
+        if len({b for b, _ in points}) < 2 or not all(t > 0 for _, t in points):
+            raise
+        return 0.0, max(b / t for b, t in points), True
+    return alpha, beta, False
+
+
 def measure_link(
     sizes_mb: Sequence[float] = DEFAULT_SIZES_MB,
     repeat: int = 3,
@@ -98,7 +115,7 @@ def measure_link(
         last = x
         if seconds > budget_s and len(points) >= 2:
             break
-    alpha, beta = fit_alpha_beta(points)
+    alpha, beta, bound = fit_or_bound(points)
     assert last is not None
     reduced = last.clone()
     ar_s = _time(lambda: dist.all_reduce(reduced), 1)
@@ -109,6 +126,7 @@ def measure_link(
         world_size=p,
         points=tuple(points),
         allreduce_gbit_per_s=ar_bytes / ar_s * 8 / 1e9 / efficiency,
+        rate_is_lower_bound=bound,
     )
     estimate.check()
     return estimate

@@ -77,6 +77,12 @@ def tune(
                 + ", ".join(f"{b / 1e6:g}" for b, _ in measured.points)
                 + f" MB; an all-reduce ran at {measured.allreduce_gbit_per_s:.3f} Gbit/s)"
             )
+            if measured.rate_is_lower_bound:
+                print(
+                    "  the times did not grow with the sizes (the link is faster than they "
+                    "resolve): the rate is the best throughput seen, a lower bound on the "
+                    "link's"
+                )
         else:
             print(
                 f"link given: {world_size} ranks, {link_gbit:g} Gbit/s, alpha {1e6 * alpha_s:g} us"

@@ -181,3 +181,18 @@ def test_rows_of_nodes_model_the_node_links_at_the_intra_rate() -> None:
             assert c.predicted_ms == pytest.approx(by_variant["fp32"])
         else:
             assert c.predicted_ms < by_variant[c.row.variant] / 5
+
+
+def test_times_that_do_not_grow_with_bytes_give_a_lower_bound_not_an_error() -> None:
+    from gradzip_lab.tune_link import fit_alpha_beta, fit_or_bound
+
+    noisy = [(2.5e5, 4e-4), (1e6, 3e-4)]  # a loaded localhost: the larger size was faster
+    with pytest.raises(ValueError, match="do not grow with bytes"):
+        fit_alpha_beta(noisy)
+    alpha, beta, bound = fit_or_bound(noisy)
+    assert (alpha, bound) == (0.0, True)
+    assert beta == pytest.approx(1e6 / 3e-4)
+    exact = [(b, 5e-5 + b / 1.25e8) for b in (1e6, 4e6)]
+    assert fit_or_bound(exact)[2] is False
+    with pytest.raises(ValueError, match="two message sizes"):
+        fit_or_bound([(1e6, 0.01)])

@@ -1,0 +1,145 @@
+"""Compiling gradzip's numba kernels once, at set-up: ``python -m gradzip.warmup``.
+
+numba compiles a kernel the first time it is called with a new combination of argument types,
+then keeps the machine code in its on-disk cache (every gradzip kernel is ``cache=True``; see
+:mod:`gradzip.kernels._numba_cache`). On a fresh install the first encode or decode of each
+compressor, in each floating dtype, therefore waits for compilation: about a second a kernel,
+several minutes over the whole library on two cores. ``make setup`` runs this module so that a
+fresh clone pays that once, at set-up, instead of inside the first training step or the test
+suite.
+
+It calls, for every registered compressor (its ``example_params`` and the parameters in
+:data:`WIDE_PARAMS` that change a kernel's argument types) and each of float32, float16,
+bfloat16 and float64: ``encode``, ``decode`` and ``decode_add_`` of a tensor of several
+4,096-value tiles and a partial one, of a small odd one and (float32) of a large one; then, on
+two simulated ranks, one step of every reduction variant around every compressor it accepts,
+without and with error feedback. [CHOICE] This covers the argument types the library's own
+paths use; a kernel first called with other types still compiles, once, where it is first
+used. The work is
+split over ``--jobs`` processes (default: the CPU count, at most 4): numba's cache tolerates
+concurrent writers, and two processes that compile the same shared kernel both just cache it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+
+import torch
+
+#: the floating dtypes every compressor accepts
+DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+#: sizes: several 4,096-value tiles and a partial last one; a small odd tensor
+SIZES = (3 * 4096 + 37, 7)
+#: a float32 size past the kernels' size-dependent paths (sampled top-k thresholds, several
+#: sign segments)
+LARGE = (1 << 17) + 3
+#: parameters beside ``example_params`` that change a kernel's argument types: wide symbols
+#: (10-bit DQSG, nested DQSG's 300 cells), 24-bit LPC, entropy-coded (Golomb-Rice) QESGD, ...
+WIDE_PARAMS: dict[str, tuple[dict[str, object], ...]] = {
+    "dqsg": ({"M": 2}, {"M": 300}, {"M": 1, "bucket_size": None}),
+    "half_dither": ({"M": 2},),
+    "ndqsg": ({}, {"L1": 300, "k": 301, "bucket_size": 100}),
+    "qsgd": ({"s": 2}, {"s": 7}, {"s": 16}, {"s": 127}),
+    "hou": ({"b": 3, "scaled": True},),
+    "lpc": ({"b": 4}, {"b": 24}),
+    "qesgd": ({"delta": 1e-3, "bits": 16, "packing": "entropy"},),
+}
+#: compressors whose schemes run them with error feedback (biased ones)
+BIASED = frozenset({"onebit", "topk", "randk", "threshold", "adaptive"})
+
+
+def warm_compressor(name: str) -> str:
+    """Encode, decode and decode-add with compressor ``name`` (its example parameters and the
+    :data:`WIDE_PARAMS` ones) in every dtype and size."""
+    from gradzip.compressors import get
+    from gradzip.keys import StreamKey
+
+    torch.set_num_threads(1)
+    cls = get(name)
+    key = StreamKey(run_seed=1, rank=0, step=0, tensor_index=0)
+    gen = torch.Generator().manual_seed(0)
+    for params in (cls.example_params, *WIDE_PARAMS.get(name, ())):
+        comp = cls(**params)
+        cases = [(dtype, n) for dtype in DTYPES for n in SIZES] + [(torch.float32, LARGE)]
+        for dtype, n in cases:
+            x = torch.randn(n, generator=gen).to(dtype)
+            side = x + 0.01 if comp.needs_side_information else None
+            payload = comp.encode(x, key).payload
+            comp.decode(payload, expected_key=key, shape=x.shape, dtype=dtype, side=side)
+            out = torch.zeros(n, dtype=dtype)
+            comp.decode_add_(payload, out, expected_key=key, side=side)
+    return name
+
+
+def warm_scheme(variant: str) -> str:
+    """One step of the reduction ``variant`` around every compressor it accepts, on two
+    simulated ranks, without and (biased compressors, or any where the scheme keeps a
+    residual) with error feedback."""
+    from gradzip.comm.local import run_local
+    from gradzip.comm.transport import Transport
+    from gradzip.compressors import get, names
+    from gradzip.schemes import make_scheme, scheme_accepts
+
+    torch.set_num_threads(1)
+
+    def body(t: Transport) -> None:
+        for name in names():
+            cls = get(name)
+            if not scheme_accepts(variant, cls(**cls.example_params)):
+                continue
+            for feedback in (False, True):
+                try:
+                    scheme = make_scheme(variant, cls(**cls.example_params), run_seed=1,
+                                         error_feedback=feedback)  # fmt: skip
+                except ValueError:  # a scheme that keeps no residual refuses error feedback
+                    continue
+                gen = torch.Generator().manual_seed(t.rank)
+                for index, shape in enumerate(((64, 48), (SIZES[0],), (5,))):
+                    scheme.reduce(t, torch.randn(shape, generator=gen), 0, index)
+
+    run_local(2, body)
+    return f"every compressor through {variant}"
+
+
+def warm_all(jobs: int, show: bool = True) -> float:
+    """Run every warm-up over ``jobs`` processes; returns the seconds it took."""
+    from gradzip.compressors import names
+    from gradzip.schemes import VARIANTS
+
+    start = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(warm_compressor, name) for name in names()]
+        futures += [pool.submit(warm_scheme, variant) for variant in VARIANTS]
+        for future in futures:
+            done = future.result()  # re-raises a worker's error here
+            if show:
+                print(f"  compiled: {done}", flush=True)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m gradzip.warmup",
+        description="Compile and cache gradzip's numba kernels now rather than at first use.",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=min(4, os.cpu_count() or 1),
+        help="processes compiling side by side (default: the CPU count, at most 4)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="print only the total")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    seconds = warm_all(args.jobs, show=not args.quiet)
+    print(f"gradzip's kernels are compiled and cached ({seconds:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
