@@ -1,6 +1,7 @@
-"""The parametrized cases that run with the slow tests (``make test-slow``, run by CI) rather
-than in the default suite: each of them took 3 s or more (most 5-45 s) on the 2-core machine, and the default
-suite must stay under 10 minutes there. Every case still runs on every CI run.
+"""The tests and single parametrized cases that run with the slow tests (``make test-slow``,
+run by CI) rather than in the default suite: each took 3 s or more (most 5-45 s) on the 2-core
+machine, and the default suite must stay under 10 minutes there. Every one still runs on every
+CI run.
 
 [CHOICE] A list of node ids, not marks at each parametrization, so that one case of a test can
 move while its faster siblings keep guarding the default suite (``make test``): e.g. the

@@ -1,12 +1,12 @@
-"""``python -m gradzip.warmup`` (run by ``make setup``): every warm-up call runs the library's
-real encode, decode and reduction paths, and a bad option is refused."""
+"""``python -m gradzip.warmup`` (run before ``make test``): every warm-up call runs the
+library's real encode, decode and reduction paths, and every parameter set it names builds."""
 
 from __future__ import annotations
 
 import pytest
 
 from gradzip.compressors import names
-from gradzip.warmup import WIDE_PARAMS, main, warm_compressor, warm_scheme
+from gradzip.warmup import WIDE_PARAMS, warm_compressor, warm_scheme
 
 
 @pytest.mark.parametrize("name", ["qsgd", "onebit"])
@@ -25,10 +25,3 @@ def test_every_wide_parameter_set_builds_its_compressor() -> None:
 
 def test_a_variant_runs_a_step_around_every_compressor_it_accepts() -> None:
     assert warm_scheme("allreduce") == "every compressor through allreduce"
-
-
-def test_no_jobs_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as stop:
-        main(["--jobs", "0"])
-    assert stop.value.code == 2
-    assert "--jobs must be >= 1, got 0" in capsys.readouterr().err

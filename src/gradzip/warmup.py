@@ -1,12 +1,12 @@
-"""Compiling gradzip's numba kernels once, at set-up: ``python -m gradzip.warmup``.
+"""Compiling gradzip's numba kernels once, before use: ``python -m gradzip.warmup``.
 
 numba compiles a kernel the first time it is called with a new combination of argument types,
 then keeps the machine code in its on-disk cache (every gradzip kernel is ``cache=True``; see
 :mod:`gradzip.kernels._numba_cache`). On a fresh install the first encode or decode of each
 compressor, in each floating dtype, therefore waits for compilation: about a second a kernel,
-several minutes over the whole library on two cores. ``make setup`` runs this module so that a
-fresh clone pays that once, at set-up, instead of inside the first training step or the test
-suite.
+minutes over the whole library on two cores. ``make test``, ``make test-fast`` and ``make
+test-slow`` run this module first (again after a kernel module changes), so a fresh clone pays
+that once instead of inside the test suite; a user can run it once after installing.
 
 It calls, for every registered compressor (its ``example_params`` and the parameters in
 :data:`WIDE_PARAMS` that change a kernel's argument types) and each of float32, float16,
@@ -15,21 +15,17 @@ bfloat16 and float64: ``encode``, ``decode`` and ``decode_add_`` of a tensor of 
 two simulated ranks, one step of every reduction variant around every compressor it accepts,
 without and with error feedback. [CHOICE] This covers the argument types the library's own
 paths use; a kernel first called with other types still compiles, once, where it is first
-used. The work is
-split over ``--jobs`` processes. [CHOICE] The default is one: numba names a new cached
-overload's file by the first free number in the function's index, so two processes compiling
-different overloads of one function at the same moment can both pick the same file, and its
-index may then point an overload at the other's machine code. One process compiles everything
-in about five minutes on two cores; ``--jobs N`` is for a machine whose cache is private to
-the call (a fresh ``NUMBA_CACHE_DIR``) and where the risk is accepted.
+used. [CHOICE] Everything runs in this one process, one call after another: numba names a new
+cached overload's file by the first free number in the function's index, so two processes
+compiling different overloads of one function at the same moment can pick the same file and
+leave the index pointing an overload at the other's machine code.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
+from itertools import chain
 
 import torch
 
@@ -51,8 +47,6 @@ WIDE_PARAMS: dict[str, tuple[dict[str, object], ...]] = {
     "lpc": ({"b": 4}, {"b": 24}),
     "qesgd": ({"delta": 1e-3, "bits": 16, "packing": "entropy"},),
 }
-#: compressors whose schemes run them with error feedback (biased ones)
-BIASED = frozenset({"onebit", "topk", "randk", "threshold", "adaptive"})
 
 
 def warm_compressor(name: str) -> str:
@@ -80,8 +74,7 @@ def warm_compressor(name: str) -> str:
 
 def warm_scheme(variant: str) -> str:
     """One step of the reduction ``variant`` around every compressor it accepts, on two
-    simulated ranks, without and (biased compressors, or any where the scheme keeps a
-    residual) with error feedback."""
+    simulated ranks, without and (where the scheme takes it) with error feedback."""
     from gradzip.comm.local import run_local
     from gradzip.comm.transport import Transport
     from gradzip.compressors import get, names
@@ -95,9 +88,9 @@ def warm_scheme(variant: str) -> str:
             if not scheme_accepts(variant, cls(**cls.example_params)):
                 continue
             for feedback in (False, True):
+                compressor = cls(**cls.example_params)  # a scheme of its own each time
                 try:
-                    scheme = make_scheme(variant, cls(**cls.example_params), run_seed=1,
-                                         error_feedback=feedback)  # fmt: skip
+                    scheme = make_scheme(variant, compressor, run_seed=1, error_feedback=feedback)
                 except ValueError:  # a scheme that keeps no residual refuses error feedback
                     continue
                 gen = torch.Generator().manual_seed(t.rank)
@@ -108,19 +101,15 @@ def warm_scheme(variant: str) -> str:
     return f"every compressor through {variant}"
 
 
-def warm_all(jobs: int, show: bool = True) -> float:
-    """Run every warm-up over ``jobs`` processes; returns the seconds it took."""
+def warm_all(show: bool = True) -> float:
+    """Run every warm-up in this process; returns the seconds it took."""
     from gradzip.compressors import names
     from gradzip.schemes import VARIANTS
 
     start = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(warm_compressor, name) for name in names()]
-        futures += [pool.submit(warm_scheme, variant) for variant in VARIANTS]
-        for future in futures:
-            done = future.result()  # re-raises a worker's error here
-            if show:
-                print(f"  compiled: {done}", flush=True)
+    for done in chain(map(warm_compressor, names()), map(warm_scheme, VARIANTS)):
+        if show:
+            print(f"  compiled: {done}", flush=True)
     return time.perf_counter() - start
 
 
@@ -129,17 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m gradzip.warmup",
         description="Compile and cache gradzip's numba kernels now rather than at first use.",
     )
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=1,
-        help="processes compiling side by side (default 1: see the module's docstring)",
-    )
     parser.add_argument("--quiet", action="store_true", help="print only the total")
     args = parser.parse_args(argv)
-    if args.jobs < 1:
-        parser.error(f"--jobs must be >= 1, got {args.jobs}")
-    seconds = warm_all(args.jobs, show=not args.quiet)
+    seconds = warm_all(show=not args.quiet)
     print(f"gradzip's kernels are compiled and cached ({seconds:.0f} s)")
     return 0
 

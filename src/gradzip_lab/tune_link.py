@@ -62,10 +62,9 @@ def _time(fn: object, repeat: int) -> float:
     return best
 
 
-def fit_alpha_beta(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """Least squares of ``seconds = alpha + bytes / beta`` over (bytes, seconds) points:
-    (alpha, beta in bytes a second). ``ValueError`` when the points cannot give a positive
-    slope (fewer than two sizes, or times that do not grow with bytes)."""
+def _least_squares(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """(intercept, slope) of ``seconds`` against ``bytes``; ``ValueError`` with fewer than two
+    distinct sizes."""
     if len({b for b, _ in points}) < 2:
         raise ValueError("fitting alpha and beta needs at least two message sizes")
     n = len(points)
@@ -73,22 +72,28 @@ def fit_alpha_beta(points: Sequence[tuple[float, float]]) -> tuple[float, float]
     mean_t = sum(t for _, t in points) / n
     var = sum((b - mean_b) ** 2 for b, _ in points)
     slope = sum((b - mean_b) * (t - mean_t) for b, t in points) / var
+    return mean_t - slope * mean_b, slope
+
+
+def fit_alpha_beta(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """Least squares of ``seconds = alpha + bytes / beta`` over (bytes, seconds) points:
+    (alpha, beta in bytes a second). ``ValueError`` when the points cannot give a positive
+    slope (fewer than two sizes, or times that do not grow with bytes)."""
+    intercept, slope = _least_squares(points)
     if not slope > 0:
         raise ValueError(f"collective times do not grow with bytes (slope {slope:g} s/B)")
-    alpha = max(0.0, mean_t - slope * mean_b)  # [CHOICE] a negative intercept is noise: 0
-    return alpha, 1.0 / slope
+    return max(0.0, intercept), 1.0 / slope  # [CHOICE] a negative intercept is noise: 0
 
 
 def fit_or_bound(points: Sequence[tuple[float, float]]) -> tuple[float, float, bool]:
     """:func:`fit_alpha_beta`, or, when the times do not grow with bytes, alpha 0 and the best
     throughput of any point (a lower bound on the rate): (alpha, beta, beta is a bound)."""
-    try:
-        alpha, beta = fit_alpha_beta(points)
-    except ValueError:
-        if len({b for b, _ in points}) < 2 or not all(t > 0 for _, t in points):
-            raise
-        return 0.0, max(b / t for b, t in points), True
-    return alpha, beta, False
+    intercept, slope = _least_squares(points)
+    if slope > 0:
+        return max(0.0, intercept), 1.0 / slope, False
+    if not all(t > 0 for _, t in points):
+        raise ValueError(f"a collective timed at zero or fewer seconds: {list(points)}")
+    return 0.0, max(b / t for b, t in points), True
 
 
 def measure_link(
