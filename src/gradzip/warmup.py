@@ -15,10 +15,9 @@ bfloat16 and float64: ``encode``, ``decode`` and ``decode_add_`` of a tensor of 
 two simulated ranks, one step of every reduction variant around every compressor it accepts,
 without and with error feedback. [CHOICE] This covers the argument types the library's own
 paths use; a kernel first called with other types still compiles, once, where it is first
-used. [CHOICE] Everything runs in this one process, one call after another: numba names a new
-cached overload's file by the first free number in the function's index, so two processes
-compiling different overloads of one function at the same moment can pick the same file and
-leave the index pointing an overload at the other's machine code.
+used. [CHOICE] Everything runs in this one process, one call after another: simplest, and
+compiling is CPU-bound anyway. (Concurrent processes would be safe: :mod:`gradzip.kernels`
+serialises numba's cache writes, see :mod:`gradzip.kernels._numba_cache_lock`.)
 """
 
 from __future__ import annotations

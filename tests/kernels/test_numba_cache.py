@@ -81,7 +81,7 @@ def test_edit_of_a_called_module_reaches_a_cached_kernel(tmp_path: Path) -> None
     kernels.mkdir(parents=True)
     (src / "gradzip" / "__init__.py").write_text("")
     real = Path(_numba_cache.__file__).resolve().parent
-    for name in ("__init__.py", "_numba_cache.py"):
+    for name in ("__init__.py", "_numba_cache.py", "_numba_cache_lock.py"):
         shutil.copy(real / name, kernels / name)
     (kernels / "_probe_callee.py").write_text(_CALLEE.format(1))
     (kernels / "_probe_caller.py").write_text(_CALLER)
