@@ -200,3 +200,25 @@ def test_a_batch_refuses_mismatched_indices() -> None:
         return "ok"
 
     assert run_local(2, body) == ["ok", "ok"]
+
+
+def test_allreduce_gathers_in_collectives_of_equal_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scale agreement and the all-gather half of the code ring name a slot size, the same
+    on every rank and at least every rank's message, so a transport with an all-gather of
+    equal slots (gloo, NCCL) moves each in one collective, not P - 1 rounds through Python
+    (P = 4, a ResNet-20 DDP step on two cores over localhost gloo: 1.41x fp32's step before,
+    1.34x after)."""
+    asked: list[tuple[int, int | None]] = []
+    original = Transport.all_gather_bytes
+
+    def spy(self: Transport, payload, collective="all_gather", *, expected_size=None):  # type: ignore[no-untyped-def]
+        asked.append((len(payload), expected_size))
+        return original(self, payload, collective, expected_size=expected_size)
+
+    monkeypatch.setattr(Transport, "all_gather_bytes", spy)
+    run("allreduce", ef=True, batch=True, world_size=4)
+    run("allreduce", ef=False, batch=False, world_size=3)
+    assert len(asked) > 8
+    assert all(expected is not None and size <= expected for size, expected in asked)
+    # slices of unequal length: some messages are shorter than their slot
+    assert any(expected is not None and size < expected for size, expected in asked)

@@ -24,7 +24,15 @@ from gradzip.errors import (
 )
 from gradzip.kernels.packed import check_bits, check_packed_size, packed_bytes
 from gradzip.keys import StreamKey
-from gradzip.payload import Deferred, Header, build_payload, frame_payload, parse_payload
+from gradzip.payload import (
+    CRC_BYTES,
+    Deferred,
+    Header,
+    build_payload,
+    frame_payload,
+    header_size,
+    parse_payload,
+)
 
 INT_CODEC = 40  # packed non-negative integers (code sums)
 FLOAT_CODEC = 41  # float32 vectors (scales)
@@ -41,6 +49,13 @@ def pack_ints(values: torch.Tensor, bits: int, key: StreamKey) -> bytes:
     """``values`` (integers in ``[0, 2**bits)``) packed at ``bits`` bits each."""
     header = Header(INT_CODEC, torch.float32, (values.numel(),), bits, key, b"")
     return build_payload(header, [tensor_bytes(pack_bits(values, bits))])
+
+
+def ints_message_size(n: int, bits: int, key: StreamKey) -> int:
+    """Bytes of the :func:`pack_ints` message of ``n`` integers at ``bits`` bits named ``key``
+    (header, packed body, CRC), known without building it."""
+    header = Header(INT_CODEC, torch.float32, (n,), bits, key, b"")
+    return header_size(header) + packed_bytes(n, bits) + CRC_BYTES
 
 
 def frame_ints(n: int, bits: int, key: StreamKey, write: Callable[[np.ndarray], None]) -> Payload:

@@ -16,7 +16,7 @@ import torch
 
 from gradzip.comm.transport import Transport, host_bytes
 from gradzip.keys import StreamKey
-from gradzip.schemes._messages import bits_for, pack_ints, unpack_ints
+from gradzip.schemes._messages import bits_for, ints_message_size, pack_ints, unpack_ints
 from gradzip.schemes._slices import slice_bounds
 
 
@@ -29,8 +29,9 @@ def ring_allreduce_ints(
     """The element-wise sum over ranks of ``values`` (int32, each in ``[0, max_value]``).
 
     ``key(rank, chunk)`` names each message: reduce-scatter messages carry the sender and the
-    slice, allgather messages the slice's owner and ``P + slice`` (they are forwarded as
-    received, without repacking).
+    slice, allgather messages the rank that completed the slice and ``P + slice`` (every rank
+    receives each of them as its sender packed it: forwarded unchanged by a ring transport, or
+    all in one collective of equal slots where the transport has one).
     """
     size, rank = transport.world_size, transport.rank
     acc = values.to(torch.int32, copy=True)
@@ -51,9 +52,20 @@ def ring_allreduce_ints(
     owned = (rank + 1) % size  # the slice whose sum this rank completed
     lo, hi = bounds[owned]
     message = pack_ints(acc[lo:hi], bits, key(rank, size + owned))
-    for k in range(size - 1):
-        message = host_bytes(transport.exchange_bytes(nxt, message, prv, "allreduce"))
-        piece = (rank - k) % size
+    # [CHOICE] the all-gather half as ONE collective of equal slots where the transport has
+    # one (gloo, NCCL: a ring in C++), not P - 1 rounds each through Python and a thread
+    # hand-off: on two shared cores each such round cost milliseconds of a ResNet-20 step.
+    # The slot is the largest completed slice's message, which every rank computes alike
+    # from n, P and the keys; the ring of the in-process transport sends the same messages.
+    slot = max(
+        ints_message_size(b - a, bits, key(owner, size + (owner + 1) % size))
+        for owner, (a, b) in ((r, bounds[(r + 1) % size]) for r in range(size))
+    )
+    gathered = transport.all_gather_bytes(message, "allreduce", expected_size=slot)
+    for owner, received in enumerate(gathered):
+        if owner == rank:
+            continue
+        piece = (owner + 1) % size
         lo, hi = bounds[piece]
-        acc[lo:hi] = unpack_ints(message, hi - lo, bits, key((piece - 1) % size, size + piece))
+        acc[lo:hi] = unpack_ints(host_bytes(received), hi - lo, bits, key(owner, size + piece))
     return acc

@@ -32,7 +32,9 @@ class IntegerAllreduce(GridScheme):
        never overloaded because ``|g| <= sigma``).
     3. **Sum.** A ring allreduce (reduce-scatter, then allgather) adds the symbols; a partial
        sum of ``k`` ranks travels at ``ceil(log2(2sk + 1))`` bits, so the width grows by at
-       most ``ceil(log2 P)`` bits.
+       most ``ceil(log2 P)`` bits. The all-gather half, and the scale agreement of step 1, go
+       as one collective of equal slots on a transport that has one (gloo, NCCL), each
+       message padded to the largest (at most a few bytes).
     4. **Decode.** ``mean = step * (sum - P*s - sum_p up_p) / P``, where ``up_p`` is rank
        ``p``'s dither, regenerated from its key (DQSG); zero for the stochastic quantizers.
 
@@ -68,7 +70,10 @@ class IntegerAllreduce(GridScheme):
         self, transport: Transport, statistic: torch.Tensor, step: int, tensor_index: int
     ) -> torch.Tensor:
         mine = pack_floats(statistic, self.key(transport.rank, step, tensor_index))
-        gathered = transport.all_gather_bytes(mine)
+        # [CHOICE] one collective of equal slots where the transport has one, not a ring of
+        # P - 1 rounds: the message's size follows from the statistic's length alone, the same
+        # on every rank, and these few hundred bytes wait on latency, not bandwidth
+        gathered = transport.all_gather_bytes(mine, expected_size=len(mine))
         n = statistic.numel()
         every = [
             unpack_floats(host_bytes(message), n, self.key(rank, step, tensor_index))
