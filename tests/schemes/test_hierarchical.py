@@ -11,6 +11,7 @@ import torch
 import gradzip
 from gradzip.comm.local import run_local
 from gradzip.comm.transport import LENGTH_PREFIX_BYTES, Transport
+from gradzip.errors import NonFiniteInputError
 from gradzip.schemes import SchemeSpec, make_scheme
 
 if TYPE_CHECKING:
@@ -228,3 +229,26 @@ def test_a_flag_down_rank_in_a_batch_is_named_on_every_rank() -> None:
         return got, t.meter.total(step=0).messages
 
     assert run_local(4, run) == [(([], [3]), 3)] * 4
+
+
+def test_a_node_sum_that_overflows_stops_every_rank_at_once() -> None:
+    """Finite inputs whose node sum overflows float32 (a DDP bucket's batch): both leaders
+    learn it from their flag all-gather and raise, and each sends its members a notice in
+    place of the node mean, so they raise the same error class at once (before, the members
+    waited for the mean until the transport's timeout; the short one here makes that a
+    failure)."""
+    big = float(torch.finfo(torch.float32).max) * 0.75
+
+    def run(t: Transport) -> str:
+        scheme = make_scheme("hierarchical[ranks_per_node=2]", gradzip.create("qsgd"), run_seed=1)
+        grads = [torch.full((6,), big if t.rank < 2 else 1.0), torch.ones(3)]
+        try:
+            scheme.reduce_many_if_all_finite(t, grads, [0, 1], 0, True)
+        except NonFiniteInputError as err:
+            return str(err)
+        return "no error"
+
+    outcomes = run_local(4, run, timeout=30.0)
+    assert all("leader(s) [0] overflowed float32 at step 0" in text for text in outcomes)
+    assert "rank 1's node leader (rank 0) abandoned step 0" in outcomes[1]
+    assert "rank 3's node leader (rank 2) abandoned step 0" in outcomes[3]

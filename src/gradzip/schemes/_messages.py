@@ -150,17 +150,31 @@ def serve(
         try:
             message = reply(gathered)
         except Exception as err:
-            reason = f"{type(err).__name__}: {err}".encode()
-            header = Header(ABORT_CODEC, torch.float32, (len(reason),), 0, key, b"")
-            transport.broadcast_bytes(build_payload(header, [reason]), server)
+            transport.broadcast_bytes(abort_notice(err, key), server)
             raise
     received = transport.broadcast_bytes(message, server)
-    if not isinstance(received, torch.Tensor) and (
-        len(received) > _CODEC_BYTE and received[_CODEC_BYTE] == ABORT_CODEC
-    ):  # an abort notice is host bytes (a device payload is a compressor's, never one)
-        header, body = parse_payload(received)
+    reason = abort_reason(received)
+    if reason is not None:
         raise ServerAbortError(
-            f"rank {transport.rank}: the server (rank {server}) abandoned step {header.key.step}, "
-            f"nothing was applied: {bytes(body).decode(errors='replace')}"
+            f"rank {transport.rank}: the server (rank {server}) abandoned step {key.step}, "
+            f"nothing was applied: {reason}"
         )
     return received
+
+
+def abort_notice(error: BaseException, key: StreamKey) -> bytes:
+    """A "this step failed" message naming ``error`` (its type and text, UTF-8), sent in place
+    of a reply so that a waiting rank raises at once instead of at its timeout."""
+    reason = f"{type(error).__name__}: {error}".encode()
+    header = Header(ABORT_CODEC, torch.float32, (len(reason),), 0, key, b"")
+    return build_payload(header, [reason])
+
+
+def abort_reason(received: Payload) -> str | None:
+    """The reason an :func:`abort_notice` carries, or None when ``received`` is not one."""
+    if isinstance(received, torch.Tensor):  # a device payload is a compressor's, never a notice
+        return None
+    if len(received) <= _CODEC_BYTE or received[_CODEC_BYTE] != ABORT_CODEC:
+        return None
+    _, body = parse_payload(received)
+    return bytes(body).decode(errors="replace")

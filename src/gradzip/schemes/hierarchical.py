@@ -12,7 +12,8 @@ from gradzip.comm.transport import Transport, host_bytes, in_step_scope
 from gradzip.compressors.base import Compressor
 from gradzip.errors import NonFiniteInputError
 from gradzip.feedback import working_dtype
-from gradzip.schemes._messages import pack_floats, unpack_floats
+from gradzip.keys import StreamKey
+from gradzip.schemes._messages import abort_notice, abort_reason, pack_floats, unpack_floats
 from gradzip.schemes._pipelined_ring import DEFAULT_CHUNK_VALUES
 from gradzip.schemes.base import FINITE_CHECK, Scheme
 from gradzip.schemes.ring_allreduce import RingAllreduce
@@ -66,7 +67,11 @@ class Hierarchical(Scheme):
 
     A rank whose tensor holds NaN or Inf raises :class:`~gradzip.errors.NonFiniteInputError`
     before sending; :meth:`reduce_if_all_finite` agrees on the flags first, so every rank
-    learns which ranks were down and nothing is updated.
+    learns which ranks were down and nothing is updated. Finite inputs whose node sum
+    overflows float32: the leader raises the same error and sends its members an abort notice
+    in place of the node mean, so they raise it too at once rather than at their timeout (in a
+    batch every leader learns it from the leaders' flag all-gather; in :meth:`reduce` the
+    other nodes' leaders, which learn nothing, still wait for the ring).
 
     Batches (:meth:`reduce_many_if_all_finite`, a DDP bucket's parameters): one flag
     all-gather, one float32 message up and one down inside the node for the whole batch, and
@@ -152,6 +157,7 @@ class Hierarchical(Scheme):
         if rank != leader:
             transport.send_bytes(leader, pack_floats(x, up), "node_reduce")
             got = host_bytes(transport.recv_bytes(leader, "node_broadcast"))
+            _raise_if_abandoned(got, rank, leader, step)
             mean = unpack_floats(got, n, down)
         else:
             total = x.clone()
@@ -162,7 +168,11 @@ class Hierarchical(Scheme):
                 )
             node_mean = total.div_(k).view(tensor.shape)
             leaders = SubgroupTransport(transport, range(0, transport.world_size, k))
-            mean = self.inner.reduce(leaders, node_mean, step, tensor_index).reshape(-1)
+            try:
+                mean = self.inner.reduce(leaders, node_mean, step, tensor_index).reshape(-1)
+            except NonFiniteInputError as err:  # the node sum overflowed float32
+                _abandon(transport, leader, k, err, down)
+                raise
             mean = mean.to(torch.float32)
             message = pack_floats(mean, down)
             for member in range(leader + 1, leader + k):
@@ -207,6 +217,7 @@ class Hierarchical(Scheme):
         if rank != leader:
             transport.send_bytes(leader, pack_floats(torch.cat(flat), up), "node_reduce")
             got = host_bytes(transport.recv_bytes(leader, "node_broadcast"))
+            _raise_if_abandoned(got, rank, leader, step)
             joined = unpack_floats(got, sum(sizes), from_leader)
         else:
             total = torch.cat(flat)  # a new tensor: the node sum, in rank order as in reduce
@@ -224,10 +235,12 @@ class Hierarchical(Scheme):
                 leaders, node_means, indices, step, True
             )
             if lost:  # a node sum overflowed float32: finite inputs, infinite node mean
-                raise NonFiniteInputError(
+                error = NonFiniteInputError(
                     f"hierarchical: the node means of leader(s) {[i * k for i in lost]} overflowed "
                     f"float32 at step {step}; nothing was updated"
                 )
+                _abandon(transport, leader, k, error, from_leader)
+                raise error
             joined = torch.cat([m.reshape(-1).to(torch.float32) for m in means])
             message = pack_floats(joined, from_leader)
             for member in range(leader + 1, leader + k):
@@ -236,3 +249,25 @@ class Hierarchical(Scheme):
             part.view(t.shape).to(working_dtype(t.dtype))
             for part, t in zip(torch.split(joined, sizes), tensors, strict=True)
         ], []
+
+
+def _abandon(
+    transport: Transport, leader: int, k: int, error: BaseException, key: StreamKey
+) -> None:
+    """The leader's notice to its node's members that the step failed (they wait for the node
+    mean and would otherwise sit until their timeout), in place of the mean."""
+    notice = abort_notice(error, key)
+    for member in range(leader + 1, leader + k):
+        transport.send_bytes(member, notice, "node_broadcast")
+
+
+def _raise_if_abandoned(received: bytes, rank: int, leader: int, step: int) -> None:
+    """A member's :class:`~gradzip.errors.NonFiniteInputError` when its leader sent an abort
+    notice instead of the node mean: the same error class on every rank of the node, so a
+    caller's handling (skip or raise) is the same everywhere."""
+    reason = abort_reason(received)
+    if reason is not None:
+        raise NonFiniteInputError(
+            f"hierarchical: rank {rank}'s node leader (rank {leader}) abandoned step {step}, "
+            f"nothing was updated: {reason}"
+        )
