@@ -72,12 +72,14 @@ _KERNELS = "from numba import njit\n" + "".join(
     f"\n@njit(cache=True)\ndef f{i}(x):\n    return x * {i + 2} + 1\n" for i in range(8)
 )
 _COMPILE = """
-import os, sys, time
+import sys, time
+from pathlib import Path
 import gradzip.kernels  # the lock
 import probe_kernels
-kind, start = sys.argv[1], float(sys.argv[2])
-while time.time() < start:  # both processes compile at once
-    pass
+kind = sys.argv[1]
+Path(f"ready-{kind}").touch()
+while not (Path("ready-int").exists() and Path("ready-float").exists()):
+    time.sleep(0.001)  # a barrier: both processes, numba imported, compile at once
 value = 3 if kind == "int" else 3.5
 for i in range(8):
     getattr(probe_kernels, f"f{i}")(value)
@@ -101,11 +103,8 @@ def test_two_processes_compiling_different_overloads_at_once_leave_a_cache_both_
     (tmp_path / "probe_kernels.py").write_text(_KERNELS)
     pythonpath = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": pythonpath, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
-    import time
-
-    start = str(time.time() + 4.0)  # after both interpreters have imported numba
     compiling = [
-        subprocess.Popen([sys.executable, "-c", _COMPILE, kind, start], env=env, cwd=tmp_path)
+        subprocess.Popen([sys.executable, "-c", _COMPILE, kind], env=env, cwd=tmp_path)
         for kind in ("int", "float")
     ]
     assert [process.wait(timeout=180) for process in compiling] == [0, 0]

@@ -12,6 +12,7 @@ import gradzip
 from gradzip.comm.local import run_local
 from gradzip.comm.transport import Transport
 from gradzip.schemes import make_scheme
+from gradzip.schemes._messages import pack_floats
 from gradzip.schemes.base import Scheme
 
 #: shapes of a small model's parameters (an empty one too: its mean is zeros, nothing sent)
@@ -222,3 +223,26 @@ def test_allreduce_gathers_in_collectives_of_equal_slots(monkeypatch: pytest.Mon
     assert all(expected is not None and size <= expected for size, expected in asked)
     # slices of unequal length: some messages are shorter than their slot
     assert any(expected is not None and size < expected for size, expected in asked)
+
+
+def test_the_scale_slot_holds_every_ranks_message_past_128_ranks() -> None:
+    """The agreement's slot is the largest rank's message: from rank 128 on, the rank's varint
+    in the key takes a byte more (a slot sized by rank 0's message would be too small there,
+    and the ranks would disagree on the slot)."""
+    scheme = make_scheme("allreduce", qsgd(), run_seed=5)
+    statistic = torch.ones(3)
+    world = 200
+    messages = [pack_floats(statistic, scheme.key(r, 7, 2)) for r in range(world)]
+    assert len(messages[-1]) > len(messages[0])
+    slots: list[int | None] = []
+
+    class Gatherer:
+        rank, world_size = 0, world
+
+        def all_gather_bytes(self, payload, collective="all_gather", *, expected_size=None):  # type: ignore[no-untyped-def]
+            slots.append(expected_size)
+            return messages
+
+    agreed = scheme._agree(Gatherer(), statistic, 7, 2)  # type: ignore[arg-type]
+    assert torch.equal(agreed, statistic)
+    assert slots == [max(len(m) for m in messages)]

@@ -35,9 +35,6 @@ from typing import Any
 #: ``__init__``, the attribute ``_index_path``)
 _HELPERS = ("_load_index", "_save_index", "_save_data", "_data_name")
 
-#: set on the class once patched, so a second install is a no-op
-_PATCHED = "_gradzip_save_lock"
-
 
 @contextlib.contextmanager
 def exclusive_lock(path: str) -> Iterator[None]:
@@ -57,15 +54,13 @@ def locked_save(cache_file: Any, key: Any, data: Any) -> None:
     with exclusive_lock(cache_file._index_path + ".lock"):
         overloads = cache_file._load_index()
         data_name = overloads.get(key)
-        if data_name is None:
+        new_entry = data_name is None
+        if new_entry:
             taken = set(overloads.values())
-            data_name = next(
-                name
-                for name in (cache_file._data_name(n) for n in itertools.count(1))
-                if name not in taken
-            )
+            names = (cache_file._data_name(n) for n in itertools.count(1))
+            data_name = next(name for name in names if name not in taken)
         cache_file._save_data(data_name, data)
-        if overloads.get(key) != data_name:
+        if new_entry:
             overloads[key] = data_name
             cache_file._save_index(overloads)
 
@@ -79,7 +74,7 @@ def install_save_lock() -> bool:
     from numba.core import caching
 
     cls = caching.IndexDataCacheFile
-    if getattr(cls, _PATCHED, False):
+    if cls.save is locked_save:
         return True
     missing = [name for name in _HELPERS if not hasattr(cls, name)]
     if missing:
@@ -92,5 +87,4 @@ def install_save_lock() -> bool:
         return False
     save: Callable[..., None] = locked_save
     cls.save = save  # type: ignore[method-assign]
-    setattr(cls, _PATCHED, True)
     return True

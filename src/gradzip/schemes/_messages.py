@@ -51,11 +51,19 @@ def pack_ints(values: torch.Tensor, bits: int, key: StreamKey) -> bytes:
     return build_payload(header, [tensor_bytes(pack_bits(values, bits))])
 
 
+def _message_size(codec: int, n: int, bits: int, body: int, key: StreamKey) -> int:
+    """Bytes of a scheme message (header, ``body`` bytes, CRC), known without building it."""
+    return header_size(Header(codec, torch.float32, (n,), bits, key, b"")) + body + CRC_BYTES
+
+
 def ints_message_size(n: int, bits: int, key: StreamKey) -> int:
-    """Bytes of the :func:`pack_ints` message of ``n`` integers at ``bits`` bits named ``key``
-    (header, packed body, CRC), known without building it."""
-    header = Header(INT_CODEC, torch.float32, (n,), bits, key, b"")
-    return header_size(header) + packed_bytes(n, bits) + CRC_BYTES
+    """Bytes of the :func:`pack_ints` message of ``n`` integers at ``bits`` bits named ``key``."""
+    return _message_size(INT_CODEC, n, bits, packed_bytes(n, bits), key)
+
+
+def floats_message_size(n: int, key: StreamKey) -> int:
+    """Bytes of the :func:`pack_floats` message of ``n`` values named ``key``."""
+    return _message_size(FLOAT_CODEC, n, 0, 4 * n, key)
 
 
 def frame_ints(n: int, bits: int, key: StreamKey, write: Callable[[np.ndarray], None]) -> Payload:

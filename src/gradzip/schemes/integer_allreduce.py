@@ -13,7 +13,7 @@ from gradzip.schemes._device_grid_reduce import decode_sum_device
 from gradzip.schemes._device_messages import Checks, pack_floats_device, unpack_floats_device
 from gradzip.schemes._device_ring_ints import ring_allreduce_ints_device
 from gradzip.schemes._grid_scheme import GridScheme
-from gradzip.schemes._messages import pack_floats, unpack_floats
+from gradzip.schemes._messages import floats_message_size, pack_floats, unpack_floats
 from gradzip.schemes._ring_ints import ring_allreduce_ints
 
 
@@ -70,11 +70,13 @@ class IntegerAllreduce(GridScheme):
         self, transport: Transport, statistic: torch.Tensor, step: int, tensor_index: int
     ) -> torch.Tensor:
         mine = pack_floats(statistic, self.key(transport.rank, step, tensor_index))
-        # [CHOICE] one collective of equal slots where the transport has one, not a ring of
-        # P - 1 rounds: the message's size follows from the statistic's length alone, the same
-        # on every rank, and these few hundred bytes wait on latency, not bandwidth
-        gathered = transport.all_gather_bytes(mine, expected_size=len(mine))
         n = statistic.numel()
+        # [CHOICE] one collective of equal slots where the transport has one, not a ring of
+        # P - 1 rounds: these few hundred bytes wait on latency, not bandwidth. The slot is the
+        # last rank's message size (the rank's varint in the key: from rank 128 on a message
+        # is a byte longer, and no larger rank has a shorter one), the same on every rank
+        slot = floats_message_size(n, self.key(transport.world_size - 1, step, tensor_index))
+        gathered = transport.all_gather_bytes(mine, expected_size=slot)
         every = [
             unpack_floats(host_bytes(message), n, self.key(rank, step, tensor_index))
             for rank, message in enumerate(gathered)
