@@ -11,8 +11,9 @@ import gradzip
 from gradzip.comm.local import run_local
 from gradzip.comm.transport import Transport
 from gradzip.errors import NonFiniteInputError
+from gradzip.finite import all_finite
 from gradzip.schemes import make_scheme
-from gradzip.stepping import all_finite, reduce_all_finite
+from gradzip.stepping import reduce_all_finite
 
 BIG = 3.0e38  # finite float32 whose sums overflow
 #: seconds a simulated rank waits for a peer's message: a rank that stops alone (no agreement)

@@ -17,11 +17,17 @@ from gradzip.errors import (
     TruncatedPayloadError,
 )
 from gradzip.kernels.grid_sums import add_scaled, requantize
-from gradzip.kernels.ring_hops import TILE, add_packed, encode_packed
+from gradzip.kernels.ring_hops import (
+    TILE,
+    add_packed,
+    add_packed_ints,
+    encode_packed,
+    pack_int_sums,
+)
 from gradzip.keys import StreamKey
 from gradzip.payload import Header, build_payload
 from gradzip.rng import derive_seed
-from gradzip.schemes._messages import INT_CODEC, frame_ints, pack_ints, unpack_ints
+from gradzip.schemes._messages import INT_CODEC, frame_ints, open_ints, pack_ints, unpack_ints
 from gradzip.schemes._pipelined_ring import HopCode
 
 KEY = StreamKey(7, 1, 2, 3, 4)
@@ -83,6 +89,49 @@ def test_fused_add_gives_the_unfused_sums(bits: int, replace: bool) -> None:
             add_scaled(expected, unpack_ints(message, n, bits, KEY), unit, replace)
             code.add_into(acc, message, KEY, replace)
             assert torch.equal(acc, expected), (code, n)
+
+
+@pytest.mark.parametrize("bits", [1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 24, 31])
+@pytest.mark.parametrize("replace", [False, True])
+def test_integer_add_gives_the_unpacked_sums(bits: int, replace: bool) -> None:
+    """The integer all-reduce's hop: ``acc += unpack_ints(message)`` (or ``acc = ...``) on
+    int32 sums, at widths with their own vectorized layouts and up to int32's 31 bits."""
+    for n in LENGTHS:
+        gen = torch.Generator().manual_seed(bits * 1000 + n)
+        q = torch.randint(0, 1 << bits, (n,), generator=gen, dtype=torch.int64).to(torch.int32)
+        message = pack_ints(q, bits, KEY)
+        acc = torch.randint(0, 1 << 20, (n,), generator=gen, dtype=torch.int32)
+        expected = unpack_ints(message, n, bits, KEY) + (0 if replace else acc)
+        add_packed_ints(acc, open_ints(message, n, bits, KEY), bits, replace)
+        assert torch.equal(acc, expected.to(torch.int32)), n
+
+
+@pytest.mark.parametrize("bits", [1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 24, 31])
+def test_integer_pack_gives_the_pack_ints_message(bits: int) -> None:
+    """The integer all-reduce's message body packed by the kernel into a dirty buffer equals
+    ``pack_ints``' (every byte written, padding bits zero)."""
+    for n in LENGTHS:
+        gen = torch.Generator().manual_seed(bits * 7 + n)
+        q = torch.randint(0, 1 << bits, (n,), generator=gen, dtype=torch.int64).to(torch.int32)
+        message = frame_ints(n, bits, KEY, lambda out, q=q: pack_int_sums(q, bits, out))
+        assert bytes(message) == pack_ints(q, bits, KEY), n
+        dirty = np.full((n * bits + 7) // 8, 0xFF, dtype=np.uint8)
+        pack_int_sums(q, bits, dirty)
+        assert dirty.tobytes() == bytes(open_ints(pack_ints(q, bits, KEY), n, bits, KEY)), n
+
+
+def test_integer_add_refuses_what_it_cannot_hold() -> None:
+    body = np.zeros(4, dtype=np.uint8)
+    with pytest.raises(ValueError, match="int32"):
+        add_packed_ints(torch.zeros(10), body, 3, False)
+    with pytest.raises(ValueError, match="31 bits"):
+        add_packed_ints(torch.zeros(1, dtype=torch.int32), body, 32, False)
+    with pytest.raises(ValueError, match="body bytes"):
+        add_packed_ints(torch.zeros(10, dtype=torch.int32), np.zeros(5, dtype=np.uint8), 3, False)
+    with pytest.raises(ValueError, match="output bytes"):
+        pack_int_sums(torch.zeros(10, dtype=torch.int32), 3, np.zeros(5, dtype=np.uint8))
+    with pytest.raises(ValueError, match="int32"):
+        pack_int_sums(torch.zeros(10, dtype=torch.int64), 3, np.zeros(4, dtype=np.uint8))
 
 
 def test_encode_overwrites_every_byte_of_a_dirty_output() -> None:

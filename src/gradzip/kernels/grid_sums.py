@@ -1,4 +1,5 @@
-"""Fused numba kernels for the integer-sum schemes' float32 code sums (the host path).
+"""Fused numba kernels for the integer-sum schemes' code sums (float32, or int32 for the exact
+sums of the integer all-reduce; the host path).
 
 Three passes that the torch formulation spread over many full-length temporaries:
 
@@ -51,7 +52,7 @@ def _mean_kernel(sums, base, k0s, k1s, steps, bucket, out):  # type: ignore[no-u
             continue
         acc = np.empty(hi - lo, dtype=np.float32)
         for i in range(hi - lo):
-            acc[i] = sums[lo + i] - base
+            acc[i] = np.float32(sums[lo + i]) - base
         scratch = np.empty(hi - lo, dtype=np.uint32)
         dither = scratch.view(np.float32)
         for p in range(ranks):
@@ -63,7 +64,7 @@ def _mean_kernel(sums, base, k0s, k1s, steps, bucket, out):  # type: ignore[no-u
 
 @njit(inline="always", nogil=True, cache=True)
 def _scale_by_bucket(levels, base, origin, steps, bucket, out):  # type: ignore[no-untyped-def]
-    """``out[i] = (levels[i] - base) * steps[(origin + i) // bucket]``, one run per bucket:
+    """``out[i] = (float32(levels[i]) - base) * steps[(origin + i) // bucket]``, one run per bucket:
     the step is read once per run instead of found by an integer division per element (which
     kept the loop from vectorizing). ``base = 0`` subtracts exactly nothing (``x - 0 == x``
     for every float32, ``-0`` included)."""
@@ -74,7 +75,7 @@ def _scale_by_bucket(levels, base, origin, steps, bucket, out):  # type: ignore[
         end = min(count, (b + 1) * bucket - origin)
         step = steps[b]
         for j in range(i, end):
-            out[j] = (levels[j] - base) * step
+            out[j] = (np.float32(levels[j]) - base) * step
         i = end
 
 
@@ -82,6 +83,8 @@ def mean_from_sums(
     sums: torch.Tensor, base: int, offset_seeds: list[int], steps: torch.Tensor, bucket_size: int
 ) -> torch.Tensor:
     """``(sums - base - sum_p offset_p) * steps[i // bucket_size]`` (float32, a new tensor),
+    ``sums`` float32 or int32 (the integer all-reduce's exact sums, converted to float32 per
+    element: exact below ``2**24``, which callers ensure),
     ``offset_p = (1 + u) - 3/2`` of the shared uniform stream of seed ``offset_seeds[p]``
     (subtracted in the order given), ``steps`` float32 per bucket (one value: every element).
 
@@ -89,9 +92,10 @@ def mean_from_sums(
     in float32 (see the module). Raises ``ValueError`` for steps that do not cover the buckets.
     """
     flat = sums.reshape(-1)
-    if flat.dtype != torch.float32 or steps.dtype != torch.float32:
+    if flat.dtype not in (torch.float32, torch.int32) or steps.dtype != torch.float32:
         raise ValueError(
-            f"mean_from_sums takes float32 sums and steps, got {flat.dtype}, {steps.dtype}"
+            f"mean_from_sums takes float32 or int32 sums and float32 steps, got {flat.dtype}, "
+            f"{steps.dtype}"
         )
     n = flat.numel()
     per = n if steps.numel() == 1 else bucket_size

@@ -1,5 +1,7 @@
 """Fused numba kernels for one hop of the pipelined ring: float32 partial sums to packed bytes,
-and packed bytes added into float32 partial sums, each in a single pass over the values.
+and packed bytes added into float32 partial sums, each in a single pass over the values; and
+the integer all-reduce's int32 sums packed (:func:`pack_int_sums`) and added into
+(:func:`add_packed_ints`).
 
 The unfused formulation (kept in the tests as the reference) took four full-length passes and
 an int32 temporary per hop:
@@ -79,6 +81,27 @@ def _add_kernel(body, n, bits, unit, replace, acc):  # type: ignore[no-untyped-d
                 acc[lo + i] = acc[lo + i] + np.float32(np.int32(q[i])) * unit
 
 
+@njit(nogil=True, cache=True)
+def _add_ints_kernel(body, n, bits, replace, acc):  # type: ignore[no-untyped-def]
+    q = np.empty(min(n, TILE), dtype=np.uint32)
+    for lo in range(0, n, TILE):
+        count = min(n, lo + TILE) - lo
+        unpack_tile(body, lo, count, bits, q)
+        if replace:
+            for i in range(count):
+                acc[lo + i] = np.int32(q[i])
+        else:
+            for i in range(count):
+                acc[lo + i] = acc[lo + i] + np.int32(q[i])
+
+
+@njit(nogil=True, cache=True)
+def _pack_ints_kernel(values, bits, out):  # type: ignore[no-untyped-def]
+    n = values.size
+    for lo in range(0, n, TILE):
+        pack_tile(values, lo, min(n, lo + TILE) - lo, bits, out)
+
+
 def _float32_view(values: torch.Tensor, what: str) -> np.ndarray:
     if values.dtype != torch.float32 or values.dim() != 1 or not values.is_contiguous():
         raise ValueError(f"{what} takes a contiguous 1-D float32 tensor, got {values.dtype}")
@@ -131,6 +154,45 @@ def add_packed(acc: torch.Tensor, body: np.ndarray, bits: int, unit: float, repl
     values = _checked_hop(acc, body, bits, "add_packed", "body")
     if values.size:
         _add_kernel(body, values.size, bits, np.float32(unit), replace, values)
+
+
+def add_packed_ints(acc: torch.Tensor, body: np.ndarray, bits: int, replace: bool) -> None:
+    """``acc += q`` (``acc = q`` when ``replace``) for the integer all-reduce's exact code
+    sums: ``acc`` a contiguous 1-D int32 vector, ``q`` its ``acc.numel()`` symbols of ``bits``
+    bits (at most 31) packed in ``body`` (uint8, already checked by
+    :func:`~gradzip.kernels.packed.check_packed_size`). The values of ``acc += unpack_bits(body)``
+    in one pass, with no integer temporary of the slice's length (int32 wraps alike in both)."""
+    check_bits(bits)
+    if bits > 31:
+        raise ValueError(f"add_packed_ints takes int32 sums of up to 31 bits, got {bits}")
+    if acc.dtype != torch.int32 or acc.dim() != 1 or not acc.is_contiguous():
+        raise ValueError(f"add_packed_ints takes a contiguous 1-D int32 tensor, got {acc.dtype}")
+    n = acc.numel()
+    if body.dtype != np.uint8 or body.size != packed_bytes(n, bits):
+        raise ValueError(
+            f"add_packed_ints needs {packed_bytes(n, bits)} body bytes, got {body.size}"
+        )
+    if n:
+        _add_ints_kernel(body, n, bits, replace, acc.numpy())
+
+
+def pack_int_sums(values: torch.Tensor, bits: int, out: np.ndarray) -> None:
+    """Pack the integer all-reduce's int32 partial sums ``values`` (a contiguous 1-D vector,
+    each in ``[0, 2**bits)``, ``bits`` at most 31) into ``out`` (uint8, exactly ``ceil(n bits /
+    8)`` bytes, any prior contents): :func:`~gradzip.codecs.bitpack.pack_bits`' bytes, zero
+    padding bits included, without its temporaries."""
+    check_bits(bits)
+    if bits > 31:
+        raise ValueError(f"pack_int_sums takes int32 sums of up to 31 bits, got {bits}")
+    if values.dtype != torch.int32 or values.dim() != 1 or not values.is_contiguous():
+        raise ValueError(f"pack_int_sums takes a contiguous 1-D int32 tensor, got {values.dtype}")
+    n = values.numel()
+    if out.dtype != np.uint8 or out.size != packed_bytes(n, bits):
+        raise ValueError(
+            f"pack_int_sums needs {packed_bytes(n, bits)} output bytes, got {out.size}"
+        )
+    if n:
+        _pack_ints_kernel(values.numpy(), bits, out)
 
 
 def _checked_hop(

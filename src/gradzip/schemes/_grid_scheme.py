@@ -15,6 +15,7 @@ from gradzip.compressors.grid import CommonGrid
 from gradzip.device.mode import device_path
 from gradzip.errors import NonFiniteInputError
 from gradzip.feedback import ErrorFeedback, Slot, working_dtype
+from gradzip.finite import all_finite
 from gradzip.kernels.grid_sums import mean_from_sums
 from gradzip.keys import StreamKey
 from gradzip.schemes._device_grid import DeviceGrid, device_grid
@@ -81,7 +82,7 @@ class GridScheme(Scheme):
 
         def quantize(v: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
             x = self._prepare(v)
-            if n and not bool(torch.isfinite(x).all()):
+            if not all_finite([x]):
                 raise NonFiniteInputError(
                     f"{self.compressor.name}: cannot encode a tensor holding NaN or Inf; nothing "
                     "was updated"
@@ -158,7 +159,7 @@ class GridScheme(Scheme):
             feedback = self.feedback.get("worker")
             for i in live:
                 prepared[i] = self._prepare_compensated(feedback, tensors[i], keys[i])
-            finite = all(bool(torch.isfinite(p.x).all()) for p in prepared.values())
+            finite = all_finite([p.x for p in prepared.values()])
         statistics = [
             self.grid.grid_statistic(prepared[i].x)
             if finite
@@ -178,9 +179,15 @@ class GridScheme(Scheme):
             for i, sc in zip(live, scales, strict=True)
         ]
         sums = self._means_of_batch(transport, symbols, scales, step, [indices[i] for i in live])
-        means = [torch.zeros(t.shape, dtype=working_dtype(t.dtype)) for t in tensors]
-        for i, mean in zip(live, sums, strict=True):
-            means[i] = mean.view(tensors[i].shape).to(working_dtype(tensors[i].dtype))
+        # zeros only for the empty tensors: a live tensor's mean replaces its slot (a zero-filled
+        # placeholder of every gradient cost a full pass over the bucket each step)
+        of_live = dict(zip(live, sums, strict=True))
+        means = [
+            of_live[i].view(t.shape).to(working_dtype(t.dtype))
+            if i in of_live
+            else torch.zeros(t.shape, dtype=working_dtype(t.dtype))
+            for i, t in enumerate(tensors)
+        ]
         # the residuals change only now, after every message of the batch has succeeded
         feedback = self.feedback.get("worker")
         if feedback is not None:
@@ -244,7 +251,7 @@ class GridScheme(Scheme):
     ) -> torch.Tensor:
         """The mean of ranks ``0 .. count-1`` from the sum of their symbols (float32).
 
-        A float32 sum goes through one fused pass (:func:`~gradzip.kernels.grid_sums.
+        A float32 or int32 sum goes through one fused pass (:func:`~gradzip.kernels.grid_sums.
         mean_from_sums`: the dithers regenerated tile by tile, the steps read per bucket), the
         same bits as :meth:`_net_levels` then :meth:`_values`; wide sums and grids whose offsets
         have no seed take those two."""
@@ -252,7 +259,8 @@ class GridScheme(Scheme):
         s = self.grid.grid_levels()
         seeds = [self.grid.grid_offset_seed(key) for key in keys]
         has_offsets = self.grid.grid_offsets(keys[0], 0) is not None if keys else False
-        fused = sums.dtype == torch.float32 and 2 * s * count <= FLOAT32_EXACT
+        # int32 sums (the integer all-reduce's) are converted per element inside the pass
+        fused = sums.dtype in (torch.float32, torch.int32) and 2 * s * count <= FLOAT32_EXACT
         if fused and (not has_offsets or all(seed is not None for seed in seeds)):
             steps = (self.grid.grid_steps(scales) / count).to(torch.float32)
             offsets = [seed for seed in seeds if seed is not None] if has_offsets else []

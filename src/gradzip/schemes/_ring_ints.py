@@ -10,13 +10,16 @@ exact integers, so every rank ends with the same vector whatever the order of ad
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 
-from gradzip.comm.transport import Transport, host_bytes
+from gradzip.buffers import fresh_array
+from gradzip.comm.transport import Payload, Transport, host_bytes
+from gradzip.kernels.ring_hops import add_packed_ints, pack_int_sums
 from gradzip.keys import StreamKey
-from gradzip.schemes._messages import bits_for, ints_message_size, pack_ints, unpack_ints
+from gradzip.schemes._messages import bits_for, frame_ints, ints_message_size, open_ints
 from gradzip.schemes._slices import slice_bounds
 
 
@@ -25,8 +28,12 @@ def ring_allreduce_ints(
     values: torch.Tensor,
     max_value: int,
     key: Callable[[int, int], StreamKey],
+    *,
+    consume: bool = False,
 ) -> torch.Tensor:
     """The element-wise sum over ranks of ``values`` (int32, each in ``[0, max_value]``).
+    ``consume``: ``values`` is the caller's to give away (e.g. a fresh concatenation) and, when
+    already a contiguous int32 vector, holds the sums on return instead of a copy.
 
     ``key(rank, chunk)`` names each message: reduce-scatter messages carry the sender and the
     slice, allgather messages the rank that completed the slice and ``P + slice`` (every rank
@@ -34,7 +41,10 @@ def ring_allreduce_ints(
     all in one collective of equal slots where the transport has one).
     """
     size, rank = transport.world_size, transport.rank
-    acc = values.to(torch.int32, copy=True)
+    in_place = (
+        consume and values.dtype == torch.int32 and values.dim() == 1 and values.is_contiguous()
+    )
+    acc = values if in_place else summable([values])
     if size == 1:
         return acc
     bounds = slice_bounds(acc.numel(), size)
@@ -44,14 +54,16 @@ def ring_allreduce_ints(
         bits = bits_for((k + 1) * max_value)
         lo, hi = bounds[send]
         got = transport.exchange_bytes(
-            nxt, pack_ints(acc[lo:hi], bits, key(rank, send)), prv, "allreduce"
+            nxt, _message(acc[lo:hi], bits, key(rank, send)), prv, "allreduce"
         )
         lo, hi = bounds[recv]
-        acc[lo:hi] += unpack_ints(host_bytes(got), hi - lo, bits, key(prv, recv))
+        # unpacked straight into the sums (the checks of unpack_ints, no int32 temporary)
+        body = open_ints(host_bytes(got), hi - lo, bits, key(prv, recv))
+        add_packed_ints(acc[lo:hi], body, bits, replace=False)
     bits = bits_for(size * max_value)
     owned = (rank + 1) % size  # the slice whose sum this rank completed
     lo, hi = bounds[owned]
-    message = pack_ints(acc[lo:hi], bits, key(rank, size + owned))
+    message = _message(acc[lo:hi], bits, key(rank, size + owned))
     # [CHOICE] the all-gather half as ONE collective of equal slots where the transport has
     # one (gloo, NCCL: a ring in C++), not P - 1 rounds each through Python and a thread
     # hand-off: on two shared cores each such round cost milliseconds of a ResNet-20 step.
@@ -67,5 +79,26 @@ def ring_allreduce_ints(
             continue
         piece = (owner + 1) % size
         lo, hi = bounds[piece]
-        acc[lo:hi] = unpack_ints(host_bytes(received), hi - lo, bits, key(owner, size + piece))
+        body = open_ints(host_bytes(received), hi - lo, bits, key(owner, size + piece))
+        add_packed_ints(acc[lo:hi], body, bits, replace=True)
     return acc
+
+
+def summable(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``parts`` (integers of any dtype) flattened and concatenated into a recycled int32 vector
+    (:func:`~gradzip.buffers.fresh_array`) for :func:`ring_allreduce_ints` to sum into: one
+    conversion pass [CHOICE: a fresh vector of tens of MB a step costs more in page faults,
+    with several ranks on a core, than the pass itself]."""
+    total = sum(part.numel() for part in parts)
+    acc = torch.from_numpy(fresh_array(total, np.int32))
+    start = 0
+    for part in parts:
+        acc[start : start + part.numel()].copy_(part.reshape(-1))
+        start += part.numel()
+    return acc
+
+
+def _message(values: torch.Tensor, bits: int, key: StreamKey) -> Payload:
+    """The :func:`~gradzip.schemes._messages.pack_ints` message of ``values`` (a contiguous
+    int32 slice), packed by a numba kernel straight into the payload (the same bytes)."""
+    return frame_ints(values.numel(), bits, key, lambda out: pack_int_sums(values, bits, out))

@@ -12,6 +12,7 @@ from gradzip.comm.transport import Transport, host_bytes, in_step_scope
 from gradzip.compressors.base import Compressor
 from gradzip.errors import NonFiniteInputError
 from gradzip.feedback import working_dtype
+from gradzip.finite import all_finite
 from gradzip.keys import StreamKey
 from gradzip.schemes._messages import abort_notice, abort_reason, pack_floats, unpack_floats
 from gradzip.schemes._pipelined_ring import DEFAULT_CHUNK_VALUES
@@ -147,7 +148,7 @@ class Hierarchical(Scheme):
         leader = rank - rank % k
         n = tensor.numel()
         x = tensor.detach().reshape(-1).to("cpu", torch.float32)
-        if n and not bool(torch.isfinite(x).all()):
+        if not all_finite([x]):
             raise NonFiniteInputError(
                 f"{self.compressor.name}: cannot reduce a tensor holding NaN or Inf; nothing was "
                 "updated"
@@ -206,7 +207,7 @@ class Hierarchical(Scheme):
         rank = transport.rank
         leader = rank - rank % k
         flat = [t.detach().reshape(-1).to("cpu", torch.float32) for t in tensors]
-        finite = finite and all(bool(torch.isfinite(x).all()) for x in flat)
+        finite = finite and all_finite(flat)
         _, down = transport.all_gather_flagged(b"\x01" if finite else b"\x00", finite, FINITE_CHECK)
         if down:
             return [], down

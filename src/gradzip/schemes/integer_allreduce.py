@@ -14,7 +14,7 @@ from gradzip.schemes._device_messages import Checks, pack_floats_device, unpack_
 from gradzip.schemes._device_ring_ints import ring_allreduce_ints_device
 from gradzip.schemes._grid_scheme import GridScheme
 from gradzip.schemes._messages import floats_message_size, pack_floats, unpack_floats
-from gradzip.schemes._ring_ints import ring_allreduce_ints
+from gradzip.schemes._ring_ints import ring_allreduce_ints, summable
 
 
 class IntegerAllreduce(GridScheme):
@@ -118,9 +118,10 @@ class IntegerAllreduce(GridScheme):
         top, size, first = 2 * self.grid.grid_levels(), transport.world_size, indices[0]
         sums = self._sum_codes(
             transport,
-            torch.cat(symbols),
+            summable(symbols),
             top,
             lambda rank, chunk: self.key(rank, step, first, chunk),
+            consume=True,  # a recycled int32 concatenation: the ring sums into it
         )
         parts = torch.split(sums, [sym.numel() for sym in symbols])
         return [
@@ -134,11 +135,13 @@ class IntegerAllreduce(GridScheme):
         symbols: torch.Tensor,
         top: int,
         key: Callable[[int, int], StreamKey],
+        consume: bool = False,
     ) -> torch.Tensor:
         """The element-wise sum over ranks of ``symbols`` (each in ``[0, top]``), every
         message named by ``key(rank, chunk)``: exact integers by the ring of
-        :func:`~gradzip.schemes._ring_ints.ring_allreduce_ints`."""
-        return ring_allreduce_ints(transport, symbols, top, key)
+        :func:`~gradzip.schemes._ring_ints.ring_allreduce_ints` (``consume``: ``symbols`` may
+        be summed into)."""
+        return ring_allreduce_ints(transport, symbols, top, key, consume=consume)
 
     def _agree_device(
         self,

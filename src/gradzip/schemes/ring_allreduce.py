@@ -97,7 +97,9 @@ class RingAllreduce(IntegerAllreduce):
         symbols: torch.Tensor,
         top: int,
         key: Callable[[int, int], StreamKey],
+        consume: bool = False,
     ) -> torch.Tensor:
         """The sum by :func:`~gradzip.schemes._pipelined_ring.pipelined_ring_sum`: chunks in a
-        pipeline, every hop at one code's width (re-quantized where a sum no longer fits)."""
+        pipeline, every hop at one code's width (re-quantized where a sum no longer fits);
+        ``symbols`` is never summed into (its float32 sums are a new vector anyway)."""
         return pipelined_ring_sum(transport, symbols, top, key, self.chunk_values)
