@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "gradzip.buffers",
         "gradzip.state_file",
         "gradzip.choices",
+        "gradzip.finite",
         # the one sanctioned device-to-host read, which the bit accounting's verify() uses
         "gradzip.device.host_reads",
     ),
