@@ -120,6 +120,17 @@ def test_integer_pack_gives_the_pack_ints_message(bits: int) -> None:
         assert dirty.tobytes() == bytes(open_ints(pack_ints(q, bits, KEY), n, bits, KEY)), n
 
 
+@pytest.mark.parametrize("bits", [1, 2, 3, 5, 8, 13])
+def test_integer_pack_discards_bits_above_the_width(bits: int) -> None:
+    """An out-of-range sum (a peer's message of the right width but values beyond the sum's
+    range) cannot spill into its neighbours' bits: it is packed as its low ``bits`` bits."""
+    n = 8 * 11 + 3
+    q = torch.randint(0, 1 << 20, (n,), generator=torch.Generator().manual_seed(bits))
+    q = q.to(torch.int32)
+    message = frame_ints(n, bits, KEY, lambda out: pack_int_sums(q, bits, out))
+    assert bytes(message) == pack_ints(q & ((1 << bits) - 1), bits, KEY)
+
+
 def test_integer_add_refuses_what_it_cannot_hold() -> None:
     body = np.zeros(4, dtype=np.uint8)
     with pytest.raises(ValueError, match="int32"):

@@ -42,8 +42,9 @@ def _as_numpy(symbols: torch.Tensor) -> np.ndarray:
 def pack_bits(symbols: torch.Tensor, bits: int) -> torch.Tensor:
     """Pack a 1-D integer tensor of values in ``[0, 2**bits)`` into a uint8 tensor.
 
-    Values are not range-checked here (callers produce them by clamping); bits above ``bits`` are
-    discarded.
+    Values are not range-checked here (callers produce them by clamping): a value of
+    ``2**bits`` or more is not packed as its low bits at every width (at 3, 5 or 13 bits, for
+    one, its high bits land in the next symbols').
     """
     check_bits(bits)
     s = _as_numpy(symbols)

@@ -98,8 +98,15 @@ def _add_ints_kernel(body, n, bits, replace, acc):  # type: ignore[no-untyped-de
 @njit(nogil=True, cache=True)
 def _pack_ints_kernel(values, bits, out):  # type: ignore[no-untyped-def]
     n = values.size
+    mask = np.uint32((1 << bits) - 1)
+    q = np.empty(min(n, TILE), dtype=np.uint32)
     for lo in range(0, n, TILE):
-        pack_tile(values, lo, min(n, lo + TILE) - lo, bits, out)
+        count = min(n, lo + TILE) - lo
+        # bits above the width discarded so that no value spills into its neighbours' bits
+        # (a tile's scratch, in L1)
+        for i in range(count):
+            q[i] = np.uint32(values[lo + i]) & mask
+        pack_tile(q, 0, count, bits, out[lo * bits // 8 :])
 
 
 def _float32_view(values: torch.Tensor, what: str) -> np.ndarray:
@@ -180,7 +187,9 @@ def pack_int_sums(values: torch.Tensor, bits: int, out: np.ndarray) -> None:
     """Pack the integer all-reduce's int32 partial sums ``values`` (a contiguous 1-D vector,
     each in ``[0, 2**bits)``, ``bits`` at most 31) into ``out`` (uint8, exactly ``ceil(n bits /
     8)`` bytes, any prior contents): :func:`~gradzip.codecs.bitpack.pack_bits`' bytes, zero
-    padding bits included, without its temporaries."""
+    padding bits included, without its temporaries. A value beyond the width is packed as its
+    low ``bits`` bits (never spilling into its neighbours' bits, which ``pack_bits`` does at
+    some widths)."""
     check_bits(bits)
     if bits > 31:
         raise ValueError(f"pack_int_sums takes int32 sums of up to 31 bits, got {bits}")
