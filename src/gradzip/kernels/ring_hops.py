@@ -109,12 +109,6 @@ def _pack_ints_kernel(values, bits, out):  # type: ignore[no-untyped-def]
         pack_tile(q, 0, count, bits, out[lo * bits // 8 :])
 
 
-def _float32_view(values: torch.Tensor, what: str) -> np.ndarray:
-    if values.dtype != torch.float32 or values.dim() != 1 or not values.is_contiguous():
-        raise ValueError(f"{what} takes a contiguous 1-D float32 tensor, got {values.dtype}")
-    return values.numpy()
-
-
 def encode_packed(
     sums: torch.Tensor,
     bits: int,
@@ -169,18 +163,9 @@ def add_packed_ints(acc: torch.Tensor, body: np.ndarray, bits: int, replace: boo
     bits (at most 31) packed in ``body`` (uint8, already checked by
     :func:`~gradzip.kernels.packed.check_packed_size`). The values of ``acc += unpack_bits(body)``
     in one pass, with no integer temporary of the slice's length (int32 wraps alike in both)."""
-    check_bits(bits)
-    if bits > 31:
-        raise ValueError(f"add_packed_ints takes int32 sums of up to 31 bits, got {bits}")
-    if acc.dtype != torch.int32 or acc.dim() != 1 or not acc.is_contiguous():
-        raise ValueError(f"add_packed_ints takes a contiguous 1-D int32 tensor, got {acc.dtype}")
-    n = acc.numel()
-    if body.dtype != np.uint8 or body.size != packed_bytes(n, bits):
-        raise ValueError(
-            f"add_packed_ints needs {packed_bytes(n, bits)} body bytes, got {body.size}"
-        )
-    if n:
-        _add_ints_kernel(body, n, bits, replace, acc.numpy())
+    values = _checked_hop(acc, body, bits, "add_packed_ints", "body", torch.int32)
+    if values.size:
+        _add_ints_kernel(body, values.size, bits, replace, values)
 
 
 def pack_int_sums(values: torch.Tensor, bits: int, out: np.ndarray) -> None:
@@ -190,29 +175,33 @@ def pack_int_sums(values: torch.Tensor, bits: int, out: np.ndarray) -> None:
     padding bits included, without its temporaries. A value beyond the width is packed as its
     low ``bits`` bits (never spilling into its neighbours' bits, which ``pack_bits`` does at
     some widths)."""
-    check_bits(bits)
-    if bits > 31:
-        raise ValueError(f"pack_int_sums takes int32 sums of up to 31 bits, got {bits}")
-    if values.dtype != torch.int32 or values.dim() != 1 or not values.is_contiguous():
-        raise ValueError(f"pack_int_sums takes a contiguous 1-D int32 tensor, got {values.dtype}")
-    n = values.numel()
-    if out.dtype != np.uint8 or out.size != packed_bytes(n, bits):
-        raise ValueError(
-            f"pack_int_sums needs {packed_bytes(n, bits)} output bytes, got {out.size}"
-        )
-    if n:
-        _pack_ints_kernel(values.numpy(), bits, out)
+    view = _checked_hop(values, out, bits, "pack_int_sums", "output", torch.int32)
+    if view.size:
+        _pack_ints_kernel(view, bits, out)
+
+
+#: the widest code each kind of sums holds exactly: float32's integers, int32's non-negative ones
+_MAX_BITS = {torch.float32: 24, torch.int32: 31}
 
 
 def _checked_hop(
-    sums: torch.Tensor, packed: np.ndarray, bits: int, name: str, role: str
+    sums: torch.Tensor,
+    packed: np.ndarray,
+    bits: int,
+    name: str,
+    role: str,
+    dtype: torch.dtype = torch.float32,
 ) -> np.ndarray:
-    """The float32 view of ``sums`` after checking that ``bits`` is a width float32 holds
-    exactly (at most 24) and that ``packed`` is a uint8 buffer of exactly the packed size."""
+    """The numpy view of ``sums`` after checking that it is a contiguous 1-D vector of
+    ``dtype`` (float32 or int32), that ``bits`` is a width that dtype holds exactly (at most 24
+    or 31) and that ``packed`` is a uint8 buffer of exactly the packed size."""
     check_bits(bits)
-    if bits > 24:
-        raise ValueError(f"{name} takes float32 sums of up to 24 bits, got {bits}")
-    values = _float32_view(sums, name)
+    kind = str(dtype).removeprefix("torch.")
+    if bits > _MAX_BITS[dtype]:
+        raise ValueError(f"{name} takes {kind} sums of up to {_MAX_BITS[dtype]} bits, got {bits}")
+    if sums.dtype != dtype or sums.dim() != 1 or not sums.is_contiguous():
+        raise ValueError(f"{name} takes a contiguous 1-D {kind} tensor, got {sums.dtype}")
+    values = sums.numpy()
     if packed.dtype != np.uint8 or packed.size != packed_bytes(values.size, bits):
         raise ValueError(
             f"{name} needs {packed_bytes(values.size, bits)} {role} bytes, got {packed.size}"
