@@ -11,11 +11,12 @@ from gradzip.rng import derive_seed, local_uniform, shared_uniform_plus_one_from
 from gradzip.schemes import make_scheme
 
 
-@pytest.mark.parametrize("sum_dtype", [torch.float32, torch.int32])
+@pytest.mark.parametrize("sum_dtype", [torch.float32, torch.int32, torch.uint8])
 @pytest.mark.parametrize("codec", ["dqsg", "qsgd"])
 def test_decode_sum_equals_net_levels_then_values(codec: str, sum_dtype: torch.dtype) -> None:
-    """float32 sums (the re-quantizing ring's) and int32 sums (the integer all-reduce's) take
-    the fused pass and give the bits of the two-step torch formulation."""
+    """float32 sums (the re-quantizing ring's), int32 sums (the integer all-reduce's) and
+    uint8 symbols (one rank's, for error feedback's own values) take the fused pass and give
+    the bits of the two-step torch formulation."""
     scheme = make_scheme("ring_allreduce", gradzip.create(codec), run_seed=0)
     n = 100_003  # not a multiple of a tile, a bucket or a Philox block
     g = torch.Generator().manual_seed(1)
@@ -55,7 +56,7 @@ def test_mean_from_sums_refuses_steps_that_do_not_cover_the_buckets() -> None:
 
 
 def test_mean_from_sums_refuses_sums_of_another_dtype() -> None:
-    with pytest.raises(ValueError, match="float32 or int32 sums"):
+    with pytest.raises(ValueError, match="float32, int32 or uint8 sums"):
         mean_from_sums(torch.zeros(10, dtype=torch.int64), 0, [], torch.ones(1), 0)
 
 

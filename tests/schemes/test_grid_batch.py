@@ -26,7 +26,18 @@ def qsgd() -> gradzip.Compressor:
     return gradzip.create("qsgd", s=4)
 
 
+#: compressors beside the registered examples: QSGD with many levels (int32 symbols, the
+#: float64 rounding path) and small buckets (several per tensor), and QSGD with l2 scales (not
+#: the max-abs statistic: quantized tensor by tensor)
+CONFIGURED = {
+    "qsgd-wide": lambda: gradzip.create("qsgd", s=200, bucket_size=64),
+    "qsgd-l2": lambda: gradzip.create("qsgd", s=4, norm="l2", bucket_size=64),
+}
+
+
 def example(name: str) -> gradzip.Compressor:
+    if name in CONFIGURED:
+        return CONFIGURED[name]()
     cls = gradzip.get(name)
     return cls(**cls.example_params)
 
@@ -109,17 +120,52 @@ def test_a_batch_gives_the_bits_of_one_by_one_in_fewer_messages(
         assert batch[rank]["sent"] < alone[rank]["sent"]
 
 
-@pytest.mark.parametrize("codec", ["dqsg", "terngrad", "lpc"])
+@pytest.mark.parametrize("codec", ["dqsg", "terngrad", "lpc", "hou", "qsgd-wide", "qsgd-l2"])
 @pytest.mark.parametrize("spec", ["allreduce", "ps_intsum"])
 def test_every_grid_codec_batches_bit_for_bit(codec: str, spec: str) -> None:
     """The other grid codecs' statistics (per bucket, one scalar) and offsets (DQSG's dithers)
-    split back to each tensor as its own agreement gave them."""
+    split back to each tensor as its own agreement gave them; with ``allreduce`` the symmetric
+    grids (TernGrad, Hou, QSGD with max scales) go through the batched kernels
+    (:func:`test_the_batched_kernels_serve_the_symmetric_grids_of_exact_sums`)."""
     alone = run(spec, True, False, 3, codec)
     batch = run(spec, True, True, 3, codec)
     for rank in range(3):
         for step in range(STEPS):
             assert_bit_equal(batch[rank]["means"][step], alone[rank]["means"][step])
         assert_bit_equal(batch[rank]["residuals"], alone[rank]["residuals"])
+
+
+@pytest.mark.parametrize(
+    ("codec", "spec", "segmented"),
+    [
+        ("qsgd", "allreduce", True),
+        ("terngrad", "allreduce", True),
+        ("hou", "allreduce", True),
+        ("qsgd-wide", "allreduce", True),
+        ("qsgd-l2", "allreduce", False),  # l2 scales: not the max-abs statistic
+        ("dqsg", "allreduce", False),  # subtractive dithers: its own symbols
+        ("lpc", "allreduce", False),
+        ("qsgd", "ring_allreduce", False),  # a float ring per tensor: not an exact batch sum
+        ("qsgd", "ps_intsum", False),
+    ],
+)
+def test_the_batched_kernels_serve_the_symmetric_grids_of_exact_sums(
+    codec: str, spec: str, segmented: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Which batches take the kernels of :mod:`gradzip.kernels.grid_segments` (so the bit
+    tests above compare them with one by one): counted at the call, once per step and rank."""
+    import gradzip.schemes._grid_batch as grid_batch
+
+    calls: list[int] = []
+    real = grid_batch.encode_segments
+
+    def counted(*args: object, **kwargs: object) -> torch.Tensor:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(grid_batch, "encode_segments", counted)
+    run(spec, True, True, 2, codec)
+    assert len(calls) == (2 * STEPS if segmented else 0)
 
 
 def test_a_batch_mean_of_the_ring_is_unbiased() -> None:

@@ -182,14 +182,15 @@ def test_allreduce_bytes_per_rank_stay_flat_while_allgather_grows() -> None:
     n = 1 << 15
     flat = [bytes_sent("allreduce", "dqsg", p, n) for p in (2, 4, 8)]
     grows = [bytes_sent("allgather", "dqsg", p, n) for p in (2, 4, 8)]
-    # ring of slices of n/P symbols (DQSG M=1: values 0..2 per rank); a partial sum of k ranks
-    # travels at bit_length(2k) bits, the full sums at bit_length(2P)
+    # P - 1 slices of n/P symbols each way (DQSG M=1: values 0..2 per rank): the reduce-scatter
+    # sends one rank's codes at bit_length(2) bits, the all-gather the full sums at
+    # bit_length(2P)
     for p, sent in zip((2, 4, 8), flat, strict=True):
-        widths = [(2 * k).bit_length() for k in range(1, p)] + [(2 * p).bit_length()] * (p - 1)
+        widths = [(2).bit_length()] * (p - 1) + [(2 * p).bit_length()] * (p - 1)
         model = n / p * sum(widths) / 8
         assert model < sent < 1.05 * model + 100 * p
-    # from P = 2 to 8: the ring's share 2(P-1)/P goes 1 -> 1.75 and the mean width 2.5 -> 4.2
-    # bits (logarithmic growth); allgather sends P - 1 payloads (linear growth)
+    # from P = 2 to 8: the share 2(P-1)/P goes 1 -> 1.75 and the mean width 2.5 -> 3.5 bits
+    # (logarithmic growth); allgather sends P - 1 payloads (linear growth)
     assert flat[2] < 3.1 * flat[0]
     assert grows[2] > 6.5 * grows[0]
     assert flat[2] < 0.6 * grows[2]

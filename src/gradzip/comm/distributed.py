@@ -201,6 +201,48 @@ class DistributedTransport(Transport):
             self.meter.record(collective, slot_bytes, slot_bytes)
         return out
 
+    def _all_to_all_slots(
+        self, messages: Sequence[Payload], expected_size: int, collective: str
+    ) -> list[Payload] | None:
+        """Every rank's message to this rank in one ``all_to_all_single`` of ``8 +
+        expected_size``-byte slots (:mod:`gradzip.comm.slots`; this rank's own slot travels
+        empty and is never read), on the group's device; one host read of the ``P`` header
+        words. Counted as ``P - 1`` slots sent and received (see
+        :meth:`~gradzip.comm.transport.Transport.all_to_all_bytes`).
+
+        A message larger than its slot still takes part, as a header word alone, so the peer
+        raises a corrupt-frame error naming this rank instead of waiting; this rank then raises
+        the ValueError naming both sizes."""
+        self._check_usable()
+        size = self.world_size
+        slot_bytes = LENGTH_PREFIX_BYTES + expected_size
+        outgoing = torch.cat(
+            [
+                frame_slot(b"" if dst == self.rank else message, True, slot_bytes, self.device)
+                for dst, message in enumerate(messages)
+            ]
+        )
+        incoming = torch.empty(size * slot_bytes, dtype=torch.uint8, device=self.device)
+        # every peer sends to and receives from this collective: a failure names the next rank
+        peer = (self.rank + 1) % size
+        try:
+            work = dist.all_to_all_single(incoming, outgoing, group=self._group, async_op=True)
+        except RuntimeError as err:
+            raise self._failed(peer, "receive", err) from err
+        assert work is not None  # async_op=True returns its work
+        try:
+            self._wait(work, peer, "receive")
+        except BaseException:
+            self._stranded += [outgoing, incoming]
+            raise
+        for dst, message in enumerate(messages):
+            if dst != self.rank and len(message) > expected_size:
+                raise oversize_error(self.rank, len(message), expected_size)
+        out, _ = read_slots(incoming, size, self.rank, messages[self.rank])
+        for _ in range(size - 1):
+            self.meter.record(collective, slot_bytes, slot_bytes)
+        return out
+
     def _tail_of(
         self, head: torch.Tensor, work: dist.Work, src: int, keep: list[torch.Tensor]
     ) -> tuple[np.ndarray, torch.Tensor, dist.Work | None, bool, bool]:

@@ -216,6 +216,50 @@ class Transport(ABC):
         None where this transport has none: the default, so the ring runs."""
         return None
 
+    def all_to_all_bytes(
+        self, messages: Sequence[Payload], collective: str, *, expected_size: int
+    ) -> list[Payload]:
+        """Send ``messages[j]`` to rank ``j`` and receive one message from every rank: the
+        returned list holds rank ``i``'s message to this rank at ``i`` (this rank's own
+        ``messages[rank]`` at its own place, never sent).
+
+        ``expected_size``: the most bytes any rank's message to any rank has, passed alike by
+        every rank (computed from shapes and keys). A transport with an all-to-all of
+        equal-sized tensors moves every message in ONE collective, each in a slot of ``8 +
+        expected_size`` bytes (:class:`~gradzip.comm.distributed.DistributedTransport`);
+        others run ``P - 1`` pairwise rounds (round ``k``: to ``rank + k``, from ``rank -
+        k``). [CHOICE] Counted as ``P - 1`` messages of ``8 + expected_size`` bytes sent and as
+        many received, whichever path runs (a simulated run counts a real one's bytes).
+
+        Raises ValueError naming both sizes when one of this rank's messages exceeds
+        ``expected_size`` (never truncated), and :class:`~gradzip.errors.GradzipError` when a
+        received slot's header announces more than its slot holds."""
+        size = self.world_size
+        if len(messages) != size:
+            raise ValueError(f"all_to_all_bytes needs {size} messages, got {len(messages)}")
+        if expected_size < 0:
+            raise ValueError(f"expected_size must be at least 0 bytes, got {expected_size}")
+        gathered = self._all_to_all_slots(messages, expected_size, collective)
+        if gathered is not None:
+            return gathered
+        for dst, message in enumerate(messages):
+            if dst != self.rank and len(message) > expected_size:
+                raise oversize_error(self.rank, len(message), expected_size)
+        out = list(messages)
+        counted = LENGTH_PREFIX_BYTES + expected_size
+        for k in range(1, size):
+            dst, src = (self.rank + k) % size, (self.rank - k) % size
+            out[src] = self._exchange(dst, messages[dst], True, src, collective, counted)[0]
+        return out
+
+    def _all_to_all_slots(
+        self, messages: Sequence[Payload], expected_size: int, collective: str
+    ) -> list[Payload] | None:
+        """Every rank's message to this rank from one all-to-all of equal-sized slots (see
+        :meth:`all_to_all_bytes`, which has checked only the count), or None where this
+        transport has none: the default, so the pairwise rounds run."""
+        return None
+
     def broadcast_bytes(self, payload: Payload | None, root: int) -> Payload:
         """``root``'s payload on every rank (the root sends it to each other rank, all at
         once)."""

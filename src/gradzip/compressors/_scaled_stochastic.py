@@ -55,7 +55,7 @@ from gradzip.compressors.buckets import (
     per_row,
     segments,
 )
-from gradzip.compressors.grid import CommonGrid
+from gradzip.compressors.grid import CommonGrid, SymmetricGrid
 from gradzip.kernels.backend import use_torch_ops
 from gradzip.kernels.bitpack_torch import pack_bits_torch, unpack_bits_torch
 from gradzip.kernels.device_buckets import bucket_absmax_device
@@ -258,18 +258,18 @@ def fit_dtype_(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return values
 
 
-def safe_steps(scales: torch.Tensor, s: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Encoder divisors and decoder multipliers ``step = scale / s`` for per-bucket scales.
+def decoder_steps(scales: torch.Tensor, s: int) -> torch.Tensor:
+    """The decoder's float32 multipliers ``step = scale / s`` of per-bucket scales.
 
-    The step is computed in float64 and rounded once to float32, and both sides use that same
-    float32 step. The encoder never divides by 0: a zero scale divides by 1 (its entries are 0),
-    and a positive scale whose step underflows float32 divides by the smallest subnormal (its
-    levels clamp to ``s``; the decoder's step is then 0).
+    The step is computed in float64 and rounded once to float32; the encoder's kernels
+    (:mod:`gradzip.kernels.stochastic`) divide by that same float32 step. They never divide by
+    0: a zero scale divides by 1 (its entries are 0), and a positive scale whose step underflows
+    float32 divides by the smallest subnormal (its levels clamp to ``s``; the decoder's step is
+    then 0). [CHOICE] Two torch operations and no encoder divisors: this runs once per tensor
+    and step in every integer-sum decode, where a small model's dozens of tensors made the
+    operations' fixed cost, not the values, the price.
     """
-    steps = (scales.to(torch.float64) / s).to(torch.float32)
-    tiny = torch.full_like(steps, float(torch.finfo(torch.float32).smallest_normal) * 2.0**-23)
-    divisors = torch.where(steps > 0, steps, torch.where(scales > 0, tiny, torch.ones_like(steps)))
-    return divisors, steps
+    return (scales.to(torch.float64) / s).to(torch.float32)
 
 
 class ScaledStochastic(Compressor):
@@ -410,7 +410,7 @@ class ScaledStochastic(Compressor):
         """The checked float32 multipliers of the buckets and the rest of the body."""
         scales, rest = read_scales(body, num_buckets(n, self._bucket))
         check_scales(scales, self.name)
-        _, mults = safe_steps(scales, self.s)
+        mults = decoder_steps(scales, self.s)
         factor = self._decode_factor(n)
         if factor != 1.0:
             mults = (mults.to(torch.float64) * factor).to(torch.float32)
@@ -476,10 +476,17 @@ class ScaledStochastic(Compressor):
         return stochastic_symbols(x, scales, self.s, self.s, key, self._bucket)
 
     def grid_steps(self, scales: torch.Tensor) -> torch.Tensor:
-        return safe_steps(scales, self.s)[1].to(torch.float64)
+        return decoder_steps(scales, self.s).to(torch.float64)
 
     def grid_offsets(self, key: StreamKey, n: int) -> torch.Tensor | None:
         return None
 
     def grid_offset_seed(self, key: StreamKey) -> int | None:
         return None
+
+    def grid_symmetric(self) -> SymmetricGrid | None:
+        """The symmetric grid of :meth:`grid_symbols` where the scales are ``max|x_B|`` (see
+        :meth:`_max_abs_scales`)."""
+        if not self._max_abs_scales():
+            return None
+        return SymmetricGrid(per=self.s, s=self.s, clip=False, bucket_size=self._bucket)

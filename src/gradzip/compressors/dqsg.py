@@ -34,7 +34,7 @@ from gradzip.compressors.buckets import (
     clip_to_std,
     num_buckets,
 )
-from gradzip.compressors.grid import CommonGrid
+from gradzip.compressors.grid import CommonGrid, SymmetricGrid
 from gradzip.compressors.registry import register
 from gradzip.kernels.backend import use_torch_ops
 from gradzip.kernels.device_buckets import scales_device, single_absmax
@@ -374,6 +374,9 @@ class DQSG(Compressor):
         multiple of ``2**-17`` below 1/2 in size), the same bits as ``(1 + u01) - 1 - 1/2``."""
         seed = self.seed_schedule.shared_seed(key)
         return shared_uniform_plus_one_from_seed(seed, n).sub_(1.5)
+
+    def grid_symmetric(self) -> SymmetricGrid | None:
+        return None  # its own statistic and symbols: quantized tensor by tensor
 
     def grid_offset_seed(self, key: StreamKey) -> int | None:
         return self.seed_schedule.shared_seed(key)

@@ -18,11 +18,26 @@ Variance: each rank's error is as for its own compressor but with the common sca
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
 from gradzip.keys import StreamKey
+
+
+@dataclass(frozen=True)
+class SymmetricGrid:
+    """A grid whose statistic is ``max|x_B|`` per bucket of ``bucket_size`` (0: one) and whose
+    symbols are :func:`gradzip.compressors._scaled_stochastic.stochastic_symbols` with ``per``,
+    ``s`` and ``clip`` (``may_overload``), the local stream of the key, and decoder steps
+    ``f32(f64(scale) / per)``: what the batched kernels of
+    :mod:`gradzip.kernels.grid_segments` compute for many tensors in one call."""
+
+    per: int
+    s: int
+    clip: bool
+    bucket_size: int
 
 
 class CommonGrid(Protocol):
@@ -64,4 +79,10 @@ class CommonGrid(Protocol):
         """The seed whose shared uniform stream gives :meth:`grid_offsets` as ``(1 + u) - 3/2``
         (so fused kernels regenerate the offsets tile by tile), or None: no offsets, or offsets
         of another form."""
+        ...
+
+    def grid_symmetric(self) -> SymmetricGrid | None:
+        """This grid as a :class:`SymmetricGrid` (so a batch of tensors may be quantized and
+        decoded in one kernel call each, with the same bits), or None: another statistic,
+        symbol rule or step."""
         ...

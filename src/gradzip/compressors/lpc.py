@@ -26,7 +26,7 @@ from gradzip.compressors._scaled_stochastic import (
     symmetric_values,
 )
 from gradzip.compressors.base import Body, Compressor, body_tensor
-from gradzip.compressors.grid import CommonGrid
+from gradzip.compressors.grid import CommonGrid, SymmetricGrid
 from gradzip.compressors.registry import register
 from gradzip.kernels.backend import use_torch_ops
 from gradzip.kernels.device_division import divided
@@ -214,6 +214,9 @@ class LPC(Compressor):
 
     def grid_offsets(self, key: StreamKey, n: int) -> torch.Tensor | None:
         return None
+
+    def grid_symmetric(self) -> SymmetricGrid | None:
+        return None  # its own statistic and symbols: quantized tensor by tensor
 
     def grid_offset_seed(self, key: StreamKey) -> int | None:
         return None

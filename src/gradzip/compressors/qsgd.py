@@ -14,9 +14,9 @@ from gradzip.compressors._scaled_body import check_scales, read_scales
 from gradzip.compressors._scaled_stochastic import (
     FLOAT32_MAX,
     ScaledStochastic,
+    decoder_steps,
     finite_by_bound,
     fit_dtype_,
-    safe_steps,
     stochastic_symbols,
     symbol_dtype,
     symbols_to_values,
@@ -182,7 +182,7 @@ class QSGD(ScaledStochastic):
             raise CorruptPayloadError(f"qsgd elias body indexes past the {n} values")
         symbols = torch.full((n,), self.s, dtype=symbol_dtype(self.s))
         symbols[idx] = (torch.where(neg.bool(), -levels, levels) + self.s).to(symbols.dtype)
-        _, mults = safe_steps(scales, self.s)
+        mults = decoder_steps(scales, self.s)
         values = symbols_to_values(symbols, mults, self.s, self._bucket)
         return fit_dtype_(finite_by_bound(values, mults, self.s, self.name), header.dtype)
 

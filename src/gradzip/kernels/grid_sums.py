@@ -37,6 +37,8 @@ from gradzip.kernels.philox import LOCAL_UNIFORM, SHARED_UNIFORM, fill_uniform
 _TILE = 1 << 14
 _HALF_THREE = np.float32(1.5)
 _ONE = np.float32(1.0)
+#: the sums :func:`mean_from_sums` converts per element (each dtype a compiled overload)
+_SUM_DTYPES = (torch.float32, torch.int32, torch.uint8)
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -48,7 +50,7 @@ def _mean_kernel(sums, base, k0s, k1s, steps, bucket, out):  # type: ignore[no-u
         lo = t * _TILE
         hi = min(n, lo + _TILE)
         if ranks == 0:  # no dithers: straight from the sums (the same two float32 operations)
-            _scale_by_bucket(sums[lo:hi], base, lo, steps, bucket, out[lo:hi])
+            scale_by_bucket(sums[lo:hi], base, lo, steps, bucket, out[lo:hi])
             continue
         acc = np.empty(hi - lo, dtype=np.float32)
         for i in range(hi - lo):
@@ -59,11 +61,11 @@ def _mean_kernel(sums, base, k0s, k1s, steps, bucket, out):  # type: ignore[no-u
             fill_uniform(k0s[p], k1s[p], SHARED_UNIFORM, lo, scratch)
             for i in range(hi - lo):
                 acc[i] = acc[i] - (dither[i] - _HALF_THREE)
-        _scale_by_bucket(acc, np.float32(0.0), lo, steps, bucket, out[lo:hi])
+        scale_by_bucket(acc, np.float32(0.0), lo, steps, bucket, out[lo:hi])
 
 
 @njit(inline="always", nogil=True, cache=True)
-def _scale_by_bucket(levels, base, origin, steps, bucket, out):  # type: ignore[no-untyped-def]
+def scale_by_bucket(levels, base, origin, steps, bucket, out):  # type: ignore[no-untyped-def]
     """``out[i] = (float32(levels[i]) - base) * steps[(origin + i) // bucket]``, one run per bucket:
     the step is read once per run instead of found by an integer division per element (which
     kept the loop from vectorizing). ``base = 0`` subtracts exactly nothing (``x - 0 == x``
@@ -83,8 +85,9 @@ def mean_from_sums(
     sums: torch.Tensor, base: int, offset_seeds: list[int], steps: torch.Tensor, bucket_size: int
 ) -> torch.Tensor:
     """``(sums - base - sum_p offset_p) * steps[i // bucket_size]`` (float32, a new tensor),
-    ``sums`` float32 or int32 (the integer all-reduce's exact sums, converted to float32 per
-    element: exact below ``2**24``, which callers ensure),
+    ``sums`` float32, int32 (the integer all-reduce's exact sums) or uint8 (one rank's
+    symbols, for error feedback's own values), converted to float32 per element (exact below
+    ``2**24``, which callers ensure),
     ``offset_p = (1 + u) - 3/2`` of the shared uniform stream of seed ``offset_seeds[p]``
     (subtracted in the order given), ``steps`` float32 per bucket (one value: every element).
 
@@ -92,9 +95,9 @@ def mean_from_sums(
     in float32 (see the module). Raises ``ValueError`` for steps that do not cover the buckets.
     """
     flat = sums.reshape(-1)
-    if flat.dtype not in (torch.float32, torch.int32) or steps.dtype != torch.float32:
+    if flat.dtype not in _SUM_DTYPES or steps.dtype != torch.float32:
         raise ValueError(
-            f"mean_from_sums takes float32 or int32 sums and float32 steps, got {flat.dtype}, "
+            f"mean_from_sums takes float32, int32 or uint8 sums and float32 steps, got {flat.dtype}, "
             f"{steps.dtype}"
         )
     n = flat.numel()

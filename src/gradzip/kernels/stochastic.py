@@ -83,65 +83,74 @@ def encode_symmetric(  # type: ignore[no-untyped-def]
     xbits = x.view(np.uint32)
     scale_bits = scales.view(np.uint32)
     tiles = (n + unit - 1) // unit
+    for t in prange(tiles):
+        lo = t * unit
+        hi = min(n, lo + unit)
+        if compute_scales and bucket_size > 0:
+            tile_scales(xbits, scale_bits, lo, hi, bucket_size)
+        symmetric_tile(x, scales, bucket_size, lo, hi, per, s, clip, k0, k1, symbols)
+        if bits > 0:
+            pack_tile(symbols, lo, hi - lo, bits, packed)
+
+
+@njit(inline="always", nogil=True, cache=True)
+def symmetric_tile(x, scales, bucket_size, lo, hi, per, s, clip, k0, k1, symbols):  # type: ignore[no-untyped-def]
+    """The symbols of ``x[lo:hi]`` on the symmetric grid of the per-bucket ``scales`` (bucket
+    ``i // bucket_size``; ``bucket_size`` 0: one bucket) into ``symbols[lo:hi]``, the local
+    uniforms of stream ``(k0, k1)`` drawn from index ``lo``: the arithmetic of the module
+    docstring, shared by :func:`encode_symmetric` and the batched kernels of
+    :mod:`gradzip.kernels.grid_segments` so that both give the same bits."""
     top = np.int32(2 * s)
     zero = np.int32(0)
     lo32 = np.float32(1 - s)
     hi32 = np.float32(1 + s)
     sm1_32 = np.float32(s - 1)
     sm1 = np.float64(s - 1)
-    for t in prange(tiles):
-        lo = t * unit
-        hi = min(n, lo + unit)
-        m = hi - lo
-        words = np.empty(m, dtype=np.uint32)
-        fill_uniform(k0, k1, LOCAL_UNIFORM, lo, words)
-        ones_tile = words.view(np.float32)  # 1 + u, exactly
-        if compute_scales and bucket_size > 0:
-            tile_scales(xbits, scale_bits, lo, hi, bucket_size)
-        a = lo
-        while a < hi:
-            if bucket_size == 0:
-                b = 0
-                e = hi
-            else:
-                b = a // bucket_size
-                e = min(hi, (b + 1) * bucket_size)
-            c = scales[b]
-            step = np.float32(np.float64(c) / per)
-            if step > 0:
-                d = step
-            elif c > 0:
-                d = _TINY32
-            else:
-                d = np.float32(1.0)
-            f = 1.0 / np.float64(d)
-            xs = x[a:e]
-            os = ones_tile[a - lo : e - lo]
-            ss = symbols[a:e]
-            if s <= 127 and f <= _F32_MAX:
-                f32 = np.float32(f)
-                if clip:
-                    for j in range(e - a):
-                        v = os[j] + xs[j] * f32
-                        v = min(max(v, lo32), hi32) + sm1_32
-                        ss[j] = min(max(np.int32(v), zero), top)
-                elif s == 1:
-                    for j in range(e - a):
-                        v = os[j] + xs[j] * f32
-                        ss[j] = min(max(np.int32(v), zero), top)
-                else:
-                    for j in range(e - a):
-                        v = os[j] + xs[j] * f32
-                        v = v + sm1_32
-                        ss[j] = min(max(np.int32(v), zero), top)
+    words = np.empty(hi - lo, dtype=np.uint32)
+    fill_uniform(k0, k1, LOCAL_UNIFORM, lo, words)
+    ones_tile = words.view(np.float32)  # 1 + u, exactly
+    a = lo
+    while a < hi:
+        if bucket_size == 0:
+            b = 0
+            e = hi
+        else:
+            b = a // bucket_size
+            e = min(hi, (b + 1) * bucket_size)
+        c = scales[b]
+        step = np.float32(np.float64(c) / per)
+        if step > 0:
+            d = step
+        elif c > 0:
+            d = _TINY32
+        else:
+            d = np.float32(1.0)
+        f = 1.0 / np.float64(d)
+        xs = x[a:e]
+        os = ones_tile[a - lo : e - lo]
+        ss = symbols[a:e]
+        if s <= 127 and f <= _F32_MAX:
+            f32 = np.float32(f)
+            if clip:
+                for j in range(e - a):
+                    v = os[j] + xs[j] * f32
+                    v = min(max(v, lo32), hi32) + sm1_32
+                    ss[j] = min(max(np.int32(v), zero), top)
+            elif s == 1:
+                for j in range(e - a):
+                    v = os[j] + xs[j] * f32
+                    ss[j] = min(max(np.int32(v), zero), top)
             else:
                 for j in range(e - a):
-                    w = np.float64(os[j]) + sm1
-                    w = w + np.float64(xs[j]) * f
-                    ss[j] = np.int32(min(max(np.floor(w), 0.0), np.float64(top)))
-            a = e
-        if bits > 0:
-            pack_tile(symbols, lo, m, bits, packed)
+                    v = os[j] + xs[j] * f32
+                    v = v + sm1_32
+                    ss[j] = min(max(np.int32(v), zero), top)
+        else:
+            for j in range(e - a):
+                w = np.float64(os[j]) + sm1
+                w = w + np.float64(xs[j]) * f
+                ss[j] = np.int32(min(max(np.floor(w), 0.0), np.float64(top)))
+        a = e
 
 
 @njit(nogil=True, cache=True, parallel=True)

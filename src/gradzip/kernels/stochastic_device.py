@@ -42,7 +42,7 @@ def symmetric_divisors_device(scales: torch.Tensor, per: int) -> torch.Tensor:
 
 
 def safe_steps_device(scales: torch.Tensor, s: int) -> torch.Tensor:
-    """The decoder's multipliers of :func:`gradzip.compressors._scaled_stochastic.safe_steps`:
+    """The decoder's multipliers of :func:`gradzip.compressors._scaled_stochastic.decoder_steps`:
     ``f32(f64(scale) / s)``."""
     return divided(scales.to(torch.float64), float(s)).to(torch.float32)
 

@@ -16,16 +16,20 @@ from gradzip.device.mode import device_path
 from gradzip.errors import NonFiniteInputError
 from gradzip.feedback import ErrorFeedback, Slot, working_dtype
 from gradzip.finite import all_finite
+from gradzip.kernels.backend import use_torch_ops
 from gradzip.kernels.grid_sums import mean_from_sums
 from gradzip.keys import StreamKey
 from gradzip.schemes._device_grid import DeviceGrid, device_grid
 from gradzip.schemes._device_messages import Checks
+from gradzip.schemes._grid_batch import SegmentedBatch
 from gradzip.schemes.base import Scheme
 
 #: the largest integer up to which every integer is exact in float32
 FLOAT32_EXACT = 2**24
 #: code sums must stay below this: they are int32 and packed at up to 31 bits
 MAX_SUM = 2**31
+#: the sums' dtypes the fused decode pass converts per element (one rank's symbols are uint8)
+_FUSED_SUMS = (torch.float32, torch.int32, torch.uint8)
 
 
 @dataclass
@@ -154,18 +158,26 @@ class GridScheme(Scheme):
         size, rank = transport.world_size, transport.rank
         live = [i for i, t in enumerate(tensors) if t.numel()]
         keys = {i: self.key(rank, step, indices[i]) for i in live}
+        batch = self._segmented([tensors[i].numel() for i in live], size)
         prepared: dict[int, _Prepared] = {}
         if finite:
             feedback = self.feedback.get("worker")
             for i in live:
                 prepared[i] = self._prepare_compensated(feedback, tensors[i], keys[i])
             finite = all_finite([p.x for p in prepared.values()])
-        statistics = [
-            self.grid.grid_statistic(prepared[i].x)
-            if finite
-            else self.grid.grid_statistic(torch.zeros(tensors[i].numel()))  # zeros, its size
-            for i in live
-        ]
+        if batch is not None:
+            statistics = [
+                batch.statistics([prepared[i].x for i in live])
+                if finite
+                else batch.zero_statistics()
+            ]
+        else:
+            statistics = [
+                self.grid.grid_statistic(prepared[i].x)
+                if finite
+                else self.grid.grid_statistic(torch.zeros(tensors[i].numel()))  # zeros, its size
+                for i in live
+            ]
         flags = torch.zeros(size, dtype=torch.float32)
         flags[rank] = 0.0 if finite else 1.0
         message = torch.cat([*(s.to(torch.float32).reshape(-1) for s in statistics), flags])
@@ -173,15 +185,34 @@ class GridScheme(Scheme):
         down = [r for r in range(size) if float(agreed[len(agreed) - size + r]) > 0.0]
         if down:
             return [], down
-        scales = list(torch.split(agreed[: len(agreed) - size], [s.numel() for s in statistics]))
-        symbols = [
-            self.grid.grid_symbols(prepared[i].x, sc, keys[i])
-            for i, sc in zip(live, scales, strict=True)
-        ]
-        sums = self._means_of_batch(transport, symbols, scales, step, [indices[i] for i in live])
+        feedback = self.feedback.get("worker")
+        live_indices = [indices[i] for i in live]
+        own: list[torch.Tensor] = []  # with error feedback: each live tensor's own values
+        if batch is not None:
+            scales_flat = agreed[: len(agreed) - size]
+            codes = batch.symbols(scales_flat, [keys[i] for i in live])
+            # this rank's own values before the sum: the ring sums into ``codes``
+            if feedback is not None:
+                own = batch.parts(batch.decode(codes, scales_flat, 1))
+            sums = self._sum_batch_codes(transport, codes, step, live_indices[0])
+            means_of_live = batch.parts(batch.decode(sums, scales_flat, size))
+        else:
+            scales = list(
+                torch.split(agreed[: len(agreed) - size], [s.numel() for s in statistics])
+            )
+            symbols = [
+                self.grid.grid_symbols(prepared[i].x, sc, keys[i])
+                for i, sc in zip(live, scales, strict=True)
+            ]
+            means_of_live = self._means_of_batch(transport, symbols, scales, step, live_indices)
+            if feedback is not None:
+                own = [
+                    self._own_values(sym, sc, keys[i], prepared[i].x)
+                    for i, sym, sc in zip(live, symbols, scales, strict=True)
+                ]
         # zeros only for the empty tensors: a live tensor's mean replaces its slot (a zero-filled
         # placeholder of every gradient cost a full pass over the bucket each step)
-        of_live = dict(zip(live, sums, strict=True))
+        of_live = dict(zip(live, means_of_live, strict=True))
         means = [
             of_live[i].view(t.shape).to(working_dtype(t.dtype))
             if i in of_live
@@ -189,13 +220,39 @@ class GridScheme(Scheme):
             for i, t in enumerate(tensors)
         ]
         # the residuals change only now, after every message of the batch has succeeded
-        feedback = self.feedback.get("worker")
         if feedback is not None:
-            for i, sym, sc in zip(live, symbols, scales, strict=True):
+            for i, own_flat in zip(live, own, strict=True):
                 p = prepared[i]
                 assert p.slot is not None and p.v is not None
-                feedback.commit(p.slot, p.v, self._own_values(sym, sc, keys[i], p.v))
+                feedback.commit(p.slot, p.v, own_flat.view(p.v.shape).to(p.v.dtype))
         return means, []
+
+    def _segmented(self, sizes: list[int], world_size: int) -> SegmentedBatch | None:
+        """The batch of ``sizes`` as one :class:`~gradzip.schemes._grid_batch.SegmentedBatch`
+        where its kernels give this scheme's bits: an exact code sum (:attr:`sums_exactly`), a
+        symmetric grid, the numba kernels (not forced torch operations) and sums exact in
+        float32. Decided from the shapes and the configuration alone, so alike on every rank."""
+        symmetric = self.grid.grid_symmetric()
+        if (
+            not self.sums_exactly
+            or symmetric is None
+            or use_torch_ops()
+            or 2 * symmetric.s * world_size > FLOAT32_EXACT
+        ):
+            return None
+        return SegmentedBatch(symmetric, sizes)
+
+    def _sum_batch_codes(
+        self, transport: Transport, codes: torch.Tensor, step: int, first_index: int
+    ) -> torch.Tensor:
+        """The element-wise sum over ranks of a batch's concatenated codes (int32, summed into
+        ``codes``), messages keyed by the batch's first tensor index: only for a scheme whose
+        sums are exact (:attr:`sums_exactly`)."""
+        raise NotImplementedError(f"{self.name} does not sum a batch's codes in one message")
+
+    #: whether a batch's codes may be summed concatenated (:meth:`_sum_batch_codes`) with the
+    #: same bits as tensor by tensor: exact integer sums (the integer all-reduce)
+    sums_exactly = False
 
     def _means_of_batch(
         self,
@@ -230,8 +287,9 @@ class GridScheme(Scheme):
         self, symbols: torch.Tensor, scales: torch.Tensor, key: StreamKey, v: torch.Tensor
     ) -> torch.Tensor:
         """This rank's own contribution on the common grid (``v_hat_own``, shaped and typed as
-        ``v``): what error feedback subtracts from ``v``."""
-        return self._values(self._net_levels(symbols, [key]), scales).view(v.shape).to(v.dtype)
+        ``v``): what error feedback subtracts from ``v``. The decode of a one-rank sum (the
+        fused pass where it applies: the same bits as :meth:`_net_levels` then :meth:`_values`)."""
+        return self._decode_levels(symbols, scales, [key], 1).view(v.shape).to(v.dtype)
 
     def check_sum_range(self, world_size: int) -> None:
         """Refuse a group whose code sums could overflow: the sums of ``P`` ranks' symbols reach
@@ -249,23 +307,36 @@ class GridScheme(Scheme):
     def _decode_sum(
         self, sums: torch.Tensor, scales: torch.Tensor, step: int, tensor_index: int, count: int
     ) -> torch.Tensor:
-        """The mean of ranks ``0 .. count-1`` from the sum of their symbols (float32).
-
-        A float32 or int32 sum goes through one fused pass (:func:`~gradzip.kernels.grid_sums.
-        mean_from_sums`: the dithers regenerated tile by tile, the steps read per bucket), the
-        same bits as :meth:`_net_levels` then :meth:`_values`; wide sums and grids whose offsets
-        have no seed take those two."""
+        """The mean of ranks ``0 .. count-1`` from the sum of their symbols (float32)."""
         keys = [self.key(p, step, tensor_index) for p in range(count)]
+        return self._decode_levels(sums, scales, keys, count)
+
+    def _decode_levels(
+        self, sums: torch.Tensor, scales: torch.Tensor, keys: list[StreamKey], count: int
+    ) -> torch.Tensor:
+        """``step * (sums - count s - sum_p offset_p) / count`` (float32) for the ranks of
+        ``keys``: the mean of ``count`` ranks from their symbol sum (the rank itself alone for
+        error feedback's own values).
+
+        Sums of float32, int32 (the integer all-reduce's) or uint8 (one rank's symbols) go
+        through one fused pass (:func:`~gradzip.kernels.grid_sums.mean_from_sums`: converted
+        per element, the dithers regenerated tile by tile, the steps read per bucket), the same
+        bits as :meth:`_net_levels` then :meth:`_values`; wide sums and grids whose offsets
+        have no seed take those two. [CHOICE] The offsets' seeds are asked for only where the
+        grid has offsets: this runs per tensor and step, and a small model's dozens of tensors
+        made its fixed costs the price."""
         s = self.grid.grid_levels()
-        seeds = [self.grid.grid_offset_seed(key) for key in keys]
-        has_offsets = self.grid.grid_offsets(keys[0], 0) is not None if keys else False
-        # int32 sums (the integer all-reduce's) are converted per element inside the pass
-        fused = sums.dtype in (torch.float32, torch.int32) and 2 * s * count <= FLOAT32_EXACT
-        if fused and (not has_offsets or all(seed is not None for seed in seeds)):
-            steps = (self.grid.grid_steps(scales) / count).to(torch.float32)
-            offsets = [seed for seed in seeds if seed is not None] if has_offsets else []
-            n = sums.numel()
-            return mean_from_sums(sums, count * s, offsets, steps, self.grid.grid_bucket_size(n))
+        fused = sums.dtype in _FUSED_SUMS and 2 * s * count <= FLOAT32_EXACT
+        if fused and keys:
+            has_offsets = self.grid.grid_offsets(keys[0], 0) is not None
+            seeds = [self.grid.grid_offset_seed(key) for key in keys] if has_offsets else []
+            if all(seed is not None for seed in seeds):
+                steps = (self.grid.grid_steps(scales) / count).to(torch.float32)
+                offsets = [seed for seed in seeds if seed is not None]
+                n = sums.numel()
+                return mean_from_sums(
+                    sums, count * s, offsets, steps, self.grid.grid_bucket_size(n)
+                )
         return self._values(self._net_levels(sums, keys), scales, count)
 
     def _net_levels(self, sums: torch.Tensor, keys: list[StreamKey]) -> torch.Tensor:

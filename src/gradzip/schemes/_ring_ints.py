@@ -1,9 +1,11 @@
-"""Ring allreduce of non-negative integer vectors (code sums), bit-packed on the wire.
+"""All-reduce of non-negative integer vectors (code sums), bit-packed on the wire.
 
-Reduce-scatter then allgather around the ring ``r -> r + 1`` (P - 1 rounds each), as in
-Patarasuk & Yuan's bandwidth-optimal allreduce: per rank about ``2 (P-1)/P`` times the packed
-vector crosses the wire, independently of ``P`` apart from the width. A partial sum of ``k``
-ranks' values is packed at ``bits_for(k * max_value)`` bits, so the width grows by at most
+Reduce-scatter then all-gather of ``P`` slices, as in Patarasuk & Yuan's bandwidth-optimal
+ring all-reduce: per rank about ``2 (P-1)/P`` times the packed vector crosses the wire,
+independently of ``P`` apart from the width. The reduce-scatter sends each rank's slice ``j``
+of its own codes to rank ``j`` at one rank's width ``bits_for(max_value)`` (one all-to-all, or
+``P - 1`` pairwise rounds where the transport has no such collective); the completed slices,
+packed at ``bits_for(P * max_value)`` bits, travel in one all-gather. The width grows by at most
 ``ceil(log2 P)`` bits over a single rank's (the "bits overflow" of spec 3.3 (b)). Sums are
 exact integers, so every rank ends with the same vector whatever the order of additions.
 """
@@ -36,9 +38,10 @@ def ring_allreduce_ints(
     already a contiguous int32 vector, holds the sums on return instead of a copy.
 
     ``key(rank, chunk)`` names each message: reduce-scatter messages carry the sender and the
-    slice, allgather messages the rank that completed the slice and ``P + slice`` (every rank
-    receives each of them as its sender packed it: forwarded unchanged by a ring transport, or
-    all in one collective of equal slots where the transport has one).
+    slice, all-gather messages the rank that completed the slice (rank ``j`` completes slice
+    ``j``) and ``P + slice`` (every rank receives each of them as its sender packed it:
+    forwarded unchanged by a ring transport, or all in one collective of equal slots where the
+    transport has one).
     """
     size, rank = transport.world_size, transport.rank
     in_place = (
@@ -48,40 +51,58 @@ def ring_allreduce_ints(
     if size == 1:
         return acc
     bounds = slice_bounds(acc.numel(), size)
-    nxt, prv = (rank + 1) % size, (rank - 1) % size
-    for k in range(size - 1):
-        send, recv = (rank - k) % size, (rank - k - 1) % size
-        bits = bits_for((k + 1) * max_value)
-        lo, hi = bounds[send]
-        got = transport.exchange_bytes(
-            nxt, _message(acc[lo:hi], bits, key(rank, send)), prv, "allreduce"
-        )
-        lo, hi = bounds[recv]
-        # unpacked straight into the sums (the checks of unpack_ints, no int32 temporary)
-        body = open_ints(host_bytes(got), hi - lo, bits, key(prv, recv))
-        add_packed_ints(acc[lo:hi], body, bits, replace=False)
+    # [CHOICE] the reduce-scatter as ONE all-to-all where the transport has one (gloo, NCCL),
+    # not P - 1 ring rounds each through Python and a thread hand-off: every rank sends slice
+    # j of its own codes to rank j, at the width of one rank's codes, and adds the P - 1
+    # slices it receives into its own. The same bytes as the ring's first round per message,
+    # fewer than its later rounds (a partial sum of k ranks needs more bits), and one round
+    # of latency instead of P - 1.
+    width = bits_for(max_value)
+    messages: list[Payload] = [
+        b"" if j == rank else _message(acc[lo:hi], width, key(rank, j))
+        for j, (lo, hi) in enumerate(bounds)
+    ]
+    received = transport.all_to_all_bytes(
+        messages, "allreduce", expected_size=_largest(bounds, width, key, size, lambda j: j)
+    )
+    lo, hi = bounds[rank]
+    for src, got in enumerate(received):
+        if src != rank:
+            # unpacked straight into the sums (the checks of unpack_ints, no int32 temporary)
+            body = open_ints(host_bytes(got), hi - lo, width, key(src, rank))
+            add_packed_ints(acc[lo:hi], body, width, replace=False)
     bits = bits_for(size * max_value)
-    owned = (rank + 1) % size  # the slice whose sum this rank completed
-    lo, hi = bounds[owned]
-    message = _message(acc[lo:hi], bits, key(rank, size + owned))
+    message = _message(acc[lo:hi], bits, key(rank, size + rank))
     # [CHOICE] the all-gather half as ONE collective of equal slots where the transport has
     # one (gloo, NCCL: a ring in C++), not P - 1 rounds each through Python and a thread
     # hand-off: on two shared cores each such round cost milliseconds of a ResNet-20 step.
     # The slot is the largest completed slice's message, which every rank computes alike
     # from n, P and the keys; the ring of the in-process transport sends the same messages.
-    slot = max(
-        ints_message_size(b - a, bits, key(owner, size + (owner + 1) % size))
-        for owner, (a, b) in ((r, bounds[(r + 1) % size]) for r in range(size))
-    )
+    slot = _largest(bounds, bits, key, size, lambda owner: size + owner)
     gathered = transport.all_gather_bytes(message, "allreduce", expected_size=slot)
-    for owner, received in enumerate(gathered):
-        if owner == rank:
-            continue
-        piece = (owner + 1) % size
-        lo, hi = bounds[piece]
-        body = open_ints(host_bytes(received), hi - lo, bits, key(owner, size + piece))
-        add_packed_ints(acc[lo:hi], body, bits, replace=True)
+    for owner, got in enumerate(gathered):
+        if owner != rank:
+            lo, hi = bounds[owner]
+            body = open_ints(host_bytes(got), hi - lo, bits, key(owner, size + owner))
+            add_packed_ints(acc[lo:hi], body, bits, replace=True)
     return acc
+
+
+def _largest(
+    bounds: list[tuple[int, int]],
+    bits: int,
+    key: Callable[[int, int], StreamKey],
+    size: int,
+    chunk_of: Callable[[int], int],
+) -> int:
+    """The largest message any rank sends of any slice at ``bits`` bits, rank ``r``'s message
+    of slice ``j`` keyed ``key(r, chunk_of(j))``: the slot every rank computes alike from
+    ``n``, ``P`` and the keys. Keyed by the last rank for every slice: a key's rank varint is a
+    byte longer from rank 128 on, and no larger rank has a shorter one."""
+    return max(
+        ints_message_size(hi - lo, bits, key(size - 1, chunk_of(j)))
+        for j, (lo, hi) in enumerate(bounds)
+    )
 
 
 def summable(parts: Sequence[torch.Tensor]) -> torch.Tensor:

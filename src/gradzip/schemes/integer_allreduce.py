@@ -115,19 +115,27 @@ class IntegerAllreduce(GridScheme):
         integers, so each tensor's sum, hence its mean, has the bits of its own ring."""
         if not self.sums_exactly or len(symbols) <= 1:
             return super()._means_of_batch(transport, symbols, scales, step, indices)
-        top, size, first = 2 * self.grid.grid_levels(), transport.world_size, indices[0]
-        sums = self._sum_codes(
-            transport,
-            summable(symbols),
-            top,
-            lambda rank, chunk: self.key(rank, step, first, chunk),
-            consume=True,  # a recycled int32 concatenation: the ring sums into it
-        )
+        size = transport.world_size
+        # a recycled int32 concatenation: the ring sums into it
+        sums = self._sum_batch_codes(transport, summable(symbols), step, indices[0])
         parts = torch.split(sums, [sym.numel() for sym in symbols])
         return [
             self._decode_sum(part, sc, step, index, size)
             for part, sc, index in zip(parts, scales, indices, strict=True)
         ]
+
+    def _sum_batch_codes(
+        self, transport: Transport, codes: torch.Tensor, step: int, first_index: int
+    ) -> torch.Tensor:
+        """The batch's concatenated int32 codes summed over ranks in place by one ring, its
+        messages keyed by the batch's first tensor index."""
+        return self._sum_codes(
+            transport,
+            codes,
+            2 * self.grid.grid_levels(),
+            lambda rank, chunk: self.key(rank, step, first_index, chunk),
+            consume=True,
+        )
 
     def _sum_codes(
         self,

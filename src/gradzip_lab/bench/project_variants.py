@@ -14,11 +14,12 @@ waits for:
   payload too (every rank must average the same values), and its encode and decode stages share
   the rank's core, so they add; then ``exposed = max(comm, codec) + min(comm, codec) / B``
   (B buckets: the pipeline's fill and drain).
-* gradzip ``ring`` (re-quantizing) and ``allreduce`` (integer sums): per parameter, ``2(P-1)``
-  hops of a chunk of ``n/P`` values, one parameter after another, not pipelined;
+* gradzip ``ring`` (re-quantizing): per parameter, ``2(P-1)`` hops of a chunk of ``n/P``
+  values, one parameter after another, not pipelined; ``allreduce`` (integer sums): per DDP
+  bucket, the codes' ``P - 1`` chunks in one all-to-all and the sums' in one all-gather.
   ``exposed = comm + codec`` with ``(P-1)`` encodes and ``2(P-1)`` decodes of a chunk.
   [RECON] the integer sums widen each code by ``ceil(log2 P)`` bits so that P codes add
-  without overflow; the chunk's measured payload is scaled by that width.
+  without overflow; the all-gather's chunk payload is scaled by that width.
 * gradzip ``powersgd``: the factors as payloads of the variant's codec, all-gathered (``P-1``
   payloads each of P and Q); arithmetic timed as torch's. ``exposed = comm + codec``.
 * gradzip ``ring_allreduce`` (shared-scale codes, every hop at one code's width, chunked and
@@ -292,9 +293,13 @@ def _codec_traffic(
         chunks = [math.ceil(m / p) for m in numels]
         hop = float(measure.total_bytes(chunks))
         if scheme == "allreduce":
+            # a bucket's codes in one all-to-all at one code's width, then its sums (wider by
+            # ceil(log2 P) bits) in one all-gather: P - 1 messages each way
             bits = _code_bits(measure, chunks)
-            hop *= (bits + math.ceil(math.log2(p))) / bits
-        traffic = Traffic(2 * (p - 1) * len(numels), 2 * (p - 1) * hop)
+            widened = hop * (bits + math.ceil(math.log2(p))) / bits
+            traffic = Traffic(2 * (p - 1) * buckets, (p - 1) * (hop + widened))
+        else:
+            traffic = Traffic(2 * (p - 1) * len(numels), 2 * (p - 1) * hop)
         coords = sum(chunks) * (p - 1)
         codec = coords * (measure.encode_s_per_coord + 2 * measure.decode_s_per_coord) + n * ef
         return traffic, codec / share, False
