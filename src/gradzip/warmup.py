@@ -13,9 +13,9 @@ It calls, for every registered compressor (its ``example_params`` and the parame
 bfloat16 and float64: ``encode``, ``decode`` and ``decode_add_`` of a tensor of several
 4,096-value tiles and a partial one, of a small odd one and (float32) of a large one; then, on
 two simulated ranks, one step of every reduction variant around every compressor it accepts,
-without and with error feedback. [CHOICE] This covers the argument types the library's own
-paths use; a kernel first called with other types still compiles, once, where it is first
-used. [CHOICE] Everything runs in this one process, one call after another: simplest, and
+without and with error feedback, tensor by tensor and as one batch. [CHOICE] This covers the
+argument types the library's own paths use; a kernel first called with other types still
+compiles, once, where it is first used. [CHOICE] Everything runs in this one process, one call after another: simplest, and
 compiling is CPU-bound anyway. (Concurrent processes would be safe: :mod:`gradzip.kernels`
 serialises numba's cache writes, see :mod:`gradzip.kernels._numba_cache_lock`.)
 """
@@ -93,8 +93,12 @@ def warm_scheme(variant: str) -> str:
                 except ValueError:  # a scheme that keeps no residual refuses error feedback
                     continue
                 gen = torch.Generator().manual_seed(t.rank)
-                for index, shape in enumerate(((64, 48), (SIZES[0],), (5,))):
+                shapes = ((64, 48), (SIZES[0],), (5,))
+                for index, shape in enumerate(shapes):
                     scheme.reduce(t, torch.randn(shape, generator=gen), 0, index)
+                # and as one batch (a DDP bucket's): the integer all-reduce's batched kernels
+                batch = [torch.randn(shape, generator=gen) for shape in shapes]
+                scheme.reduce_many_if_all_finite(t, batch, (0, 1, 2), 1, True)
 
     run_local(2, body)
     return f"every compressor through {variant}"

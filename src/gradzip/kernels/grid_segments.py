@@ -101,7 +101,7 @@ def segment_layout(sizes: tuple[int, ...], bucket_size: int) -> SegmentLayout:
             hi.append(int(starts[i]) + min(n, (b + 1) * width))
         tasks += [(i, a, min(n, a + _TASK)) for a in range(0, n, _TASK)]
     table = np.array(tasks, dtype=np.int64).reshape(-1, 3)
-    return SegmentLayout(
+    arrays = [
         starts,
         bucket_sizes,
         per_bucket,
@@ -111,7 +111,10 @@ def segment_layout(sizes: tuple[int, ...], bucket_size: int) -> SegmentLayout:
         np.ascontiguousarray(table[:, 0]),
         np.ascontiguousarray(table[:, 1]),
         np.ascontiguousarray(table[:, 2]),
-    )
+    ]
+    for array in arrays:
+        array.flags.writeable = False  # cached and shared by every batch of these sizes
+    return SegmentLayout(*arrays)
 
 
 @njit(nogil=True, cache=True, parallel=True)

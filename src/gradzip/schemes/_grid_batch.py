@@ -55,7 +55,9 @@ class SegmentedBatch:
             raise RuntimeError("SegmentedBatch.symbols needs statistics() first")
         seeds = [derive_seed(key, domain="local") for key in keys]
         g = self.grid
-        return encode_segments(self._x, scales, self.layout, g.per, g.s, g.clip, seeds)
+        codes = encode_segments(self._x, scales, self.layout, g.per, g.s, g.clip, seeds)
+        self._x = None  # the concatenation is not read again: released before the sums
+        return codes
 
     def decode(self, sums: torch.Tensor, scales: torch.Tensor, count: int) -> torch.Tensor:
         """The mean of ``count`` ranks from the int32 sum of their symbols (float32,
