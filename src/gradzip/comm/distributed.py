@@ -181,19 +181,8 @@ class DistributedTransport(Transport):
         slot_bytes = LENGTH_PREFIX_BYTES + expected_size
         mine = frame_slot(payload, ok, slot_bytes, self.device)
         gathered = torch.empty(self.world_size * slot_bytes, dtype=torch.uint8, device=self.device)
-        # every peer sends to and receives from this collective: a failure names the next rank
-        peer = (self.rank + 1) % self.world_size
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        try:
-            work = gather(gathered, mine, group=self._group, async_op=True)
-        except RuntimeError as err:
-            raise self._failed(peer, "receive", err) from err
-        assert work is not None  # async_op=True returns its work
-        try:
-            self._wait(work, peer, "receive")
-        except BaseException:
-            self._stranded += [mine, gathered]
-            raise
+        self._collective(gather, gathered, mine)
         if len(payload) > expected_size:
             raise oversize_error(self.rank, len(payload), expected_size)
         out = read_slots(gathered, self.world_size, self.rank, payload)
@@ -223,18 +212,7 @@ class DistributedTransport(Transport):
             ]
         )
         incoming = torch.empty(size * slot_bytes, dtype=torch.uint8, device=self.device)
-        # every peer sends to and receives from this collective: a failure names the next rank
-        peer = (self.rank + 1) % size
-        try:
-            work = dist.all_to_all_single(incoming, outgoing, group=self._group, async_op=True)
-        except RuntimeError as err:
-            raise self._failed(peer, "receive", err) from err
-        assert work is not None  # async_op=True returns its work
-        try:
-            self._wait(work, peer, "receive")
-        except BaseException:
-            self._stranded += [outgoing, incoming]
-            raise
+        self._collective(dist.all_to_all_single, incoming, outgoing)
         for dst, message in enumerate(messages):
             if dst != self.rank and len(message) > expected_size:
                 raise oversize_error(self.rank, len(message), expected_size)
@@ -242,6 +220,24 @@ class DistributedTransport(Transport):
         for _ in range(size - 1):
             self.meter.record(collective, slot_bytes, slot_bytes)
         return out
+
+    def _collective(
+        self, op: Callable[..., dist.Work | None], out: torch.Tensor, inp: torch.Tensor
+    ) -> None:
+        """Run the equal-slot collective ``op(out, inp)`` and wait for it at most ``timeout``
+        seconds. Every peer sends to and receives from it, so a failure names the next rank;
+        the buffers of an abandoned collective are kept alive (it may still write them)."""
+        peer = (self.rank + 1) % self.world_size
+        try:
+            work = op(out, inp, group=self._group, async_op=True)
+        except RuntimeError as err:
+            raise self._failed(peer, "receive", err) from err
+        assert work is not None  # async_op=True returns its work
+        try:
+            self._wait(work, peer, "receive")
+        except BaseException:
+            self._stranded += [inp, out]
+            raise
 
     def _tail_of(
         self, head: torch.Tensor, work: dist.Work, src: int, keep: list[torch.Tensor]
