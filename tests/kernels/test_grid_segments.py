@@ -109,7 +109,7 @@ def test_the_layout_of_a_batch() -> None:
     assert layout.starts.tolist() == [0, 5, 5, 17]
     assert layout.scale_starts.tolist() == [0, 2, 2, 5]
     assert layout.bucket_sizes.tolist() == [4, 0, 4]
-    assert layout.per_bucket.tolist() == [4, 0, 4]
+    assert layout.count == 3
     assert list(zip(layout.bucket_lo.tolist(), layout.bucket_hi.tolist(), strict=True)) == [
         (0, 4),
         (4, 5),
@@ -117,8 +117,10 @@ def test_the_layout_of_a_batch() -> None:
         (9, 13),
         (13, 17),
     ]
-    # a segment of one bucket: its decode's step index covers its length
-    assert segment_layout((10,), 0).per_bucket.tolist() == [10]
+    # a segment of one bucket (bucket size 0): one scale over its whole length
+    single = segment_layout((10,), 0)
+    assert single.bucket_sizes.tolist() == [0] and single.scale_count == 1
+    assert list(zip(single.bucket_lo.tolist(), single.bucket_hi.tolist(), strict=True)) == [(0, 10)]
     assert segment_layout((), 8).total == 0
     with pytest.raises(ValueError, match=">= 0"):
         segment_layout((3, -1), 8)

@@ -213,9 +213,7 @@ class DistributedTransport(Transport):
         )
         incoming = torch.empty(size * slot_bytes, dtype=torch.uint8, device=self.device)
         self._collective(dist.all_to_all_single, incoming, outgoing)
-        for dst, message in enumerate(messages):
-            if dst != self.rank and len(message) > expected_size:
-                raise oversize_error(self.rank, len(message), expected_size)
+        self._check_messages_fit(messages, expected_size)
         out, _ = read_slots(incoming, size, self.rank, messages[self.rank])
         for _ in range(size - 1):
             self.meter.record(collective, slot_bytes, slot_bytes)

@@ -242,15 +242,20 @@ class Transport(ABC):
         gathered = self._all_to_all_slots(messages, expected_size, collective)
         if gathered is not None:
             return gathered
-        for dst, message in enumerate(messages):
-            if dst != self.rank and len(message) > expected_size:
-                raise oversize_error(self.rank, len(message), expected_size)
+        self._check_messages_fit(messages, expected_size)
         out = list(messages)
         counted = LENGTH_PREFIX_BYTES + expected_size
         for k in range(1, size):
             dst, src = (self.rank + k) % size, (self.rank - k) % size
             out[src] = self._exchange(dst, messages[dst], True, src, collective, counted)[0]
         return out
+
+    def _check_messages_fit(self, messages: Sequence[Payload], expected_size: int) -> None:
+        """The ValueError of :meth:`all_to_all_bytes` for a message of this rank to another
+        that exceeds ``expected_size`` (its own message is never sent)."""
+        for dst, message in enumerate(messages):
+            if dst != self.rank and len(message) > expected_size:
+                raise oversize_error(self.rank, len(message), expected_size)
 
     def _all_to_all_slots(
         self, messages: Sequence[Payload], expected_size: int, collective: str

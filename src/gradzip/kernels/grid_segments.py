@@ -45,15 +45,13 @@ class SegmentLayout:
     """Where each tensor of a batch lies in the concatenation, its buckets and the tasks.
 
     ``starts`` (``k + 1``): element offsets, ``starts[k]`` the total; ``bucket_sizes``: each
-    segment's effective bucket size (0: one bucket); ``per_bucket``: elements per step index of
-    the decode (the segment's length for one bucket); ``scale_starts`` (``k + 1``): offsets of
+    segment's effective bucket size (0: one bucket); ``scale_starts`` (``k + 1``): offsets of
     each segment's scales in the concatenated scales; ``bucket_lo``/``bucket_hi``: every
     bucket's bounds in the concatenation; ``task_*``: the parallel tasks, a segment and a range
     of at most :data:`_TASK` elements relative to its start."""
 
     starts: Int64s
     bucket_sizes: Int64s
-    per_bucket: Int64s
     scale_starts: Int64s
     bucket_lo: Int64s
     bucket_hi: Int64s
@@ -64,6 +62,11 @@ class SegmentLayout:
     @property
     def total(self) -> int:
         return int(self.starts[-1])
+
+    @property
+    def count(self) -> int:
+        """The number of segments (tensors)."""
+        return len(self.bucket_sizes)
 
     @property
     def scale_count(self) -> int:
@@ -84,7 +87,6 @@ def segment_layout(sizes: tuple[int, ...], bucket_size: int) -> SegmentLayout:
     starts = np.zeros(len(sizes) + 1, dtype=np.int64)
     scale_starts = np.zeros(len(sizes) + 1, dtype=np.int64)
     bucket_sizes = np.zeros(len(sizes), dtype=np.int64)
-    per_bucket = np.zeros(len(sizes), dtype=np.int64)
     lo: list[int] = []
     hi: list[int] = []
     tasks: list[tuple[int, int, int]] = []
@@ -94,7 +96,6 @@ def segment_layout(sizes: tuple[int, ...], bucket_size: int) -> SegmentLayout:
         starts[i + 1] = starts[i] + n
         scale_starts[i + 1] = scale_starts[i] + nb
         bucket_sizes[i] = bs
-        per_bucket[i] = n if bs == 0 else bs
         width = n if bs == 0 else bs
         for b in range(nb):
             lo.append(int(starts[i]) + b * width)
@@ -104,7 +105,6 @@ def segment_layout(sizes: tuple[int, ...], bucket_size: int) -> SegmentLayout:
     arrays = [
         starts,
         bucket_sizes,
-        per_bucket,
         scale_starts,
         np.array(lo, dtype=np.int64),
         np.array(hi, dtype=np.int64),
@@ -148,18 +148,20 @@ def _encode_kernel(  # type: ignore[no-untyped-def]
 
 @njit(nogil=True, cache=True, parallel=True)
 def _rescale_kernel(  # type: ignore[no-untyped-def]
-    sums, base, starts, scale_starts, per_bucket, task_segment, task_lo, task_hi, steps, out
+    sums, base, starts, scale_starts, bucket_sizes, task_segment, task_lo, task_hi, steps, out
 ):
     for t in prange(task_segment.size):
         i = task_segment[t]
         a = starts[i]
         lo, hi = task_lo[t], task_hi[t]
+        # elements per step: the bucket, or the whole segment where it has one scale
+        bucket = bucket_sizes[i] if bucket_sizes[i] > 0 else starts[i + 1] - a
         scale_by_bucket(
             sums[a + lo : a + hi],
             base,
             lo,
             steps[scale_starts[i] : scale_starts[i + 1]],
-            per_bucket[i],
+            bucket,
             out[a + lo : a + hi],
         )
 
@@ -200,9 +202,9 @@ def encode_segments(
     local uniforms of ``seeds[i]``: per segment the symbols of
     :func:`gradzip.compressors._scaled_stochastic.stochastic_symbols` with that seed."""
     xs = _float32_flat(x, layout, "the batch")
-    if scales.numel() != layout.scale_count or len(seeds) != len(layout.bucket_sizes):
+    if scales.numel() != layout.scale_count or len(seeds) != layout.count:
         raise ValueError(
-            f"{layout.scale_count} scales and {len(layout.bucket_sizes)} seeds needed, got "
+            f"{layout.scale_count} scales and {layout.count} seeds needed, got "
             f"{scales.numel()} and {len(seeds)}"
         )
     symbols = fresh_array(layout.total, np.int32)
@@ -245,7 +247,7 @@ def rescale_segments(
         np.float32(base),
         layout.starts,
         layout.scale_starts,
-        layout.per_bucket,
+        layout.bucket_sizes,
         layout.task_segment,
         layout.task_lo,
         layout.task_hi,

@@ -38,7 +38,7 @@ _TILE = 1 << 14
 _HALF_THREE = np.float32(1.5)
 _ONE = np.float32(1.0)
 #: the sums :func:`mean_from_sums` converts per element (each dtype a compiled overload)
-_SUM_DTYPES = (torch.float32, torch.int32, torch.uint8)
+SUM_DTYPES = (torch.float32, torch.int32, torch.uint8)
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -95,7 +95,7 @@ def mean_from_sums(
     in float32 (see the module). Raises ``ValueError`` for steps that do not cover the buckets.
     """
     flat = sums.reshape(-1)
-    if flat.dtype not in _SUM_DTYPES or steps.dtype != torch.float32:
+    if flat.dtype not in SUM_DTYPES or steps.dtype != torch.float32:
         raise ValueError(
             f"mean_from_sums takes float32, int32 or uint8 sums and float32 steps, got {flat.dtype}, "
             f"{steps.dtype}"

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
+from gradzip.compressors._scaled_stochastic import decoder_steps
 from gradzip.compressors.grid import SymmetricGrid
 from gradzip.kernels.grid_segments import (
     SegmentLayout,
@@ -63,10 +64,9 @@ class SegmentedBatch:
         """The mean of ``count`` ranks from the int32 sum of their symbols (float32,
         concatenated): ``(sum - count s) * step / count`` with ``step = f32(f64(scale) / per)``,
         the operations and roundings of the per-tensor decode."""
-        steps = (scales.to(torch.float64) / self.grid.per).to(torch.float32).to(torch.float64)
-        steps = (steps / count).to(torch.float32)
+        steps = (decoder_steps(scales, self.grid.per).to(torch.float64) / count).to(torch.float32)
         return rescale_segments(sums, count * self.grid.s, steps, self.layout)
 
     def parts(self, flat: torch.Tensor) -> list[torch.Tensor]:
         """``flat`` (a concatenation) cut into the tensors' flat views."""
-        return [flat[a:b] for a, b in map(self.layout.segment, range(len(self.layout.per_bucket)))]
+        return [flat[a:b] for a, b in map(self.layout.segment, range(self.layout.count))]

@@ -17,7 +17,7 @@ from gradzip.errors import NonFiniteInputError
 from gradzip.feedback import ErrorFeedback, Slot, working_dtype
 from gradzip.finite import all_finite
 from gradzip.kernels.backend import use_torch_ops
-from gradzip.kernels.grid_sums import mean_from_sums
+from gradzip.kernels.grid_sums import SUM_DTYPES, mean_from_sums
 from gradzip.keys import StreamKey
 from gradzip.schemes._device_grid import DeviceGrid, device_grid
 from gradzip.schemes._device_messages import Checks
@@ -28,8 +28,6 @@ from gradzip.schemes.base import Scheme
 FLOAT32_EXACT = 2**24
 #: code sums must stay below this: they are int32 and packed at up to 31 bits
 MAX_SUM = 2**31
-#: the sums' dtypes the fused decode pass converts per element (one rank's symbols are uint8)
-_FUSED_SUMS = (torch.float32, torch.int32, torch.uint8)
 
 
 @dataclass
@@ -131,7 +129,9 @@ class GridScheme(Scheme):
            any is, every rank returns ``([], down)`` with nothing sent after the agreement and
            nothing updated (the residuals untouched).
         3. Every tensor's symbols on its own scales under its own key (``key(rank, step,
-           indices[i])``), summed and decoded by :meth:`_means_of_batch`.
+           indices[i])``), summed and decoded by :meth:`_means_of_batch`, or, where
+           :meth:`_segmented` allows, quantized, summed and decoded as one concatenation
+           (:mod:`gradzip.schemes._grid_batch`, the same bits).
         4. Only then the residuals ``v - v_hat_own`` of every tensor.
 
         Bytes: one scale message (or max ring) for the batch, carrying the statistics of every
@@ -326,7 +326,7 @@ class GridScheme(Scheme):
         grid has offsets: this runs per tensor and step, and a small model's dozens of tensors
         made its fixed costs the price."""
         s = self.grid.grid_levels()
-        fused = sums.dtype in _FUSED_SUMS and 2 * s * count <= FLOAT32_EXACT
+        fused = sums.dtype in SUM_DTYPES and 2 * s * count <= FLOAT32_EXACT
         if fused and keys:
             has_offsets = self.grid.grid_offsets(keys[0], 0) is not None
             seeds = [self.grid.grid_offset_seed(key) for key in keys] if has_offsets else []
