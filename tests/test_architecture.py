@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "gradzip.state_file",
         "gradzip.choices",
         "gradzip.finite",
+        "gradzip.flat_views",
         # the one sanctioned device-to-host read, which the bit accounting's verify() uses
         "gradzip.device.host_reads",
     ),

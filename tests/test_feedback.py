@@ -195,3 +195,24 @@ def test_two_phase_compensation_changes_nothing_until_committed() -> None:
     expected = (g + before) - (g + before).round()
     fb.commit(slot, v, v.clone().round())
     assert torch.equal(fb.residual(2), expected)
+
+
+def test_compensated_values_can_be_written_where_the_caller_wants_them() -> None:
+    """``compensated(..., out=view)`` writes ``v = g + e`` into the caller's memory (a batch's
+    concatenation), with the bits of a fresh ``v``; an ``out`` of another size, dtype or
+    layout is refused by name and nothing changes."""
+    feedback = ErrorFeedback(gradzip.create("qsgd", s=2))
+    key = StreamKey(run_seed=1, step=0, rank=0, tensor_index=3)
+    g = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
+    slot, v = feedback.compensated(g, key)
+    feedback.commit(slot, v, torch.zeros_like(v) + 0.25)
+    residual = feedback.residual(3)
+    concatenation = torch.full((30,), float("nan"))
+    slot, v = feedback.compensated(g, key, out=concatenation.narrow(0, 5, 20))
+    assert v.shape == g.shape and v.data_ptr() == concatenation.narrow(0, 5, 20).data_ptr()
+    assert torch.equal(v, g + residual)
+    assert concatenation[:5].isnan().all() and concatenation[25:].isnan().all()
+    for bad in (torch.empty(19), torch.empty(20, dtype=torch.float64), torch.empty(40)[::2]):
+        with pytest.raises(ValueError, match="error feedback's out must be 20 contiguous"):
+            feedback.compensated(g, key, out=bad)
+    assert torch.equal(feedback.residual(3), residual)

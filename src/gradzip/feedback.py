@@ -169,21 +169,30 @@ class ErrorFeedback:
         self.commit(slot, v, v_hat)
         return result
 
-    def compensated(self, tensor: torch.Tensor, key: StreamKey) -> tuple[Slot, torch.Tensor]:
+    def compensated(
+        self, tensor: torch.Tensor, key: StreamKey, out: torch.Tensor | None = None
+    ) -> tuple[Slot, torch.Tensor]:
         """Phase one of :meth:`compensate` split in two, for a scheme that quantizes several
         tensors before it knows whether the step succeeds (one agreement for a batch): the slot
         of ``key`` and ``v = tensor + e``, a new tensor of the working dtype the caller owns.
-        Nothing changes until :meth:`commit`; a step that fails simply never commits."""
-        return self._compensated(tensor, key)
+        Nothing changes until :meth:`commit`; a step that fails simply never commits.
+
+        ``out``: where to write ``v`` on the host path (a contiguous CPU tensor of the working
+        dtype and ``tensor.numel()`` elements, e.g. a view of a batch's concatenation, so the
+        batch needs no copy of its own); ``v`` is then ``out`` in ``tensor``'s shape."""
+        return self._compensated(tensor, key, out)
 
     def commit(self, slot: Slot, v: torch.Tensor, v_hat: torch.Tensor) -> None:
         """Phase two: keep ``e = v - v_hat`` for ``slot`` (``v`` from :meth:`compensated`,
         turned into the residual in place; ``v_hat`` this sender's reconstruction of it)."""
         self._residuals[slot] = v.sub_(v_hat.to(v.dtype))
 
-    def _compensated(self, tensor: torch.Tensor, key: StreamKey) -> tuple[Slot, torch.Tensor]:
+    def _compensated(
+        self, tensor: torch.Tensor, key: StreamKey, out: torch.Tensor | None = None
+    ) -> tuple[Slot, torch.Tensor]:
         """The slot of ``key`` and ``v = tensor + e`` as a new contiguous CPU tensor of the
-        working dtype (one pass: the cast and the addition write ``v`` together)."""
+        working dtype, or in ``out`` (one pass: the cast and the addition write ``v``
+        together)."""
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
         slot = (key.tensor_index, key.chunk)
@@ -202,9 +211,19 @@ class ErrorFeedback:
                 return slot, g.clone(memory_format=torch.contiguous_format)
             return slot, torch.add(g, on_device(residual, g.device).to(dtype))
         g = tensor.detach().to(device="cpu", dtype=dtype)
+        if out is not None and (
+            out.numel() != tensor.numel()
+            or out.dtype != dtype
+            or out.device.type != "cpu"
+            or not out.is_contiguous()
+        ):
+            raise ValueError(
+                f"error feedback's out must be {tensor.numel()} contiguous {dtype} values on the "
+                f"CPU, got {out.numel()} {out.dtype} on {out.device}"
+            )
         # recycled memory (gradzip.buffers): a fresh tensor of a large gradient costs more in
         # page faults than the addition that fills it
-        v = empty_output(tensor.numel(), dtype).view(tensor.shape)
+        v = (out if out is not None else empty_output(tensor.numel(), dtype)).view(tensor.shape)
         if residual is None:
             v.copy_(g)
         else:

@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from gradzip.comm.distributed import DistributedTransport
 from gradzip.comm.local import run_local
-from gradzip.comm.slots import DEVICE_PAYLOAD_BIT, frame_slot, header_word, read_slots
+from gradzip.comm.slots import DEVICE_PAYLOAD_BIT, frame_slot, header_word, read_slots, write_slot
 from gradzip.comm.transport import LENGTH_PREFIX_BYTES, Transport
 from gradzip.compressors import registry
 from gradzip.device.host_reads import HostReads, count_host_reads
@@ -205,3 +205,41 @@ def test_no_slot_size_below_zero() -> None:
 
     with pytest.raises(GradzipError, match="expected_size must be at least 0"):
         run_local(1, body, timeout=10.0)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"", b"abc", bytearray(b"\x01\x02\x03\x04"), memoryview(b"xyz" * 5), b"\x07" * 16],
+    ids=["empty", "bytes", "bytearray", "memoryview", "full"],
+)
+def test_a_slot_written_in_place_is_header_payload_zeros(payload: Any) -> None:
+    """``write_slot`` into a dirty slot of an all-to-all's outgoing buffer: the header word,
+    the payload's bytes, zeros to the end, and nothing outside its slot touched."""
+    buffer = torch.full((3 * 24,), 0xAB, dtype=torch.uint8)
+    write_slot(buffer.narrow(0, 24, 24), payload, True)
+    raw = bytes(payload)
+    expected = header_word(len(raw), True, False).to_bytes(8, "little") + raw
+    assert bytes(buffer[24:48].tolist()) == expected + bytes(16 - len(raw))
+    assert set(buffer[:24].tolist()) == {0xAB} and set(buffer[48:].tolist()) == {0xAB}
+    tensor = torch.arange(5, dtype=torch.uint8)
+    write_slot(buffer.narrow(0, 0, 24), tensor, False)
+    assert bytes(buffer[:24].tolist()) == header_word(5, False, True).to_bytes(8, "little") + bytes(
+        range(5)
+    ) + bytes(11)
+
+
+def test_an_oversize_payload_writes_its_length_and_zeros() -> None:
+    slot = torch.full((24,), 0xAB, dtype=torch.uint8)
+    write_slot(slot, b"\x01" * 17, True)
+    assert bytes(slot.tolist()) == header_word(17, True, False).to_bytes(8, "little") + bytes(16)
+
+
+def test_a_slot_off_the_cpu_is_written_with_tensor_operations_only() -> None:
+    """Off the CPU the slot is framed with copies and fills on its device (meta tensors: no
+    values exist, so a numpy view or a host read would raise)."""
+    meta = torch.device("meta")
+    slot = torch.empty(3 * 24, dtype=torch.uint8, device=meta)
+    write_slot(slot.narrow(0, 0, 24), b"abc", True)
+    write_slot(slot.narrow(0, 24, 24), torch.zeros(5, dtype=torch.uint8, device=meta), True)
+    write_slot(slot.narrow(0, 48, 24), b"\x01" * 17, True)
+    assert frame_slot(b"abc", True, 24, meta).shape == (24,)

@@ -292,3 +292,69 @@ def test_the_scale_slot_holds_every_ranks_message_past_128_ranks() -> None:
     agreed = scheme._agree(Gatherer(), statistic, 7, 2)  # type: ignore[arg-type]
     assert torch.equal(agreed, statistic)
     assert slots == [max(len(m) for m in messages)]
+
+
+def bucket_views(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """``tensors`` copied end to end into one flat buffer and returned as its views (how DDP
+    hands a bucket's gradients over), with the buffer."""
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    out, at = [], 0
+    for t in tensors:
+        out.append(flat.narrow(0, at, t.numel()).view(t.shape))
+        at += t.numel()
+    return flat, out
+
+
+@pytest.mark.parametrize("ef", [False, True], ids=["plain", "feedback"])
+def test_a_buckets_views_are_quantized_in_place_with_the_same_bits(
+    ef: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gradients that are views of one bucket (and, with error feedback, the compensated
+    values) are quantized where they lie, not copied end to end first: the means and residuals
+    are those of separate tensors, bit for bit, and the bucket is left as it was."""
+    import gradzip.schemes._grid_batch as grid_batch
+
+    joined: list[bool] = []
+    real = grid_batch.adjacent_flat
+
+    def watched(xs: list[torch.Tensor]) -> torch.Tensor | None:
+        got = real(xs)
+        joined.append(got is not None)
+        return got
+
+    monkeypatch.setattr(grid_batch, "adjacent_flat", watched)
+
+    def body(as_views: bool) -> list[dict]:
+        def rank_body(t: Transport) -> dict:
+            scheme = make_scheme("allreduce", qsgd(), run_seed=5, error_feedback=ef)
+            means, residuals = [], []
+            for step in range(STEPS):
+                tensors = grads(t.rank, step)
+                if as_views:
+                    flat, tensors = bucket_views(tensors)
+                    before = flat.clone()
+                means.append(batched(scheme, t, tensors, step))
+                if as_views:
+                    assert torch.equal(flat, before)
+            if ef:
+                residuals = [
+                    scheme.feedback["worker"].residual(i)
+                    for i, s in zip(INDICES, SHAPES, strict=True)
+                    if s != (0,)
+                ]
+            return {"means": means, "residuals": residuals}
+
+        return run_local(2, rank_body)
+
+    separate = body(False)
+    seen_separate = list(joined)
+    joined.clear()
+    together = body(True)
+    for rank in range(2):
+        for step in range(STEPS):
+            assert_bit_equal(together[rank]["means"][step], separate[rank]["means"][step])
+        assert_bit_equal(together[rank]["residuals"], separate[rank]["residuals"])
+    # views (or error feedback's compensated values) are joined without a copy; separate
+    # gradients without error feedback are not adjacent and are copied
+    assert joined and all(joined)
+    assert all(seen_separate) == ef

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gradzip.comm.slots import DEVICE_PAYLOAD_BIT, frame_slot, read_slots
+from gradzip.comm.slots import DEVICE_PAYLOAD_BIT, frame_slot, read_slots, write_slot
 from gradzip.comm.transport import (
     FLAG_DOWN_BIT,
     LENGTH_PREFIX_BYTES,
@@ -205,12 +205,10 @@ class DistributedTransport(Transport):
         self._check_usable()
         size = self.world_size
         slot_bytes = LENGTH_PREFIX_BYTES + expected_size
-        outgoing = torch.cat(
-            [
-                frame_slot(b"" if dst == self.rank else message, True, slot_bytes, self.device)
-                for dst, message in enumerate(messages)
-            ]
-        )
+        outgoing = torch.empty(size * slot_bytes, dtype=torch.uint8, device=self.device)
+        for dst, message in enumerate(messages):
+            piece = outgoing.narrow(0, dst * slot_bytes, slot_bytes)
+            write_slot(piece, b"" if dst == self.rank else message, True)
         incoming = torch.empty(size * slot_bytes, dtype=torch.uint8, device=self.device)
         self._collective(dist.all_to_all_single, incoming, outgoing)
         self._check_messages_fit(messages, expected_size)

@@ -14,6 +14,7 @@ the frames without processes.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from gradzip.comm.transport import FLAG_DOWN_BIT, LENGTH_PREFIX_BYTES, Payload
@@ -45,23 +46,47 @@ def parse_header_word(word: int) -> tuple[int, bool, bool] | None:
 
 
 def frame_slot(payload: Payload, ok: bool, slot_bytes: int, device: torch.device) -> torch.Tensor:
-    """This rank's slot of ``slot_bytes`` bytes on ``device``.
+    """This rank's slot of ``slot_bytes`` bytes on ``device`` (a new tensor: see
+    :func:`write_slot`)."""
+    slot = torch.empty(slot_bytes, dtype=torch.uint8, device=device)
+    write_slot(slot, payload, ok)
+    return slot
+
+
+def write_slot(slot: torch.Tensor, payload: Payload, ok: bool) -> None:
+    """Frame ``payload`` into ``slot`` (a contiguous uint8 tensor of the slot's bytes, e.g. one
+    slot of an all-to-all's outgoing buffer): the header word, the payload, zeros to the end;
+    the payload's bytes copied once.
 
     A payload longer than the slot holds is not framed: its slot carries the header word of
     its true length and zeros, so every receiver learns that it did not fit (and says so)
     instead of waiting for a rank that gave up before the collective."""
     is_tensor = isinstance(payload, torch.Tensor)
     size = payload.numel() if isinstance(payload, torch.Tensor) else len(payload)
-    capacity = slot_bytes - LENGTH_PREFIX_BYTES
-    word = bytes_tensor(header_word(size, ok, is_tensor).to_bytes(8, "little"), device)
-    if size > capacity:
-        return torch.cat([word, torch.zeros(capacity, dtype=torch.uint8, device=device)])
+    capacity = slot.numel() - LENGTH_PREFIX_BYTES
+    word = header_word(size, ok, is_tensor).to_bytes(8, "little")
+    fits = size <= capacity
+    if slot.device.type == "cpu":
+        # numpy views of the slot: the host bytes go in with one copy, no temporaries
+        into = slot.numpy()
+        into[:LENGTH_PREFIX_BYTES] = np.frombuffer(word, dtype=np.uint8)
+        end = LENGTH_PREFIX_BYTES + (size if fits else 0)
+        if fits and isinstance(payload, torch.Tensor):
+            slot.narrow(0, LENGTH_PREFIX_BYTES, size).copy_(payload.reshape(-1))
+        elif fits and size and not isinstance(payload, torch.Tensor):
+            into[LENGTH_PREFIX_BYTES:end] = np.frombuffer(payload, dtype=np.uint8)
+        into[end:] = 0
+        return
+    slot.narrow(0, 0, LENGTH_PREFIX_BYTES).copy_(bytes_tensor(word, slot.device))
+    body = slot.narrow(0, LENGTH_PREFIX_BYTES, capacity)
+    if not fits:
+        body.zero_()
+        return
     if isinstance(payload, torch.Tensor):
-        body = on_device(payload.reshape(-1), device)
-    else:
-        body = bytes_tensor(bytes(payload), device) if size else word.narrow(0, 0, 0)
-    pad = torch.zeros(capacity - size, dtype=torch.uint8, device=device)
-    return torch.cat([word, body, pad])
+        body.narrow(0, 0, size).copy_(on_device(payload.reshape(-1), slot.device))
+    elif size:
+        body.narrow(0, 0, size).copy_(bytes_tensor(bytes(payload), slot.device))
+    body.narrow(0, size, capacity - size).zero_()
 
 
 def read_slots(

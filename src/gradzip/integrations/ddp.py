@@ -72,6 +72,7 @@ from gradzip.comm.distributed import DistributedTransport
 from gradzip.comm.transport import Transport
 from gradzip.device.mode import device_path
 from gradzip.errors import GradzipError
+from gradzip.flat_views import adjacent_flat
 from gradzip.integrations._checkpoint import HookCheckpoint
 from gradzip.integrations._finite import bucket_finite
 from gradzip.integrations._job import BucketJob, BucketPart
@@ -521,6 +522,12 @@ class GradzipHookState:
             means += got
         if len(means) == 1:
             self._deliver(job, means[0])
+            return
+        joined = adjacent_flat(means)
+        if joined is not None and joined.numel() == flat.numel():
+            # a batched scheme's means already lie end to end in the bucket's order (one
+            # decode of the whole bucket): handed over whole, not copied back piece by piece
+            self._deliver(job, joined)
             return
         # every input was read before the means exist: they go back into the bucket's buffer
         # (resident memory, not a fresh concatenation of the bucket), in its dtype and device

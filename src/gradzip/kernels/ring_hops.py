@@ -53,18 +53,21 @@ def _encode_kernel(sums, exact, factor, k0, k1, levels, bits, unit, keep, out): 
     for lo in range(0, n, TILE):
         hi = min(n, lo + TILE)
         count = hi - lo
+        # the tile's own slice indexed from 0: numba wraps an index it cannot prove
+        # non-negative (``lo + i``), and that kept these loops from vectorizing
+        part = sums[lo:hi]
         if exact:  # the sum as it is: float32 -> int32 truncation, as torch's .to(int32)
             for i in range(count):
-                q[i] = np.uint32(np.int32(sums[lo + i]))
+                q[i] = np.uint32(np.int32(part[i]))
         else:
             fill_uniform(k0, k1, LOCAL_UNIFORM, lo, scratch[:count])
             for i in range(count):
-                v = np.floor(sums[lo + i] * factor + (u[i] - _ONE))
+                v = np.floor(part[i] * factor + (u[i] - _ONE))
                 q[i] = np.uint32(np.int32(min(max(v, _ZERO), top)))
         pack_tile(q, 0, count, bits, out[lo * bits // 8 :])
         if keep:  # what every receiver decodes, written over the sums just read
             for i in range(count):
-                sums[lo + i] = np.float32(np.int32(q[i])) * unit
+                part[i] = np.float32(np.int32(q[i])) * unit
 
 
 @njit(nogil=True, cache=True)
@@ -73,12 +76,13 @@ def _add_kernel(body, n, bits, unit, replace, acc):  # type: ignore[no-untyped-d
     for lo in range(0, n, TILE):
         count = min(n, lo + TILE) - lo
         unpack_tile(body, lo, count, bits, q)
+        part = acc[lo : lo + count]  # indexed from 0 (see _encode_kernel)
         if replace:
             for i in range(count):
-                acc[lo + i] = np.float32(np.int32(q[i])) * unit
+                part[i] = np.float32(np.int32(q[i])) * unit
         else:
             for i in range(count):
-                acc[lo + i] = acc[lo + i] + np.float32(np.int32(q[i])) * unit
+                part[i] = part[i] + np.float32(np.int32(q[i])) * unit
 
 
 @njit(nogil=True, cache=True)
@@ -87,26 +91,37 @@ def _add_ints_kernel(body, n, bits, replace, acc):  # type: ignore[no-untyped-de
     for lo in range(0, n, TILE):
         count = min(n, lo + TILE) - lo
         unpack_tile(body, lo, count, bits, q)
+        # the tile's own slice indexed from 0: numba wraps an index it cannot prove
+        # non-negative (``lo + i``), and that kept these loops from vectorizing
+        part = acc[lo : lo + count]
         if replace:
             for i in range(count):
-                acc[lo + i] = np.int32(q[i])
+                part[i] = np.int32(q[i])
         else:
             for i in range(count):
-                acc[lo + i] = acc[lo + i] + np.int32(q[i])
+                part[i] = part[i] + np.int32(q[i])
 
 
 @njit(nogil=True, cache=True)
 def _pack_ints_kernel(values, bits, out):  # type: ignore[no-untyped-def]
     n = values.size
     mask = np.uint32((1 << bits) - 1)
-    q = np.empty(min(n, TILE), dtype=np.uint32)
+    # bits above the width discarded so that no value spills into its neighbours' bits, in a
+    # tile's scratch (in L1); a byte tile where the width fits one, so that 2-bit codes take
+    # pack_tile's vectorized four-bytes-a-word path
+    q8 = np.empty(min(n, TILE) if bits <= 8 else 0, dtype=np.uint8)
+    q32 = np.empty(0 if bits <= 8 else min(n, TILE), dtype=np.uint32)
     for lo in range(0, n, TILE):
         count = min(n, lo + TILE) - lo
-        # bits above the width discarded so that no value spills into its neighbours' bits
-        # (a tile's scratch, in L1)
-        for i in range(count):
-            q[i] = np.uint32(values[lo + i]) & mask
-        pack_tile(q, 0, count, bits, out[lo * bits // 8 :])
+        part = values[lo : lo + count]  # indexed from 0 (see _add_ints_kernel)
+        if bits <= 8:
+            for i in range(count):
+                q8[i] = np.uint8(np.uint32(part[i]) & mask)
+            pack_tile(q8, 0, count, bits, out[lo * bits // 8 :])
+        else:
+            for i in range(count):
+                q32[i] = np.uint32(part[i]) & mask
+            pack_tile(q32, 0, count, bits, out[lo * bits // 8 :])
 
 
 def encode_packed(

@@ -16,6 +16,7 @@ import torch
 
 from gradzip.compressors._scaled_stochastic import decoder_steps
 from gradzip.compressors.grid import SymmetricGrid
+from gradzip.flat_views import adjacent_flat
 from gradzip.kernels.grid_segments import (
     SegmentLayout,
     encode_segments,
@@ -41,8 +42,11 @@ class SegmentedBatch:
 
     def statistics(self, xs: Sequence[torch.Tensor]) -> torch.Tensor:
         """Every tensor's ``max|x_B|`` per bucket, concatenated (``xs``: flat float32, finite);
-        keeps their concatenation for :meth:`symbols`."""
-        self._x = torch.cat([x.reshape(-1) for x in xs])
+        keeps their concatenation for :meth:`symbols` (a view of ``xs`` where they lie end to
+        end in one storage, which must then not change before :meth:`symbols`)."""
+        # a DDP bucket's views are already laid end to end: no copy of the bucket then
+        joined = adjacent_flat(xs)
+        self._x = joined if joined is not None else torch.cat([x.reshape(-1) for x in xs])
         return segment_absmax(self._x, self.layout)
 
     def zero_statistics(self) -> torch.Tensor:

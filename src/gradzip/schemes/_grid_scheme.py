@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from gradzip.comm.transport import Transport, in_step_scope
-from gradzip.compressors.base import Compressor
+from gradzip.compressors.base import Compressor, empty_output
 from gradzip.compressors.buckets import per_element
 from gradzip.compressors.grid import CommonGrid
 from gradzip.device.mode import device_path
@@ -162,8 +162,11 @@ class GridScheme(Scheme):
         prepared: dict[int, _Prepared] = {}
         if finite:
             feedback = self.feedback.get("worker")
-            for i in live:
-                prepared[i] = self._prepare_compensated(feedback, tensors[i], keys[i])
+            into = self._compensation_views(batch, feedback, [tensors[i] for i in live])
+            for k, i in enumerate(live):
+                prepared[i] = self._prepare_compensated(
+                    feedback, tensors[i], keys[i], into[k] if into else None
+                )
             finite = all_finite([p.x for p in prepared.values()])
         if batch is not None:
             statistics = [
@@ -275,13 +278,33 @@ class GridScheme(Scheme):
         return self.grid.grid_prepare(v.detach().reshape(-1).to("cpu", torch.float32))
 
     def _prepare_compensated(
-        self, feedback: ErrorFeedback | None, tensor: torch.Tensor, key: StreamKey
+        self,
+        feedback: ErrorFeedback | None,
+        tensor: torch.Tensor,
+        key: StreamKey,
+        out: torch.Tensor | None = None,
     ) -> _Prepared:
-        """One tensor of a batch, compensated by its residual (not yet updated) and prepared."""
+        """One tensor of a batch, compensated by its residual (not yet updated, ``v`` written
+        into ``out`` where given) and prepared."""
         if feedback is None:
             return _Prepared(self._prepare(tensor))
-        slot, v = feedback.compensated(tensor, key)
+        slot, v = feedback.compensated(tensor, key, out)
         return _Prepared(self._prepare(v), slot, v)
+
+    @staticmethod
+    def _compensation_views(
+        batch: SegmentedBatch | None, feedback: ErrorFeedback | None, tensors: list[torch.Tensor]
+    ) -> list[torch.Tensor]:
+        """With error feedback on a segmented batch of float32 gradients: views of one
+        concatenation for the compensated values, so the batch quantizes them in place instead
+        of copying them end to end (a pass over the whole batch); else none."""
+        if (
+            batch is None
+            or feedback is None
+            or any(working_dtype(t.dtype) != torch.float32 for t in tensors)
+        ):
+            return []
+        return batch.parts(empty_output(batch.layout.total, torch.float32))
 
     def _own_values(
         self, symbols: torch.Tensor, scales: torch.Tensor, key: StreamKey, v: torch.Tensor
