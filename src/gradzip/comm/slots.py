@@ -66,17 +66,17 @@ def write_slot(slot: torch.Tensor, payload: Payload, ok: bool) -> None:
     capacity = slot.numel() - LENGTH_PREFIX_BYTES
     word = header_word(size, ok, is_tensor).to_bytes(8, "little")
     fits = size <= capacity
-    if slot.device.type == "cpu":
-        # numpy views of the slot: the host bytes go in with one copy, no temporaries
+    if slot.device.type == "cpu" and not isinstance(payload, torch.Tensor):
+        # host bytes into host memory through numpy views: one copy, no temporaries
         into = slot.numpy()
         into[:LENGTH_PREFIX_BYTES] = np.frombuffer(word, dtype=np.uint8)
         end = LENGTH_PREFIX_BYTES + (size if fits else 0)
-        if fits and isinstance(payload, torch.Tensor):
-            slot.narrow(0, LENGTH_PREFIX_BYTES, size).copy_(payload.reshape(-1))
-        elif fits and size and not isinstance(payload, torch.Tensor):
+        if fits and size:
             into[LENGTH_PREFIX_BYTES:end] = np.frombuffer(payload, dtype=np.uint8)
         into[end:] = 0
         return
+    # a tensor payload (a device's) or a device slot: tensor copies and fills only, so that
+    # nothing of a device payload is read to the host
     slot.narrow(0, 0, LENGTH_PREFIX_BYTES).copy_(bytes_tensor(word, slot.device))
     body = slot.narrow(0, LENGTH_PREFIX_BYTES, capacity)
     if not fits:
