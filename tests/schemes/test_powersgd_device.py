@@ -55,6 +55,66 @@ def test_torch_twins_equal_numba_kernels(shape: tuple[int, int], rank: int) -> N
     assert torch.equal(bits(out), bits(lowrank_torch.reconstruct(ortho, back)))
 
 
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("rank", [1, 3])
+@pytest.mark.parametrize("shape", [(1, 1), (7, 8), (65, 130), (1030, 9)])
+def test_fused_host_kernels_equal_the_steps_they_fuse(
+    shape: tuple[int, int], rank: int, residual: bool
+) -> None:
+    """``M + e`` with ``P`` in one pass, and ``P Q^T`` with the residual in one pass, give the
+    bits of the sum, the projection, the reconstruction and the subtraction done one by one
+    (the device twins' order); the inputs are left as they were."""
+    n, m = shape
+    r = min(rank, n, m)
+    g = torch.Generator().manual_seed(n * 7 + m + r)
+    gradient = torch.randn(n, m, generator=g) * 1e3
+    kept = torch.randn(n, m, generator=g) if residual else None
+    inputs = [gradient] + ([kept] if kept is not None else [])
+    before = [x.clone() for x in inputs]
+    qt = torch.randn(r, m, generator=g)
+    matrix, pt = torch.empty(n, m), torch.empty(r, n)
+    lowrank.sum_and_project_into(gradient, kept, matrix, qt, pt)
+    expected = gradient + kept if kept is not None else gradient.clone()
+    assert torch.equal(bits(matrix), bits(expected))
+    assert torch.equal(bits(pt), bits(lowrank_torch.project(expected, qt)))
+    assert all(torch.equal(bits(a), bits(b)) for a, b in zip(inputs, before, strict=True))
+    back = torch.randn(r, m, generator=g)
+    out = torch.empty(n, m)
+    lowrank.reconstruct_subtracting(pt, back, out, matrix)
+    approximation = lowrank_torch.reconstruct(pt, back)
+    assert torch.equal(bits(out), bits(approximation))
+    assert torch.equal(bits(matrix), bits(expected - approximation))
+    untouched = expected.clone()
+    lowrank.reconstruct_subtracting(pt, back, out, None)
+    assert torch.equal(bits(out), bits(approximation))
+    assert torch.equal(bits(expected), bits(untouched))
+
+
+def test_host_means_of_a_float32_group_lie_end_to_end() -> None:
+    """The host path writes a float32 group's means (approximated and whole) into one run, in
+    the tensors' order, so the DDP hook can hand the run to DDP whole; the gradients and the
+    kept residuals stay as they were."""
+    from gradzip.flat_views import adjacent_flat
+
+    def body(t: Transport) -> None:
+        scheme = PowerSGD(registry.get("identity")(), run_seed=7, error_feedback=True)
+        for step in range(2):
+            grads = gradients(t.rank, step)
+            copies = [x.clone() for x in grads]
+            kept = list(scheme.snapshot()["residual"].values())
+            kept_copies = [r.clone() for r in kept]
+            means, down = scheme.reduce_many_if_all_finite(t, grads, range(len(grads)), step, True)
+            assert not down
+            run = adjacent_flat(means)
+            assert run is not None and run.numel() == sum(x.numel() for x in grads)
+            assert all(torch.equal(a, b) for a, b in zip(grads, copies, strict=True))
+            # the residuals kept before the step are replaced, never written
+            assert all(torch.equal(a, b) for a, b in zip(kept, kept_copies, strict=True))
+            assert len(scheme.snapshot()["residual"]) == 4  # the four matrices of SHAPES
+
+    run_local(P, body)
+
+
 def test_zero_columns_stay_zero_on_both_paths() -> None:
     pt = torch.zeros(2, 17)
     host = pt.clone()
@@ -169,17 +229,18 @@ def test_factors_and_encode_run_on_fake_cuda(codec: str, ef: bool) -> None:
                 )
         sets = [scheme._factor_set(g, i, DEVICE_OPS) for i, g in enumerate(grads)]
         for f in sets:
-            f.pt = DEVICE_OPS.project(f.matrix, f.qt)
+            f.matrix, f.pt = DEVICE_OPS.matrix_projected(f.gradient, f.residual, f.qt)
         first = torch.cat([f.pt.reshape(-1) for f in sets])
         encoded = scheme.compressor.encode(first, StreamKey(7, 0, 0, 0, 0))
         assert isinstance(encoded.payload, torch.Tensor)
         assert encoded.payload.device.type == "cuda"
         for f in sets:
             f.pt = DEVICE_OPS.orthonormalized(f.pt)
-            f.qt = DEVICE_OPS.back_project(f.matrix, f.pt)
+            f.qt = DEVICE_OPS.back_project(f.built, f.pt)
         second = torch.cat([f.qt.reshape(-1) for f in sets])
         encoded = scheme.compressor.encode(second, StreamKey(7, 0, 0, 1, 0))
         assert isinstance(encoded.payload, torch.Tensor)
         for f in sets:
-            residual = f.matrix.sub_(DEVICE_OPS.reconstruct(f.pt, f.qt))
-            assert residual.device.type == "cuda"
+            approximation = DEVICE_OPS.reconstructed(f.pt, f.qt, f.built, True)
+            assert approximation.device.type == "cuda"
+            assert f.built.device.type == "cuda"

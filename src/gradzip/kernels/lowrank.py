@@ -33,7 +33,9 @@ Factors are stored transposed, ``(r, n)`` and ``(r, m)``, so each column is cont
 
 PowerSGD (:mod:`gradzip.schemes.powersgd`) calls the tensor entry points at the end of this
 module (:func:`project_into`, :func:`back_project_into`, :func:`orthonormalize_`,
-:func:`reconstruct_into`): contiguous float32 CPU tensors, run at torch's thread count.
+:func:`reconstruct_into`) and, for its host path, the fused twins :func:`sum_and_project_into`
+(``M + e`` and ``P`` in one pass) and :func:`reconstruct_subtracting` (``P Q^T`` and the
+residual in one pass): contiguous float32 CPU tensors, run at torch's thread count.
 """
 
 from __future__ import annotations
@@ -118,6 +120,30 @@ def project(m, qt, pt):  # type: ignore[no-untyped-def]
     for i in prange(n):
         stack = np.empty((STACK, 8), dtype=np.float32)
         row = m[i]
+        for c in range(r):
+            pt[c, i] = dot(row, qt[c], stack)
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def sum_and_project(g, e, has_residual, m, qt, pt):  # type: ignore[no-untyped-def]
+    """``m = g + e`` (``m = g`` without a residual), then ``pt[c, i] = dot(m[i], qt[c])``, row
+    by row: each row of ``M + e`` is projected while it is still in cache, so ``P = (M + e) Q``
+    costs no second pass over the matrix. The same bits as the sum (one IEEE float32 addition
+    an element, as ``torch.add``) followed by :func:`project`."""
+    n = m.shape[0]
+    cols = m.shape[1]
+    r = qt.shape[0]
+    for i in prange(n):
+        stack = np.empty((STACK, 8), dtype=np.float32)
+        row = m[i]
+        gradient = g[i]
+        if has_residual:
+            residual = e[i]
+            for j in range(cols):
+                row[j] = gradient[j] + residual[j]
+        else:
+            for j in range(cols):
+                row[j] = gradient[j]
         for c in range(r):
             pt[c, i] = dot(row, qt[c], stack)
 
@@ -229,6 +255,31 @@ def reconstruct(pt, qt, out):  # type: ignore[no-untyped-def]
                 row[j] += w * q[j]
 
 
+@njit(nogil=True, cache=True, parallel=True)
+def reconstruct_and_subtract(pt, qt, out, m, subtract):  # type: ignore[no-untyped-def]
+    """:func:`reconstruct` into ``out`` and, with ``subtract``, ``m -= out`` row by row while
+    the row of ``out`` is in cache (the residual ``(M + e) - P Q^T`` without a second pass over
+    the approximation). The same bits as :func:`reconstruct` then ``m.sub_(out)`` (one IEEE
+    float32 subtraction an element)."""
+    n, cols = out.shape
+    r = pt.shape[0]
+    for i in prange(n):
+        row = out[i]
+        w0 = pt[0, i]
+        q0 = qt[0]
+        for j in range(cols):
+            row[j] = w0 * q0[j]
+        for c in range(1, r):
+            w = pt[c, i]
+            q = qt[c]
+            for j in range(cols):
+                row[j] += w * q[j]
+        if subtract:
+            residual = m[i]
+            for j in range(cols):
+                residual[j] = residual[j] - row[j]
+
+
 # -- tensor entry points (contiguous float32 CPU tensors, transposed factors) -----------------
 def project_into(matrix: torch.Tensor, qt: torch.Tensor, pt: torch.Tensor) -> None:
     """``P = M Q`` written into ``pt`` (:func:`project`)."""
@@ -249,3 +300,31 @@ def orthonormalize_(pt: torch.Tensor) -> None:
 def reconstruct_into(pt: torch.Tensor, qt: torch.Tensor, out: torch.Tensor) -> None:
     """``P Q^T`` written into ``out`` (:func:`reconstruct`)."""
     call_parallel(reconstruct, pt.numpy(), qt.numpy(), out.numpy())
+
+
+def sum_and_project_into(
+    gradient: torch.Tensor,
+    residual: torch.Tensor | None,
+    matrix: torch.Tensor,
+    qt: torch.Tensor,
+    pt: torch.Tensor,
+) -> None:
+    """``M + e`` (``gradient + residual``, or ``gradient``) written into ``matrix`` and ``P =
+    (M + e) Q`` into ``pt`` in one pass (:func:`sum_and_project`); ``gradient`` and
+    ``residual`` are left as they are."""
+    g = gradient.numpy()
+    e = g if residual is None else residual.numpy()
+    call_parallel(
+        sum_and_project, g, e, residual is not None, matrix.numpy(), qt.numpy(), pt.numpy()
+    )
+
+
+def reconstruct_subtracting(
+    pt: torch.Tensor, qt: torch.Tensor, out: torch.Tensor, matrix: torch.Tensor | None
+) -> None:
+    """``P Q^T`` written into ``out`` and, when ``matrix`` is given, subtracted from it in the
+    same pass (:func:`reconstruct_and_subtract`)."""
+    m = out.numpy() if matrix is None else matrix.numpy()
+    call_parallel(
+        reconstruct_and_subtract, pt.numpy(), qt.numpy(), out.numpy(), m, matrix is not None
+    )

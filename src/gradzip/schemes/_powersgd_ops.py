@@ -34,11 +34,30 @@ class LowRankOps(Protocol):
 
     def project(self, matrix: torch.Tensor, qt: torch.Tensor) -> torch.Tensor: ...
 
+    def matrix_projected(
+        self, gradient: torch.Tensor, residual: torch.Tensor | None, qt: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(M + e, P)``: :meth:`matrix` and :meth:`project` of it (in one pass on the host)."""
+        ...
+
     def orthonormalized(self, pt: torch.Tensor) -> torch.Tensor: ...
 
     def back_project(self, matrix: torch.Tensor, pt: torch.Tensor) -> torch.Tensor: ...
 
     def reconstruct(self, pt: torch.Tensor, qt: torch.Tensor) -> torch.Tensor: ...
+
+    def reconstructed(
+        self,
+        pt: torch.Tensor,
+        qt: torch.Tensor,
+        matrix: torch.Tensor,
+        subtract: bool,
+        room: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """:meth:`reconstruct` (into ``room``, ``n m`` contiguous values, where given); with
+        ``subtract`` also ``matrix -= P Q^T`` in place (the residual; in the same pass on the
+        host)."""
+        ...
 
 
 class HostOps:
@@ -60,6 +79,22 @@ class HostOps:
         lowrank.project_into(matrix, qt, pt)
         return pt
 
+    def matrix_projected(
+        self, gradient: torch.Tensor, residual: torch.Tensor | None, qt: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        # [CHOICE] one pass: each row of M + e is projected while in cache (the sum and the
+        # projection were two passes over the gradient-sized matrix; same bits)
+        matrix = empty_output(gradient.numel()).view(gradient.shape)
+        pt = torch.empty(qt.shape[0], matrix.shape[0], dtype=torch.float32)
+        lowrank.sum_and_project_into(
+            gradient.contiguous(),
+            None if residual is None else residual.contiguous(),
+            matrix,
+            qt.contiguous(),
+            pt,
+        )
+        return matrix, pt
+
     def orthonormalized(self, pt: torch.Tensor) -> torch.Tensor:
         pt = pt.to(torch.float32).contiguous()
         lowrank.orthonormalize_(pt)
@@ -73,6 +108,19 @@ class HostOps:
     def reconstruct(self, pt: torch.Tensor, qt: torch.Tensor) -> torch.Tensor:
         out = empty_output(pt.shape[1] * qt.shape[1]).view(pt.shape[1], qt.shape[1])
         lowrank.reconstruct_into(pt, qt, out)
+        return out
+
+    def reconstructed(
+        self,
+        pt: torch.Tensor,
+        qt: torch.Tensor,
+        matrix: torch.Tensor,
+        subtract: bool,
+        room: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        n, m = pt.shape[1], qt.shape[1]
+        out = (empty_output(n * m) if room is None else room).view(n, m)
+        lowrank.reconstruct_subtracting(pt, qt, out, matrix if subtract else None)
         return out
 
 
@@ -91,6 +139,12 @@ class DeviceOps:
     def project(self, matrix: torch.Tensor, qt: torch.Tensor) -> torch.Tensor:
         return lowrank_torch.project(matrix, qt)
 
+    def matrix_projected(
+        self, gradient: torch.Tensor, residual: torch.Tensor | None, qt: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        matrix = self.matrix(gradient, residual)
+        return matrix, self.project(matrix, qt)
+
     def orthonormalized(self, pt: torch.Tensor) -> torch.Tensor:
         return lowrank_torch.orthonormalized(pt.to(torch.float32))
 
@@ -99,6 +153,21 @@ class DeviceOps:
 
     def reconstruct(self, pt: torch.Tensor, qt: torch.Tensor) -> torch.Tensor:
         return lowrank_torch.reconstruct(pt, qt)
+
+    def reconstructed(
+        self,
+        pt: torch.Tensor,
+        qt: torch.Tensor,
+        matrix: torch.Tensor,
+        subtract: bool,
+        room: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        approximation = self.reconstruct(pt, qt)
+        if subtract:
+            matrix.sub_(approximation)
+        if room is not None:
+            return room.view(approximation.shape).copy_(approximation)
+        return approximation
 
 
 HOST_OPS = HostOps()

@@ -14,7 +14,7 @@ import torch
 
 from gradzip.choices import check_choice, choices_of
 from gradzip.comm.transport import Transport
-from gradzip.compressors.base import Compressor
+from gradzip.compressors.base import Compressor, empty_output
 from gradzip.device.ops import on_device
 from gradzip.errors import CheckpointError, GradzipError
 from gradzip.feedback import Slot, working_dtype
@@ -41,12 +41,23 @@ _INIT_CHUNK = 3
 
 @dataclass
 class _Factors:
-    """One approximated tensor during a reduction: its matrix ``M + e`` and factors."""
+    """One approximated tensor during a reduction: its gradient, residual, matrix ``M + e``
+    and factors."""
 
     index: int
-    matrix: torch.Tensor  # (n, m) float32, this rank's own: becomes the residual
+    gradient: torch.Tensor  # (n, m) float32 where the ops compute (the tensor where it can be)
+    residual: torch.Tensor | None  # (n, m) float32: the residual kept, left as it is
     qt: torch.Tensor  # (r, m): the warm start, then the mean of Q
-    pt: torch.Tensor  # (r, n): this rank's P, then the orthonormalised mean
+    pt: torch.Tensor  # (r, n): room for this rank's P, then the orthonormalised mean
+    #: ``M + e`` in fresh room, built with ``P`` (this rank's own: becomes the residual)
+    matrix: torch.Tensor | None = None
+
+    @property
+    def built(self) -> torch.Tensor:
+        """``M + e``, once built (every rank's flag was up, so every rank built it)."""
+        if self.matrix is None:
+            raise GradzipError(f"powersgd: tensor {self.index}'s M + e was not built")
+        return self.matrix
 
 
 def _joined(parts: list[torch.Tensor], dtype: torch.dtype, on_host: bool) -> torch.Tensor:
@@ -57,6 +68,16 @@ def _joined(parts: list[torch.Tensor], dtype: torch.dtype, on_host: bool) -> tor
     if on_host:
         return torch.cat([p.reshape(-1).to("cpu", dtype) for p in parts])
     return torch.cat([p.reshape(-1).to(dtype) for p in parts])
+
+
+def _rooms(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
+    """Where the host path writes each tensor's mean: consecutive views of one recycled array
+    when every tensor is float32, so a group's means lie end to end (the DDP hook hands such a
+    run to DDP whole instead of copying the means into the bucket); else nowhere (None each)."""
+    if not tensors or any(t.dtype != torch.float32 for t in tensors):
+        return [None] * len(tensors)
+    room = empty_output(sum(t.numel() for t in tensors))
+    return list(_split(room, [t.numel() for t in tensors]))
 
 
 def _split(flat: torch.Tensor, numels: list[int]) -> list[torch.Tensor]:
@@ -240,7 +261,7 @@ class PowerSGD(Scheme):
         approximated = [f for f in sets if f is not None]
         if finite:
             for f in approximated:
-                f.pt = ops.project(f.matrix, f.qt)
+                f.matrix, f.pt = ops.matrix_projected(f.gradient, f.residual, f.qt)
         # [CHOICE] the first message is float64 where a tensor sent whole is (its exact mean)
         dtype = torch.float64 if any(t.dtype == torch.float64 for t in whole) else torch.float32
         first = _joined(
@@ -257,7 +278,7 @@ class PowerSGD(Scheme):
         whole_means = [next(parts).view(t.shape).to(working_dtype(t.dtype)) for t in whole]
         for f in approximated:
             f.pt = ops.orthonormalized(next(parts).view(f.pt.shape))
-            f.qt = ops.back_project(f.matrix, f.pt)
+            f.qt = ops.back_project(f.built, f.pt)
         if approximated:
             second = _joined([f.qt for f in approximated], torch.float32, on_host)
             mean, down = self._average(transport, second, step, key_index, SECOND, True)
@@ -271,42 +292,52 @@ class PowerSGD(Scheme):
                 approximated, _split(mean, [f.qt.numel() for f in approximated]), strict=True
             ):
                 f.qt = qt.view(f.qt.shape).contiguous()
-        approximations = [ops.reconstruct(f.pt, f.qt) for f in approximated]
+        # the residual (M + e) - P Q^T is written into the fresh matrix with the approximation
+        # (the kept residual is not touched), and becomes the state only below
+        rooms = _rooms(tensors) if on_host else [None] * len(tensors)
+        approximations = {
+            position: ops.reconstructed(f.pt, f.qt, f.built, self.keeps_residuals, room)
+            for position, (f, room) in enumerate(zip(sets, rooms, strict=True))
+            if f is not None
+        }
         # the state changes only now, after every exchange has succeeded
-        for f, approx in zip(approximated, approximations, strict=True):
+        for f in approximated:
             if self.keeps_residuals:
-                self._residuals[f.index] = f.matrix.sub_(approx)
+                self._residuals[f.index] = f.built
             self._q[f.index] = f.qt
-        whole_iter, approx_iter = iter(whole_means), iter(approximations)
-        means = [
-            next(whole_iter)
-            if f is None
-            else next(approx_iter).view(t.shape).to(working_dtype(t.dtype))
-            for t, f in zip(tensors, sets, strict=True)
-        ]
+        whole_iter = iter(whole_means)
+        means = []
+        for position, (t, room) in enumerate(zip(tensors, rooms, strict=True)):
+            if position in approximations:
+                mean = approximations[position].view(t.shape).to(working_dtype(t.dtype))
+            else:
+                mean = next(whole_iter)
+                if room is not None:  # beside the approximations: the group's means are one run
+                    mean = room.view(t.shape).copy_(mean)
+            means.append(mean)
         return means, []
 
     def _factor_set(self, tensor: torch.Tensor, tensor_index: int, ops: LowRankOps) -> _Factors:
-        """The tensor's ``n x m`` matrix plus its residual (float32, where ``ops`` computes),
-        the warm start ``Q^T`` and room for ``P^T``."""
+        """The tensor as an ``n x m`` float32 matrix and its residual (where ``ops``
+        computes), the warm start ``Q^T`` and room for ``P^T``; ``M + e`` is built with ``P``
+        (:meth:`~gradzip.schemes._powersgd_ops.LowRankOps.matrix_projected`)."""
         n = tensor.shape[0]
         m = tensor.numel() // n
         r = min(self.rank, n, m)
         gradient = ops.gradient(tensor).reshape(n, m)
         device = gradient.device
-        # M + e in fresh room (on the host a recycled array): the old residual is not touched
-        # (a failed step restores it) and is dropped once replaced
+        # M + e will go into fresh room (on the host a recycled array): the old residual is
+        # not touched (a failed step restores it) and is dropped once replaced
         residual = self._residuals.get(tensor_index)
         if residual is not None and residual.shape == gradient.shape:
             residual = on_device(residual, device)
         else:
             residual = None
-        matrix = ops.matrix(gradient, residual)
         qt = self._q.get(tensor_index)
         if qt is None or qt.shape != (r, m):
             qt = self.initial_q(tensor_index, r, m, device)
         pt = torch.empty(r, n, dtype=torch.float32, device=device)
-        return _Factors(tensor_index, matrix, on_device(qt, device), pt)
+        return _Factors(tensor_index, gradient, residual, on_device(qt, device), pt)
 
     def initial_q(
         self, tensor_index: int, r: int, m: int, device: torch.device | None = None
