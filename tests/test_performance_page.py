@@ -81,3 +81,34 @@ def test_a_new_stored_result_appears_on_the_page_without_editing_it(tmp_path: Pa
     assert "### `cluster-new-p4`" in text and "| 1,006 / 0.27 | 1.00 |" in text
     assert "`gradzip bench cluster --world-sizes 4 --rates 100mbit`" in text
     assert "8 CPUs, Some CPU, torch 2.13.0; 2027-01-01" in text
+
+
+def test_a_world_size_view_shows_only_that_world_sizes_rows(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text(json.dumps({"machines": {}, "files": {}}))
+    runs = [
+        {"model": "mlp-4096", "world_size": p, "rate": "100mbit", "variant": v, "mode": "isolated",
+         "step_ms": t, "bytes_sent_per_rank": 1e5, "loss_last": 1.0}
+        for p, v, t in [(2, "powersgd_r1", 600.0), (2, "gradzip:bf16+ef:powersgd[r1,start2]", 400.0),
+                        (4, "powersgd_r1", 1200.0), (4, "gradzip:bf16+ef:powersgd[r1,start2]", 1000.0)]
+    ]  # fmt: skip
+    result = {"runs": runs, "baseline": "powersgd_r1", "command": "gradzip bench cluster"}
+    (tmp_path / "cluster-both.json").write_text(json.dumps(result))
+    page = generator()
+    p4 = page.render_block("cluster-both", "p4", tmp_path)
+    assert "| 1,000 / 0.1 | 1.20 |" in p4 and "400" not in p4 and "(P = 4;" in p4
+    assert "| 400 / 0.1 | 1.50 |" in page.render_block("cluster-both", "p2", tmp_path)
+    with pytest.raises(SystemExit, match="no rows at p8"):
+        page.render_block("cluster-both", "p8", tmp_path)
+
+
+def test_a_file_of_several_world_sizes_gets_a_table_each(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text(json.dumps({"machines": {}, "files": {}}))
+    runs = [
+        {"model": "mlp-4096", "world_size": p, "rate": "1gbit", "variant": "none",
+         "mode": "isolated", "step_ms": t, "bytes_sent_per_rank": 0.0, "loss_last": 1.0}
+        for p, t in [(2, 396.0), (8, 1286.0)]
+    ]  # fmt: skip
+    (tmp_path / "cluster-compute.json").write_text(json.dumps({"runs": runs}))
+    text = generator().render_block("cluster-compute", None, tmp_path)
+    assert text.index("P = 2:") < text.index("| 396 / 0 |") < text.index("P = 8:")
+    assert text.index("P = 8:") < text.index("| 1,286 / 0 |")

@@ -78,11 +78,17 @@ LABELS = {
     ),
     "gradzip:fp16+ef:powersgd[r1,start2]": "**gradzip PowerSGD rank 1, fp16 factors**",
     "gradzip:fp16+ef:powersgd[r1]": "**gradzip PowerSGD rank 1, fp16 factors**",
+    "gradzip:bf16+ef:powersgd[r1,start2]": "**gradzip PowerSGD rank 1, bf16 factors**",
+    "gradzip:identity+ef:powersgd[r1,start2]": "**gradzip PowerSGD rank 1, float32 factors**",
 }
 SHORT = {"fp32": "fp32", "powersgd_r1": "torch PowerSGD"}
-GRADZIP_POWERSGD = ("gradzip:fp16+ef:powersgd[r1,start2]", "gradzip:fp16+ef:powersgd[r1]")
+GRADZIP_POWERSGD = (
+    "gradzip:bf16+ef:powersgd[r1,start2]",
+    "gradzip:fp16+ef:powersgd[r1,start2]",
+    "gradzip:fp16+ef:powersgd[r1]",
+)
 _BLOCK = re.compile(
-    r"(?P<open><!-- performance:(?P<name>[a-z0-9-]+)(?::(?P<view>[a-z-]+))? -->\n)"
+    r"(?P<open><!-- performance:(?P<name>[a-z0-9-]+)(?::(?P<view>[a-z0-9-]+))? -->\n)"
     r"(?P<body>.*?)"
     r"(?P<close><!-- /performance -->)",
     re.DOTALL,
@@ -307,6 +313,11 @@ def render_per_coordinate(result: Result) -> str:
     return table(header, body)
 
 
+def at_world_size(result: Result, world_size: int) -> Result:
+    """``result`` with only its rows at ``world_size`` ranks."""
+    return {**result, "runs": [r for r in result["runs"] if r["world_size"] == world_size]}
+
+
 def _cell(found: list[Result | None], text: Callable[..., str]) -> str:
     return "not measured" if any(r is None for r in found) else text(*found)
 
@@ -322,13 +333,14 @@ def render_summary(results: Path) -> str:
     files: dict[str, Result | None] = {
         name: load(name, results)
         for name in (
-            "cluster-powersgd-p2", "cluster-powersgd-p4", "cluster-default-p2",
+            "cluster-powersgd-p2-p4-fused", "cluster-default-p2",
             "cluster-default-p4", "cluster-time-to-target-p2", "cluster-time-to-target-p4",
         )
     }  # fmt: skip
 
-    def powersgd(name: str) -> str:
-        result = files[name]
+    def powersgd(name: str, world_size: int) -> str:
+        stored = files[name]
+        result = None if stored is None else at_world_size(stored, world_size)
         gz = gradzip_powersgd(result)
         return _cell(
             [gz, find(result, "powersgd_r1", "100mbit")],
@@ -377,9 +389,9 @@ def render_summary(results: Path) -> str:
         )
 
     rows = [
-        ["step at 100 Mbit/s: gradzip's PowerSGD (rank 1, fp16 factors, EF) against PyTorch's "
-         "`powerSGD_hook` (rank 1)", powersgd("cluster-powersgd-p2"), powersgd("cluster-powersgd-p4"),
-         "`cluster-powersgd-p2`, `-p4`"],
+        ["step at 100 Mbit/s: gradzip's PowerSGD (rank 1, bf16 factors, EF) against PyTorch's "
+         "`powerSGD_hook` (rank 1)", powersgd("cluster-powersgd-p2-p4-fused", 2),
+         powersgd("cluster-powersgd-p2-p4-fused", 4), "`cluster-powersgd-p2-p4-fused`"],
         ["step at 100 Mbit/s: fp32 DDP / `fp16_compress_hook`", baselines("cluster-default-p2"),
          baselines("cluster-default-p4"), "`cluster-default-p2`, `-p4`"],
         ["share of the byte reduction over fp32 turned into speed at 100 Mbit/s: dqsg / qsgd / "
@@ -387,12 +399,13 @@ def render_summary(results: Path) -> str:
          "`cluster-default-p2`, `-p4`"],
         ["time to a training loss of 0.4 at 100 Mbit/s: gradzip's PowerSGD against PyTorch's",
          target("cluster-time-to-target-p2"), target("cluster-time-to-target-p4"),
-         "`cluster-time-to-target-p2`"],
+         "`cluster-time-to-target-p2`, `-p4`"],
     ]  # fmt: skip
     header = ["each variant in rank processes of its own", "P = 2", "P = 4", "stored result"]
     note = (
-        "*mlp-4096 (36.8M parameters) on MNIST, gloo DDP on an emulated network, the 2-core "
-        "development VM (no GPU); ms: the slowest rank's step, median of the timed steps. "
+        "*mlp-4096 (36.8M parameters) on MNIST, gloo DDP on an emulated network, a 2-core "
+        "development VM (no GPU; each stored result names its CPU on the performance page); ms: "
+        "the slowest rank's step, median of the timed steps. "
         "Generated from `benchmarks/results/` by `make performance-docs`.*"
     )
     return table(header, rows) + "\n\n" + note
@@ -407,6 +420,12 @@ def render_block(name: str, view: str | None, results: Path) -> str:
     result = load(name, results)
     if result is None:
         raise SystemExit(f"performance_page: {results / (name + '.json')} is not stored")
+    if view is not None and re.fullmatch(r"p[0-9]+", view):
+        # one world size of a file that ran several (``--world-sizes 2,4``)
+        result = at_world_size(result, int(view[1:]))
+        if not result["runs"]:
+            raise SystemExit(f"performance_page: {name} has no rows at {view}")
+        view = None
     if view == "per-coordinate":
         body = render_per_coordinate(result)
     elif view is not None:
@@ -415,6 +434,12 @@ def render_block(name: str, view: str | None, results: Path) -> str:
         body = render_target(result)
     elif result.get("mode") == "both":
         body = render_both(result)
+    elif len({r["world_size"] for r in result["runs"]}) > 1:
+        # a file of several world sizes: a table each (``find`` would mix them)
+        body = "\n\n".join(
+            f"P = {p}:\n\n" + render_rates(at_world_size(result, p))
+            for p in sorted({r["world_size"] for r in result["runs"]})
+        )
     else:
         body = render_rates(result)
         if find(result, "none", "none") is not None:  # the hook's cost where the wire is free

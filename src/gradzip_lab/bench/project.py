@@ -104,6 +104,7 @@ def run(
     validate_paths: Sequence[str] = (),
     speeds_path: str | None = None,
     save_speeds_path: str | None = None,
+    newest_only: bool = True,
 ) -> int:
     """The command: print the projection (or the validation) and draw the figure."""
     torch.set_num_threads(1)
@@ -115,7 +116,7 @@ def run(
         for work in workloads.values():
             if speeds_path:
                 load_speeds(speeds_path, work)
-        checked, skipped = validate(measured, workloads, alpha_s, intra_gbit)
+        checked, skipped = validate(measured, workloads, alpha_s, intra_gbit, newest_only)
         if save_speeds_path and len(workloads) == 1:
             save_speeds(save_speeds_path, next(iter(workloads.values())))
         print(f"scaling model against {len(checked)} measured rows (alpha {1e6 * alpha_s:g} us):")

@@ -165,6 +165,29 @@ def powersgd_seconds(shapes: Sequence[torch.Size], rank: int, repeat: int = 4) -
     return total
 
 
+def gradzip_powersgd_seconds(shapes: Sequence[torch.Size], rank: int, repeat: int = 4) -> float:
+    """Seconds of one rank's arithmetic in gradzip's PowerSGD for one step on parameters of
+    ``shapes``: the scheme itself (its numba kernels: ``M + e`` with ``P``, the Gram-Schmidt,
+    ``Q``, ``P Q^T`` with the residual) reducing every parameter in one group over a one-rank
+    in-memory transport, float32 factors and error feedback, timed after two untimed steps
+    (the warm start and the residuals in place, the recycled arrays mapped)."""
+    from gradzip.comm.local import LocalGroup
+    from gradzip.schemes.powersgd import PowerSGD
+
+    scheme = PowerSGD(get("identity")(), error_feedback=True, rank=rank)
+    transport = LocalGroup(1).endpoint(0)
+    tensors = [_normal(int(s.numel())).view(s) for s in shapes]
+    indices = list(range(len(tensors)))
+    steps = iter(range(1 << 30))
+
+    def step() -> None:
+        scheme.reduce_many_if_all_finite(transport, tensors, indices, next(steps), True)
+
+    step()
+    step()
+    return seconds_best_of(step, repeat)
+
+
 def compute_seconds(model: torch.nn.Module, sample: torch.Tensor, repeat: int = 3) -> float:
     """Seconds of one forward and backward of ``model`` on ``sample`` (a batch; the loss is the
     mean output, enough to run every gradient), the best of ``repeat`` after one untimed."""

@@ -5,14 +5,16 @@ with the same model as the projection, from this machine's measured codecs and p
 nothing is fitted per row. What comes from the file:
 
 * the compute time: the row's ``compute_ms`` (the ``none`` variant's step in the same launch),
-  else the ``none`` row of another given file at the same model and P (rows with neither are
-  listed as skipped);
+  else the ``none`` rows of the given files at the same model and P, measured on the row's CPU
+  where there are any (:func:`compute_of`; rows with neither are listed as skipped);
 * the codecs' share of a core: ``min(1, cpu_count / P)`` from the file's ``cpu_count`` (P ranks
   share its cores; [CHOICE] a fact of the run, not a fit);
 * the link: the row's tc rate, at the wire efficiency of TCP framing
   (:data:`~gradzip_lab.bench.project_links.WIRE_EFFICIENCY`) and the alpha given (default
   :data:`DEFAULT_ALPHA_S`). Rows at rate ``none`` (no limit) are skipped: the veth's own rate
   is not a link parameter the file records;
+* the rows scored: each configuration's newest measurement (:func:`newest`; older ones are
+  listed as superseded);
 * the nodes: the row's ``ranks_per_node`` (else the file's, else 1). Ranks of one node talk
   over its loopback, which the cluster does not limit: [CHOICE] those links are modelled at
   ``intra_gbit`` (the projection's ``--intra-gbit``), the node's own link at the row's rate.
@@ -60,6 +62,15 @@ class MeasuredRow:
     cpu_count: int
     #: ranks sharing one node's namespace (its loopback unlimited)
     ranks_per_node: int = 1
+    #: when the file was written (its ``machine.date``, else the manifest's date; "" unknown)
+    measured_at: str = ""
+    #: the CPU the file ran on ("" unknown)
+    cpu: str = ""
+
+    @property
+    def configuration(self) -> tuple[str, int, str, str, int]:
+        """What a later measurement of the same thing shares: model, P, rate, variant, K."""
+        return (self.model, self.world_size, self.rate, self.variant, self.ranks_per_node)
 
 
 @dataclass(frozen=True)
@@ -86,6 +97,7 @@ def read_rows(path: str | Path) -> list[MeasuredRow]:
         runs: list[dict[str, Any]] = data["runs"]
         cpu_count = int(data.get("cpu_count") or data.get("machine", {}).get("cpu_count") or 0)
         file_nodes = int(data.get("ranks_per_node") or 1)
+        measured_at, cpu = _when_and_where(Path(path), data)
         rows = []
         for run in runs:
             sent = run.get("bytes_sent_per_rank")
@@ -102,6 +114,8 @@ def read_rows(path: str | Path) -> list[MeasuredRow]:
                     mb_per_rank=None if sent is None else float(sent) / 1e6,
                     cpu_count=cpu_count,
                     ranks_per_node=int(run.get("ranks_per_node") or file_nodes),
+                    measured_at=measured_at,
+                    cpu=cpu,
                 )
             )
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
@@ -112,13 +126,72 @@ def read_rows(path: str | Path) -> list[MeasuredRow]:
     return rows
 
 
-def compute_lookup(rows: list[MeasuredRow]) -> dict[tuple[str, int], float]:
-    """The mean step ms of the ``none`` rows (no communication) per (model, P)."""
+def _when_and_where(path: Path, data: dict[str, Any]) -> tuple[str, str]:
+    """(date, CPU) of a cluster file: its own ``machine`` record, else the entry of the
+    ``manifest.json`` beside it (files written before the record), else unknown."""
+    machine = data.get("machine")
+    if isinstance(machine, dict):
+        return str(machine.get("date") or ""), str(machine.get("cpu") or "")
+    manifest = path.with_name("manifest.json")
+    try:
+        listing = json.loads(manifest.read_text())
+        entry = listing["files"].get(path.name, {})
+        machines = listing.get("machines", {})
+    except (OSError, json.JSONDecodeError, KeyError, AttributeError):
+        return "", ""
+    return str(entry.get("date") or ""), str(machines.get(entry.get("machine"), ""))
+
+
+def newest(rows: list[MeasuredRow]) -> tuple[list[MeasuredRow], list[str]]:
+    """The rows of each configuration's newest measurement, and a line for each older one.
+
+    [CHOICE] The model predicts today's code from today's codec speeds; an older row of the
+    same configuration measured code that has changed since (a faster hook, another wire
+    pattern), so it is listed as superseded rather than scored. Rows of one file share its date
+    (a ``--mode both`` file's isolated and interleaved rows are both kept)."""
+    latest: dict[tuple[str, int, str, str, int], str] = {}
+    for r in rows:
+        key = r.configuration
+        latest[key] = max(latest.get(key, ""), r.measured_at)
+    kept, superseded = [], []
+    for r in rows:
+        if r.measured_at == latest[r.configuration]:
+            kept.append(r)
+        else:
+            superseded.append(
+                f"{r.source}: P={r.world_size} {r.rate} {r.variant}: superseded by the "
+                f"measurement of {latest[r.configuration][:16] or 'unknown date'}"
+            )
+    return kept, superseded
+
+
+def compute_lookup(rows: list[MeasuredRow], cpu: str | None = None) -> dict[tuple[str, int], float]:
+    """The mean step ms of the ``none`` rows (no communication) per (model, P); with ``cpu``,
+    of the rows measured on that CPU only."""
     found: dict[tuple[str, int], list[float]] = {}
     for r in rows:
-        if r.variant == "none":
+        if r.variant == "none" and (cpu is None or r.cpu == cpu):
             found.setdefault((r.model, r.world_size), []).append(r.step_ms)
     return {key: statistics.fmean(v) for key, v in found.items()}
+
+
+def compute_of(
+    row: MeasuredRow,
+    rows: list[MeasuredRow],
+    cache: dict[str | None, dict[tuple[str, int], float]],
+) -> float | None:
+    """The compute ms behind ``row``: its own ``compute_ms``, else the ``none`` rows at its
+    model and P measured on its CPU, else on any CPU ([CHOICE] compute differs between CPUs by
+    tens of percent, so a row is matched with its own machine's where one was measured)."""
+    if row.compute_ms is not None:
+        return row.compute_ms
+    for cpu in (row.cpu or None, None):
+        if cpu not in cache:
+            cache[cpu] = compute_lookup(rows, cpu)
+        found = cache[cpu].get((row.model, row.world_size))
+        if found is not None:
+            return found
+    return None
 
 
 def validate(
@@ -126,20 +199,22 @@ def validate(
     workloads: dict[str, Workload],
     alpha_s: float = DEFAULT_ALPHA_S,
     intra_gbit: float = 800.0,
+    newest_only: bool = True,
 ) -> tuple[list[Checked], list[str]]:
     """Predict every row that can be (``workloads``: the measured model per model name); the
     checked rows and a line for each skipped one. ``intra_gbit``: the links inside a node of
-    a row with ``ranks_per_node > 1``."""
-    computes = compute_lookup(rows)
-    checked: list[Checked] = []
+    a row with ``ranks_per_node > 1``. ``newest_only``: score only each configuration's newest
+    measurement (:func:`newest`)."""
     skipped: list[str] = []
+    if newest_only:
+        rows, skipped = newest(rows)
+    computes: dict[str | None, dict[tuple[str, int], float]] = {}
+    checked: list[Checked] = []
     for r in rows:
         if r.variant == "none":
             continue
         where = f"{r.source}: P={r.world_size} {r.rate} {r.variant}"
-        compute_ms = (
-            r.compute_ms if r.compute_ms is not None else computes.get((r.model, r.world_size))
-        )
+        compute_ms = compute_of(r, rows, computes)
         if r.bits_per_s is None:
             skipped.append(f"{where}: no rate limit (the veth's rate is not recorded)")
             continue

@@ -21,7 +21,8 @@ waits for:
   [RECON] the integer sums widen each code by ``ceil(log2 P)`` bits so that P codes add
   without overflow; the all-gather's chunk payload is scaled by that width.
 * gradzip ``powersgd``: the factors as payloads of the variant's codec, all-gathered (``P-1``
-  payloads each of P and Q); arithmetic timed as torch's. ``exposed = comm + codec``.
+  payloads each of P and Q); its own arithmetic (the scheme's numba kernels) timed on the
+  model's shapes. ``exposed = comm + codec``.
 * gradzip ``ring_allreduce`` (shared-scale codes, every hop at one code's width, chunked and
   pipelined) and ``hierarchical[ranks_per_node=K]`` (float32 to and from a node leader on the
   intra-node link, ``ring_allreduce`` among the ``P/K`` leaders on the inter-node link): see
@@ -52,6 +53,7 @@ from gradzip_lab.bench.project_codecs import (
     cast_s_per_coord,
     ddp_buckets,
     error_feedback_s_per_coord,
+    gradzip_powersgd_seconds,
     matrix_shapes,
     powersgd_compresses,
     powersgd_seconds,
@@ -147,13 +149,17 @@ class Workload:
         return self._hops[bits]
 
     def timed(self, what: str) -> float:
-        """Seconds a coordinate of ``ef`` or ``cast``, or a step of ``powersgd-rN``, timed once."""
+        """Seconds a coordinate of ``ef`` or ``cast``, or a step of torch's ``powersgd-rN`` or
+        of gradzip's ``gradzip-powersgd-rN`` arithmetic, timed once."""
         if what not in self._timed:
             n = min(self.codec_numel, max(self.numel, 4096))
             if what == "ef":
                 self._timed[what] = error_feedback_s_per_coord(n)
             elif what == "cast":
                 self._timed[what] = cast_s_per_coord(n)
+            elif what.startswith("gradzip-powersgd-r"):
+                rank = int(what.rsplit("r", 1)[1])
+                self._timed[what] = gradzip_powersgd_seconds(self.shapes, rank)
             else:
                 self._timed[what] = powersgd_seconds(self.shapes, int(what.rsplit("r", 1)[1]))
         return self._timed[what]
@@ -312,7 +318,8 @@ def _codec_traffic(
         sent = measure.total_bytes(factors) + measure.total_bytes(whole)
         traffic = Traffic((p - 1) * rounds, (p - 1) * sent)
         coded = sum(factors) + sum(whole)
-        codec = work.timed(f"powersgd-r{rank}") + coded * (
+        # gradzip's own arithmetic (numba kernels), not torch's (BLAS): timed apart
+        codec = work.timed(f"gradzip-powersgd-r{rank}") + coded * (
             measure.encode_s_per_coord + p * measure.decode_s_per_coord
         )
         return traffic, codec / share, False

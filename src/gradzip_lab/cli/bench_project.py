@@ -68,6 +68,9 @@ def add_project_parser(bench_sub: Any) -> None:
     p.add_argument("--png", metavar="PATH", default="gradzip-project.png", help="the figure")
     p.add_argument("--validate", nargs="+", metavar="FILE.json",
                    help="predict the rows of these `gradzip bench cluster --json` files")  # fmt: skip
+    p.add_argument("--all-rows", action="store_true",
+                   help="with --validate, also score rows superseded by a newer measurement of "
+                        "the same configuration (default: each configuration's newest only)")  # fmt: skip
     p.set_defaults(func=cmd_bench_project)
 
 
@@ -97,6 +100,7 @@ def cmd_bench_project(args: argparse.Namespace) -> int:
             validate_paths=args.validate or (),
             speeds_path=args.speeds,
             save_speeds_path=args.save_speeds,
+            newest_only=not args.all_rows,
         )
     except (ValueError, OSError) as err:
         return fail(PROJECT, str(err))

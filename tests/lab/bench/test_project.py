@@ -196,3 +196,60 @@ def test_times_that_do_not_grow_with_bytes_give_a_lower_bound_not_an_error() -> 
     assert fit_or_bound(exact)[2] is False
     with pytest.raises(ValueError, match="two message sizes"):
         fit_or_bound([(1e6, 0.01)])
+
+
+def test_only_each_configurations_newest_measurement_is_scored() -> None:
+    """Rows of the same model, P, rate, variant and nodes measured twice: the older is listed
+    as superseded, not scored (the model predicts today's code); other configurations and
+    both rows of one file stay; ``newest_only=False`` scores every row."""
+    from gradzip_lab.bench.project_validate import MeasuredRow, newest
+
+    def row(source: str, variant: str, when: str, step: float) -> MeasuredRow:
+        return MeasuredRow(source, "mlp-4096", 2, "1gbit", 10**9, variant, step, 200.0, 1.0, 2,
+                           measured_at=when)  # fmt: skip
+
+    old = row("a.json", "gradzip:qsgd:allgather", "2026-11-28", 900.0)
+    new = row("b.json", "gradzip:qsgd:allgather", "2026-11-29T08:00:00+00:00", 400.0)
+    alone = row("a.json", "fp32", "2026-11-28", 1400.0)
+    twin = row("b.json", "gradzip:qsgd:allgather", "2026-11-29T08:00:00+00:00", 410.0)
+    kept, superseded = newest([old, new, alone, twin])
+    assert kept == [new, alone, twin]
+    assert superseded == [
+        "a.json: P=2 1gbit gradzip:qsgd:allgather: superseded by the measurement of "
+        "2026-11-29T08:00"
+    ]
+    from gradzip_lab.bench.project_models import named_model, parameter_shapes
+
+    work = Workload(parameter_shapes(named_model("mlp-4096")[0]), compute_s=0.0)
+    work.given_speeds["qsgd"] = (1e-9, 1e-9)
+    checked, skipped = validate([old, new, alone, twin], {"mlp-4096": work})
+    assert [c.row for c in checked] == [new, alone, twin] and skipped == superseded
+    every, _ = validate([old, new, alone, twin], {"mlp-4096": work}, newest_only=False)
+    assert len(every) == 4
+
+
+def test_a_files_date_and_cpu_come_from_its_record_or_the_manifest() -> None:
+    recorded = read_rows(RESULTS / "cluster-scaling-p8-1gbit-rounds.json")
+    assert recorded[0].measured_at.startswith("2026-11-29T") and recorded[0].cpu == "AMD EPYC"
+    listed = read_rows(RESULTS / "cluster-powersgd-p2.json")  # written before the record
+    assert listed[0].measured_at == "2026-11-28" and "Intel" in listed[0].cpu
+
+
+def test_a_rows_compute_comes_from_its_own_cpu_where_measured() -> None:
+    from gradzip_lab.bench.project_validate import MeasuredRow, compute_of
+
+    def row(variant: str, p: int, cpu: str, step: float) -> MeasuredRow:
+        return MeasuredRow("f.json", "mlp-4096", p, "1gbit", 10**9, variant, step, None, 1.0, 2,
+                           cpu=cpu)  # fmt: skip
+
+    rows = [
+        row("none", 2, "Intel", 210.0),
+        row("none", 2, "AMD", 320.0),
+        row("none", 4, "Intel", 400.0),
+    ]
+    cache: dict[str | None, dict[tuple[str, int], float]] = {}
+    assert compute_of(row("fp32", 2, "AMD", 1.0), rows, cache) == 320.0
+    assert compute_of(row("fp32", 2, "Intel", 1.0), rows, cache) == 210.0
+    assert compute_of(row("fp32", 4, "AMD", 1.0), rows, cache) == 400.0  # none on AMD at P = 4
+    assert compute_of(row("fp32", 8, "AMD", 1.0), rows, cache) is None
+    assert compute_of(replace(row("fp32", 2, "AMD", 1.0), compute_ms=99.0), rows, cache) == 99.0
