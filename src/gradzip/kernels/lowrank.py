@@ -237,22 +237,26 @@ def orthonormalize(pt):  # type: ignore[no-untyped-def]
                 col[i] = col[i] / norm
 
 
+@njit(inline="always", nogil=True, cache=True)
+def _reconstruct_row(pt, qt, i, row):  # type: ignore[no-untyped-def]
+    """``row[j] = sum_c pt[c, i] * qt[c, j]`` over ``c`` in order (row ``i`` of ``P Q^T``)."""
+    cols = row.size
+    w0 = pt[0, i]
+    q0 = qt[0]
+    for j in range(cols):
+        row[j] = w0 * q0[j]
+    for c in range(1, pt.shape[0]):
+        w = pt[c, i]
+        q = qt[c]
+        for j in range(cols):
+            row[j] += w * q[j]
+
+
 @njit(nogil=True, cache=True, parallel=True)
 def reconstruct(pt, qt, out):  # type: ignore[no-untyped-def]
     """``out[i, j] = sum_c pt[c, i] * qt[c, j]`` over ``c`` in order: ``P Q^T``."""
-    n, cols = out.shape
-    r = pt.shape[0]
-    for i in prange(n):
-        row = out[i]
-        w0 = pt[0, i]
-        q0 = qt[0]
-        for j in range(cols):
-            row[j] = w0 * q0[j]
-        for c in range(1, r):
-            w = pt[c, i]
-            q = qt[c]
-            for j in range(cols):
-                row[j] += w * q[j]
+    for i in prange(out.shape[0]):
+        _reconstruct_row(pt, qt, i, out[i])
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -262,18 +266,9 @@ def reconstruct_and_subtract(pt, qt, out, m, subtract):  # type: ignore[no-untyp
     the approximation). The same bits as :func:`reconstruct` then ``m.sub_(out)`` (one IEEE
     float32 subtraction an element)."""
     n, cols = out.shape
-    r = pt.shape[0]
     for i in prange(n):
         row = out[i]
-        w0 = pt[0, i]
-        q0 = qt[0]
-        for j in range(cols):
-            row[j] = w0 * q0[j]
-        for c in range(1, r):
-            w = pt[c, i]
-            q = qt[c]
-            for j in range(cols):
-                row[j] += w * q[j]
+        _reconstruct_row(pt, qt, i, row)
         if subtract:
             residual = m[i]
             for j in range(cols):
