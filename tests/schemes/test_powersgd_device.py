@@ -90,10 +90,11 @@ def test_fused_host_kernels_equal_the_steps_they_fuse(
     assert torch.equal(bits(expected), bits(untouched))
 
 
-def test_host_means_of_a_float32_group_lie_end_to_end() -> None:
-    """The host path writes a float32 group's means (approximated and whole) into one run, in
-    the tensors' order, so the DDP hook can hand the run to DDP whole; the gradients and the
-    kept residuals stay as they were."""
+@pytest.mark.parametrize("device", [False, True])
+def test_means_of_a_float32_group_lie_end_to_end(device: bool) -> None:
+    """Both paths write a float32 group's means (approximated and whole) into one run, in the
+    tensors' order, so the DDP hook can hand the run to DDP whole; the gradients and the kept
+    residuals stay as they were."""
     from gradzip.flat_views import adjacent_flat
 
     def body(t: Transport) -> None:
@@ -112,7 +113,11 @@ def test_host_means_of_a_float32_group_lie_end_to_end() -> None:
             assert all(torch.equal(a, b) for a, b in zip(kept, kept_copies, strict=True))
             assert len(scheme.snapshot()["residual"]) == 4  # the four matrices of SHAPES
 
-    run_local(P, body)
+    if not device:
+        run_local(P, body)
+        return
+    with forced_device_payloads():
+        run_local(P, body)
 
 
 def test_zero_columns_stay_zero_on_both_paths() -> None:
@@ -244,3 +249,6 @@ def test_factors_and_encode_run_on_fake_cuda(codec: str, ef: bool) -> None:
             approximation = DEVICE_OPS.reconstructed(f.pt, f.qt, f.built, True)
             assert approximation.device.type == "cuda"
             assert f.built.device.type == "cuda"
+            room = torch.empty(f.built.numel(), device="cuda")
+            placed = DEVICE_OPS.reconstructed(f.pt, f.qt, f.built, False, room)
+            assert placed.device.type == "cuda" and placed._base is room  # written in the room

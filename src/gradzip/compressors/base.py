@@ -149,6 +149,16 @@ def empty_output(n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.from_numpy(fresh_array(n, _NUMPY_DTYPES[dtype]))
 
 
+def empty_output_on(
+    n: int, dtype: torch.dtype = torch.float32, device: torch.device | None = None
+) -> torch.Tensor:
+    """:func:`empty_output` for host results (``device`` None), else a fresh 1-D tensor on
+    ``device`` (device memory has its own caching allocator)."""
+    if device is None:
+        return empty_output(n, dtype)
+    return torch.empty(n, dtype=dtype, device=device)
+
+
 def encode_params(params: Mapping[str, ParamValue]) -> bytes:
     """Serialize a compressor's wire parameters (order matters)."""
     out = bytearray()

@@ -98,9 +98,13 @@ def orthonormalized(pt: torch.Tensor) -> torch.Tensor:
     return torch.stack(done)
 
 
-def reconstruct(pt: torch.Tensor, qt: torch.Tensor) -> torch.Tensor:
-    """``P Q^T`` (``(n, m)``): the ``r`` outer products added in order."""
-    out = pt.select(0, 0).unsqueeze(1) * qt.select(0, 0).unsqueeze(0)
+def reconstruct(
+    pt: torch.Tensor, qt: torch.Tensor, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``P Q^T`` (``(n, m)``): the ``r`` outer products added in order; written into ``out``
+    (an ``(n, m)`` tensor) where given, else into a fresh tensor."""
+    first = pt.select(0, 0).unsqueeze(1), qt.select(0, 0).unsqueeze(0)
+    result = torch.mul(*first) if out is None else torch.mul(*first, out=out)
     for c in range(1, pt.shape[0]):
-        out = out + pt.select(0, c).unsqueeze(1) * qt.select(0, c).unsqueeze(0)
-    return out
+        result.add_(pt.select(0, c).unsqueeze(1) * qt.select(0, c).unsqueeze(0))
+    return result

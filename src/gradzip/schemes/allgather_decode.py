@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 
 from gradzip.comm.transport import Payload, Transport, in_step_scope
-from gradzip.compressors.base import empty_output
+from gradzip.compressors.base import empty_output_on
 from gradzip.errors import NonFiniteInputError
 from gradzip.feedback import working_dtype
 from gradzip.kernels.device_division import device_scalar
@@ -192,13 +192,8 @@ class AllGatherDecode(Scheme):
         # this rank's reconstruction stands in for its payload where it fits the sum
         known = {} if own is None or own[1].dtype != work or own[1].shape != shape else dict([own])
         if out is None or out.dtype != work or not out.is_contiguous():
-            device = payload_device(payloads)
             # device payloads average where they live; host bytes in recycled host memory
-            out = (
-                empty_output(shape.numel(), work)
-                if device is None
-                else (torch.empty(shape.numel(), dtype=work, device=device))
-            )
+            out = empty_output_on(shape.numel(), work, payload_device(payloads))
         # rank 0's values written into the sum itself: no fresh tensor and no copy
         total = out.view(shape)
         if 0 in known:

@@ -14,7 +14,7 @@ import torch
 
 from gradzip.choices import check_choice, choices_of
 from gradzip.comm.transport import Transport
-from gradzip.compressors.base import Compressor, empty_output
+from gradzip.compressors.base import Compressor, empty_output_on
 from gradzip.device.ops import on_device
 from gradzip.errors import CheckpointError, GradzipError
 from gradzip.feedback import Slot, working_dtype
@@ -70,13 +70,15 @@ def _joined(parts: list[torch.Tensor], dtype: torch.dtype, on_host: bool) -> tor
     return torch.cat([p.reshape(-1).to(dtype) for p in parts])
 
 
-def _rooms(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
-    """Where the host path writes each tensor's mean: consecutive views of one recycled array
-    when every tensor is float32, so a group's means lie end to end (the DDP hook hands such a
-    run to DDP whole instead of copying the means into the bucket); else nowhere (None each)."""
+def _rooms(tensors: Sequence[torch.Tensor], on_host: bool) -> list[torch.Tensor | None]:
+    """Where each tensor's mean is written: consecutive views of one run (recycled host memory
+    on the host path, the tensors' device otherwise) when every tensor is float32, so a group's
+    means lie end to end (the DDP hook hands such a run to DDP whole instead of copying the
+    means into the bucket); else nowhere (None each: each mean in room of its own)."""
     if not tensors or any(t.dtype != torch.float32 for t in tensors):
         return [None] * len(tensors)
-    room = empty_output(sum(t.numel() for t in tensors))
+    device = None if on_host else tensors[0].device
+    room = empty_output_on(sum(t.numel() for t in tensors), torch.float32, device)
     return list(_split(room, [t.numel() for t in tensors]))
 
 
@@ -294,7 +296,7 @@ class PowerSGD(Scheme):
                 f.qt = qt.view(f.qt.shape).contiguous()
         # the residual (M + e) - P Q^T is written into the fresh matrix with the approximation
         # (the kept residual is not touched), and becomes the state only below
-        rooms = _rooms(tensors) if on_host else [None] * len(tensors)
+        rooms = _rooms(tensors, on_host)
         approximations = {
             position: ops.reconstructed(f.pt, f.qt, f.built, self.keeps_residuals, room)
             for position, (f, room) in enumerate(zip(sets, rooms, strict=True))

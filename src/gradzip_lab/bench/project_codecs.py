@@ -15,6 +15,7 @@ real, peakier gradients.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -178,7 +179,7 @@ def gradzip_powersgd_seconds(shapes: Sequence[torch.Size], rank: int, repeat: in
     transport = LocalGroup(1).endpoint(0)
     tensors = [_normal(int(s.numel())).view(s) for s in shapes]
     indices = list(range(len(tensors)))
-    steps = iter(range(1 << 30))
+    steps = itertools.count()
 
     def step() -> None:
         scheme.reduce_many_if_all_finite(transport, tensors, indices, next(steps), True)

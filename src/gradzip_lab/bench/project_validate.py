@@ -176,22 +176,17 @@ def compute_lookup(rows: list[MeasuredRow], cpu: str | None = None) -> dict[tupl
 
 
 def compute_of(
-    row: MeasuredRow,
-    rows: list[MeasuredRow],
-    cache: dict[str | None, dict[tuple[str, int], float]],
+    row: MeasuredRow, computes: dict[str | None, dict[tuple[str, int], float]]
 ) -> float | None:
     """The compute ms behind ``row``: its own ``compute_ms``, else the ``none`` rows at its
-    model and P measured on its CPU, else on any CPU ([CHOICE] compute differs between CPUs by
-    tens of percent, so a row is matched with its own machine's where one was measured)."""
+    model and P measured on its CPU, else on any CPU (``computes``: :func:`compute_lookup` by
+    CPU, and under None over every CPU). [CHOICE] Compute differs between CPUs by tens of
+    percent, so a row is matched with its own machine's where one was measured."""
     if row.compute_ms is not None:
         return row.compute_ms
-    for cpu in (row.cpu or None, None):
-        if cpu not in cache:
-            cache[cpu] = compute_lookup(rows, cpu)
-        found = cache[cpu].get((row.model, row.world_size))
-        if found is not None:
-            return found
-    return None
+    key = (row.model, row.world_size)
+    own = computes.get(row.cpu or None, {}).get(key)
+    return own if own is not None else computes.get(None, {}).get(key)
 
 
 def validate(
@@ -208,13 +203,13 @@ def validate(
     skipped: list[str] = []
     if newest_only:
         rows, skipped = newest(rows)
-    computes: dict[str | None, dict[tuple[str, int], float]] = {}
+    computes = {cpu: compute_lookup(rows, cpu) for cpu in {None} | {r.cpu or None for r in rows}}
     checked: list[Checked] = []
     for r in rows:
         if r.variant == "none":
             continue
         where = f"{r.source}: P={r.world_size} {r.rate} {r.variant}"
-        compute_ms = compute_of(r, rows, computes)
+        compute_ms = compute_of(r, computes)
         if r.bits_per_s is None:
             skipped.append(f"{where}: no rate limit (the veth's rate is not recorded)")
             continue

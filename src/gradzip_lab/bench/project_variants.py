@@ -157,11 +157,11 @@ class Workload:
                 self._timed[what] = error_feedback_s_per_coord(n)
             elif what == "cast":
                 self._timed[what] = cast_s_per_coord(n)
-            elif what.startswith("gradzip-powersgd-r"):
+            else:  # a PowerSGD step: torch's or gradzip's, at the rank after the last "r"
                 rank = int(what.rsplit("r", 1)[1])
-                self._timed[what] = gradzip_powersgd_seconds(self.shapes, rank)
-            else:
-                self._timed[what] = powersgd_seconds(self.shapes, int(what.rsplit("r", 1)[1]))
+                gradzip = what.startswith("gradzip-")
+                timer = gradzip_powersgd_seconds if gradzip else powersgd_seconds
+                self._timed[what] = timer(self.shapes, rank)
         return self._timed[what]
 
 

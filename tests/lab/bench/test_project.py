@@ -247,9 +247,9 @@ def test_a_rows_compute_comes_from_its_own_cpu_where_measured() -> None:
         row("none", 2, "AMD", 320.0),
         row("none", 4, "Intel", 400.0),
     ]
-    cache: dict[str | None, dict[tuple[str, int], float]] = {}
-    assert compute_of(row("fp32", 2, "AMD", 1.0), rows, cache) == 320.0
-    assert compute_of(row("fp32", 2, "Intel", 1.0), rows, cache) == 210.0
-    assert compute_of(row("fp32", 4, "AMD", 1.0), rows, cache) == 400.0  # none on AMD at P = 4
-    assert compute_of(row("fp32", 8, "AMD", 1.0), rows, cache) is None
-    assert compute_of(replace(row("fp32", 2, "AMD", 1.0), compute_ms=99.0), rows, cache) == 99.0
+    computes = {cpu: compute_lookup(rows, cpu) for cpu in (None, "Intel", "AMD")}
+    assert compute_of(row("fp32", 2, "AMD", 1.0), computes) == 320.0
+    assert compute_of(row("fp32", 2, "Intel", 1.0), computes) == 210.0
+    assert compute_of(row("fp32", 4, "AMD", 1.0), computes) == 400.0  # none on AMD at P = 4
+    assert compute_of(row("fp32", 8, "AMD", 1.0), computes) is None
+    assert compute_of(replace(row("fp32", 2, "AMD", 1.0), compute_ms=99.0), computes) == 99.0
