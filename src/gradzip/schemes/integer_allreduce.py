@@ -7,6 +7,7 @@ from collections.abc import Callable
 import torch
 
 from gradzip.comm.transport import Transport, host_bytes
+from gradzip.compressors.base import Compressor
 from gradzip.keys import StreamKey
 from gradzip.schemes._device_grid import DeviceGrid
 from gradzip.schemes._device_grid_reduce import decode_sum_device
@@ -14,7 +15,12 @@ from gradzip.schemes._device_messages import Checks, pack_floats_device, unpack_
 from gradzip.schemes._device_ring_ints import ring_allreduce_ints_device
 from gradzip.schemes._grid_scheme import GridScheme
 from gradzip.schemes._messages import floats_message_size, pack_floats, unpack_floats
-from gradzip.schemes._ring_ints import ring_allreduce_ints, summable
+from gradzip.schemes._ring_ints import (
+    DEFAULT_CHUNK_VALUES,
+    check_chunk_values,
+    ring_allreduce_ints,
+    summable,
+)
 
 
 class IntegerAllreduce(GridScheme):
@@ -30,11 +36,18 @@ class IntegerAllreduce(GridScheme):
     2. **Codes.** Rank ``p`` quantizes with that scale and its own key; its symbols are
        ``level + s`` in ``[0, 2s]`` (DQSG: ``level = clamp(floor(M g/sigma + u01), -M, M)``,
        never overloaded because ``|g| <= sigma``).
-    3. **Sum.** A ring allreduce (reduce-scatter, then allgather) adds the symbols; a partial
-       sum of ``k`` ranks travels at ``ceil(log2(2sk + 1))`` bits, so the width grows by at
-       most ``ceil(log2 P)`` bits. The all-gather half, and the scale agreement of step 1, go
-       as one collective of equal slots on a transport that has one (gloo, NCCL), each
-       message padded to the largest (at most a few bytes).
+    3. **Sum.** A reduce-scatter (one rank's codes, ``ceil(log2(2s + 1))`` bits) then an
+       all-gather of the completed slices (``ceil(log2(2sP + 1))`` bits: the width grows by at
+       most ``ceil(log2 P)`` bits) adds the symbols. Each half, and the scale agreement of
+       step 1, goes as one collective of equal slots on a transport that has one (gloo, NCCL),
+       each message padded to the largest (at most a few bytes). A vector longer than
+       ``chunk_values`` is summed in chunks whose transfers overlap the packing and adding of
+       the others (:mod:`gradzip.schemes._ring_ints`; the same sums, two headers more a
+       chunk); ``chunk_values=None`` sums it as one. [CHOICE] chunks of 1 Mi values by
+       default: with a core a rank (P = 2 on two cores) mlp-4096 stepped 1.40x faster at
+       100 Mbit/s and as fast at 1 Gbit/s; with eight ranks on two cores one chunk was as
+       fast at 100 Mbit/s and 1.33x faster at 1 Gbit/s (every collective waits for the
+       slowest of ranks sharing the cores).
     4. **Decode.** ``mean = step * (sum - P*s - sum_p up_p) / P``, where ``up_p`` is rank
        ``p``'s dither, regenerated from its key (DQSG); zero for the stochastic quantizers.
 
@@ -65,6 +78,19 @@ class IntegerAllreduce(GridScheme):
     #: on the device for the codecs with a device grid (see :mod:`gradzip.schemes.
     #: _device_grid_reduce`); the transport must pass ``uint8`` tensors through as they are
     device_capable = True
+
+    def __init__(
+        self,
+        compressor: Compressor,
+        *,
+        run_seed: int = 0,
+        error_feedback: bool = False,
+        chunk_values: int | None = DEFAULT_CHUNK_VALUES,
+    ) -> None:
+        super().__init__(compressor, run_seed=run_seed, error_feedback=error_feedback)
+        check_chunk_values(chunk_values, f"{self.name}: chunk_values")
+        #: values per chunk of the code sum's pipeline on the host path (None: one chunk)
+        self.chunk_values = chunk_values
 
     def _agree(
         self, transport: Transport, statistic: torch.Tensor, step: int, tensor_index: int
@@ -149,7 +175,9 @@ class IntegerAllreduce(GridScheme):
         message named by ``key(rank, chunk)``: exact integers by the ring of
         :func:`~gradzip.schemes._ring_ints.ring_allreduce_ints` (``consume``: ``symbols`` may
         be summed into)."""
-        return ring_allreduce_ints(transport, symbols, top, key, consume=consume)
+        return ring_allreduce_ints(
+            transport, symbols, top, key, consume=consume, chunk_values=self.chunk_values
+        )
 
     def _agree_device(
         self,

@@ -64,6 +64,8 @@ class RingAllreduce(IntegerAllreduce):
     sums_exactly = False
     #: the host ring only (the device path is :class:`IntegerAllreduce`'s)
     device_capable = False
+    #: values per chunk of the pipelined ring (always chunked)
+    chunk_values: int
 
     def __init__(
         self,
@@ -73,12 +75,14 @@ class RingAllreduce(IntegerAllreduce):
         error_feedback: bool = False,
         chunk_values: int = DEFAULT_CHUNK_VALUES,
     ) -> None:
-        super().__init__(compressor, run_seed=run_seed, error_feedback=error_feedback)
-        if isinstance(chunk_values, bool) or not isinstance(chunk_values, int) or chunk_values < 1:
-            raise ValueError(
-                f"{self.name}: chunk_values must be a positive int, got {chunk_values!r}"
-            )
-        self.chunk_values = chunk_values
+        if chunk_values is None:
+            raise ValueError(f"{self.name}: chunk_values must be a positive int, got None")
+        super().__init__(
+            compressor,
+            run_seed=run_seed,
+            error_feedback=error_feedback,
+            chunk_values=chunk_values,
+        )
 
     def _agree(
         self, transport: Transport, statistic: torch.Tensor, step: int, tensor_index: int

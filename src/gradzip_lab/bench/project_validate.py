@@ -45,6 +45,32 @@ OLD_NAMES = {
     ),
 }
 
+#: scheme defaults that changed, as ``(scheme, option, old value, since)``: a row measured
+#: before ``since`` (or at an unknown time) ran the old value, so it is scored as the variant
+#: spelled with it (:func:`as_measured`); the integer all-reduce summed one chunk before its
+#: pipelined chunks became the default
+CHANGED_DEFAULTS: tuple[tuple[str, str, object, str], ...] = (
+    ("allreduce", "chunk_values", None, "2026-11-29T14:00:00+00:00"),
+)
+
+
+def as_measured(variant: str, measured_at: str) -> str:
+    """``variant`` spelled with the defaults it ran with when measured at ``measured_at`` (ISO
+    time, "" unknown): a gradzip exchange that leaves a changed option to its default gets the
+    old value written out (see :data:`CHANGED_DEFAULTS`); anything else as it is."""
+    if not variant.startswith("gradzip:"):
+        return variant
+    from gradzip.schemes.spec import ExchangeSpec, SchemeSpec
+
+    spec = ExchangeSpec.parse(variant)
+    options = dict(spec.scheme.options)
+    for scheme, option, old, since in CHANGED_DEFAULTS:
+        if spec.scheme.name == scheme and option not in options and measured_at < since:
+            options[option] = old  # type: ignore[assignment]
+    if options == dict(spec.scheme.options):
+        return variant
+    return str(replace(spec, scheme=SchemeSpec.of(spec.scheme.name, **options)))
+
 
 @dataclass(frozen=True)
 class MeasuredRow:
@@ -108,7 +134,9 @@ def read_rows(path: str | Path) -> list[MeasuredRow]:
                     world_size=int(run["world_size"]),
                     rate=str(run["rate"]),
                     bits_per_s=parse_rate(str(run["rate"])),
-                    variant=OLD_NAMES.get(str(run["variant"]), str(run["variant"])),
+                    variant=as_measured(
+                        OLD_NAMES.get(str(run["variant"]), str(run["variant"])), measured_at
+                    ),
                     step_ms=float(run["step_ms"]),
                     compute_ms=None if run.get("compute_ms") is None else float(run["compute_ms"]),
                     mb_per_rank=None if sent is None else float(sent) / 1e6,

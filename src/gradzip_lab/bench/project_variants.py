@@ -15,9 +15,11 @@ waits for:
   the rank's core, so they add; then ``exposed = max(comm, codec) + min(comm, codec) / B``
   (B buckets: the pipeline's fill and drain).
 * gradzip ``ring`` (re-quantizing): per parameter, ``2(P-1)`` hops of a chunk of ``n/P``
-  values, one parameter after another, not pipelined; ``allreduce`` (integer sums): per DDP
-  bucket, the codes' ``P - 1`` chunks in one all-to-all and the sums' in one all-gather.
-  ``exposed = comm + codec`` with ``(P-1)`` encodes and ``2(P-1)`` decodes of a chunk.
+  values, one parameter after another, not pipelined; ``allreduce`` (integer sums): per chunk
+  of ``chunk_values`` values of a DDP bucket (default 1 Mi; ``none``: the bucket), the codes'
+  ``P - 1`` slices in one all-to-all and the sums' in one all-gather. ``exposed = comm +
+  codec`` with ``(P-1)`` encodes and ``2(P-1)`` decodes of a slice; with chunks, ``max(comm,
+  codec) + min(comm, codec) / C`` (``C`` chunks a step: the pipeline's fill and drain).
   [RECON] the integer sums widen each code by ``ceil(log2 P)`` bits so that P codes add
   without overflow; the all-gather's chunk payload is scaled by that width.
 * gradzip ``powersgd``: the factors as payloads of the variant's codec, all-gathered (``P-1``
@@ -268,11 +270,10 @@ def _gradzip(spec_text: str, work: Workload, p: int, numels: list[int], net: Net
         return hierarchical_exchange(
             spec_text, measure, numels, p, net.inter, net.intra, work.ring_hop, ef, share
         )
-    traffic, codec, pipelined = _codec_traffic(spec, measure, ef, work, p, numels)
+    traffic, codec, stages = _codec_traffic(spec, measure, ef, work, p, numels)
     comm = net.inter.seconds(traffic.rounds, traffic.nbytes)
-    if not pipelined:
+    if stages <= 1:
         return _waited(comm, codec, traffic.nbytes)
-    stages = max(1, len(work.buckets))
     return Exchange(comm, codec, traffic.nbytes, max(comm, codec) + min(comm, codec) / stages)
 
 
@@ -283,8 +284,9 @@ def _waited(comm: float, codec: float, nbytes: float) -> Exchange:
 
 def _codec_traffic(
     spec: ExchangeSpec, measure: CodecMeasure, ef: float, work: Workload, p: int, numels: list[int]
-) -> tuple[Traffic, float, bool]:
-    """(traffic, codec seconds, pipelined) of the schemes whose messages are codec payloads."""
+) -> tuple[Traffic, float, int]:
+    """(traffic, codec seconds, pipeline stages: 1 when the codec and the link do not overlap)
+    of the schemes whose messages are codec payloads."""
     spec_text = str(spec)
     scheme = spec.scheme.name
     share = work.cpu_share
@@ -294,21 +296,24 @@ def _codec_traffic(
         gathered = measure.total_bytes(numels)
         traffic = Traffic((p - 1) * buckets, (p - 1) * gathered)
         codec = n * (measure.encode_s_per_coord + p * measure.decode_s_per_coord + ef)
-        return traffic, codec / share, True
+        return traffic, codec / share, buckets
     if scheme in ("ring", "allreduce"):
         chunks = [math.ceil(m / p) for m in numels]
         hop = float(measure.total_bytes(chunks))
+        stages = 1
         if scheme == "allreduce":
             # a bucket's codes in one all-to-all at one code's width, then its sums (wider by
-            # ceil(log2 P) bits) in one all-gather: P - 1 messages each way
+            # ceil(log2 P) bits) in one all-gather: P - 1 messages each way, a chunk
             bits = _code_bits(measure, chunks)
             widened = hop * (bits + math.ceil(math.log2(p))) / bits
-            traffic = Traffic(2 * (p - 1) * buckets, (p - 1) * (hop + widened))
+            sums, chunked = _sum_chunks(spec, work.buckets or [n])
+            traffic = Traffic(2 * (p - 1) * sums, (p - 1) * (hop + widened))
+            stages = sums if chunked else 1
         else:
             traffic = Traffic(2 * (p - 1) * len(numels), 2 * (p - 1) * hop)
         coords = sum(chunks) * (p - 1)
         codec = coords * (measure.encode_s_per_coord + 2 * measure.decode_s_per_coord) + n * ef
-        return traffic, codec / share, False
+        return traffic, codec / share, stages
     if scheme == "powersgd":
         options = dict(spec.scheme.options)
         rank = options.get("rank", 1)
@@ -322,8 +327,27 @@ def _codec_traffic(
         codec = work.timed(f"gradzip-powersgd-r{rank}") + coded * (
             measure.encode_s_per_coord + p * measure.decode_s_per_coord
         )
-        return traffic, codec / share, False
+        return traffic, codec / share, 1
     raise ValueError(f"{spec_text!r}: the model has no cost for scheme {scheme!r}")
+
+
+def _sum_chunks(spec: ExchangeSpec, buckets: list[int]) -> tuple[int, bool]:
+    """The chunks ``allreduce`` sums a step's ``buckets`` in (its ``chunk_values``, else the
+    scheme's default; None: one a bucket), and whether it chunks. [CHOICE] chunks are modelled
+    as a pipeline of that many stages, the codec's work overlapping the link's but for one
+    stage (as the all-gather's buckets); one chunk a bucket: the codec and the link add."""
+    import inspect
+
+    from gradzip.schemes.integer_allreduce import IntegerAllreduce
+
+    options = dict(spec.scheme.options)
+    default = inspect.signature(IntegerAllreduce).parameters["chunk_values"].default
+    chunk = options.get("chunk_values", default)
+    if chunk is None:
+        return len(buckets), False
+    if not isinstance(chunk, int) or isinstance(chunk, bool):
+        raise ValueError(f"{spec}: chunk_values must be an int or none")
+    return sum(max(1, math.ceil(b / chunk)) for b in buckets), True
 
 
 def _factor_sizes(work: Workload, numels: list[int], rank: int) -> tuple[list[int], list[int], int]:
