@@ -17,6 +17,7 @@ from gradzip.keys import StreamKey
 from gradzip.schemes import make_scheme
 from gradzip.schemes._ring_ints import ring_allreduce_ints
 from gradzip.schemes.ring_allreduce import RingAllreduce
+from tests.schemes.test_ring_allreduce import reduce_twice
 
 if TYPE_CHECKING:
     from tests.conftest import RunSimulatedAndProcesses
@@ -67,23 +68,6 @@ def test_chunks_cost_only_their_headers() -> None:
         assert bytes_one < bytes_four <= bytes_one + extra_messages * 64
 
 
-def means_of_allreduce(transport: Transport, chunk_values: str) -> list[bytes]:
-    """Two steps of QSGD's ``allreduce`` with error feedback, in chunks of ``chunk_values``
-    (``none``: one chunk); the means as bytes (module level: the gloo processes import it)."""
-    scheme = make_scheme(
-        f"allreduce[chunk_values={chunk_values}]",
-        gradzip.create("qsgd", s=1),
-        run_seed=4,
-        error_feedback=True,
-    )
-    out = []
-    for step in range(2):
-        gen = torch.Generator().manual_seed(10 * step + transport.rank)
-        g = torch.randn(3001, generator=gen) * (1 + transport.rank)
-        out.append(scheme.reduce(transport, g, step, 0).numpy().tobytes())
-    return out
-
-
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_chunks_give_the_bits_of_one_chunk_in_processes_and_in_threads(
@@ -91,8 +75,8 @@ def test_chunks_give_the_bits_of_one_chunk_in_processes_and_in_threads(
 ) -> None:
     """gloo's all-to-all and all-gather from the worker thread, several chunks in flight: the
     same means as one chunk, in real processes as in simulated ranks."""
-    whole = run_local(3, lambda t: means_of_allreduce(t, "none"))
-    runs = simulated_and_processes(3, means_of_allreduce, "100")
+    whole = run_local(3, lambda t: reduce_twice(t, "allreduce[chunk_values=null]", "qsgd", True))
+    runs = simulated_and_processes(3, reduce_twice, "allreduce[chunk_values=100]", "qsgd", True)
     for rank in range(3):
         assert runs.processes[rank] == runs.simulated[rank] == whole[rank] == whole[0]
 
