@@ -27,10 +27,13 @@ import json
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gradzip_lab.bench.project_links import Link
 from gradzip_lab.bench.project_variants import Network, Workload, predict
+
+if TYPE_CHECKING:
+    from gradzip.schemes.spec import Value
 
 #: [CHOICE] the per-message latency on the emulated cluster (veth through a bridge namespace):
 #: tens of microseconds; it is negligible beside the megabyte messages of these rows
@@ -49,7 +52,7 @@ OLD_NAMES = {
 #: before ``since`` (or at an unknown time) ran the old value, so it is scored as the variant
 #: spelled with it (:func:`as_measured`); the integer all-reduce summed one chunk before its
 #: pipelined chunks became the default
-CHANGED_DEFAULTS: tuple[tuple[str, str, object, str], ...] = (
+CHANGED_DEFAULTS: tuple[tuple[str, str, Value, str], ...] = (
     ("allreduce", "chunk_values", None, "2026-11-29T14:00:00+00:00"),
 )
 
@@ -66,7 +69,7 @@ def as_measured(variant: str, measured_at: str) -> str:
     options = dict(spec.scheme.options)
     for scheme, option, old, since in CHANGED_DEFAULTS:
         if spec.scheme.name == scheme and option not in options and measured_at < since:
-            options[option] = old  # type: ignore[assignment]
+            options[option] = old
     if options == dict(spec.scheme.options):
         return variant
     return str(replace(spec, scheme=SchemeSpec.of(spec.scheme.name, **options)))

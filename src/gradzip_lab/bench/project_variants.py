@@ -336,13 +336,9 @@ def _sum_chunks(spec: ExchangeSpec, buckets: list[int]) -> tuple[int, bool]:
     scheme's default; None: one a bucket), and whether it chunks. [CHOICE] chunks are modelled
     as a pipeline of that many stages, the codec's work overlapping the link's but for one
     stage (as the all-gather's buckets); one chunk a bucket: the codec and the link add."""
-    import inspect
+    from gradzip.schemes._ring_ints import DEFAULT_CHUNK_VALUES
 
-    from gradzip.schemes.integer_allreduce import IntegerAllreduce
-
-    options = dict(spec.scheme.options)
-    default = inspect.signature(IntegerAllreduce).parameters["chunk_values"].default
-    chunk = options.get("chunk_values", default)
+    chunk = dict(spec.scheme.options).get("chunk_values", DEFAULT_CHUNK_VALUES)
     if chunk is None:
         return len(buckets), False
     if not isinstance(chunk, int) or isinstance(chunk, bool):
