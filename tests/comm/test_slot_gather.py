@@ -1,6 +1,7 @@
 """The all-gather of equal-sized slots (``all_gather_flagged(..., expected_size=S)``): on gloo
-processes one ``all_gather_into_tensor`` carries every rank's payload, with the ring's bytes
-and flags, the meter counting ``P - 1`` slots of ``8 + S`` bytes each way, simulated ranks
+processes one collective carries every rank's payload (an ``all_to_all_single`` of this rank's
+slot to every rank by default on the CPU, the backend's all-gather where
+``gather_as_all_to_all`` is off), with the ring's bytes and flags, the meter counting ``P - 1`` slots of ``8 + S`` bytes each way, simulated ranks
 counting the same, and payloads that do not fit, or frames that lie, refused by name."""
 
 from __future__ import annotations
@@ -35,19 +36,20 @@ def _as_bytes(payloads: list[Any]) -> list[bytes]:
     return [bytes(p.tolist()) if isinstance(p, torch.Tensor) else bytes(p) for p in payloads]
 
 
-def _count_collectives(transport: Transport) -> list[int]:
-    """Count the equal-slot collectives this process runs (none on simulated ranks)."""
-    calls = [0]
+def _count_collectives(transport: Transport) -> dict[str, int]:
+    """Count the equal-slot collectives this process runs, by kind (none on simulated ranks)."""
+    calls = {"all_gather": 0, "all_to_all": 0}
     if not isinstance(transport, DistributedTransport):
         return calls
-    name = "all_gather_single" if hasattr(dist, "all_gather_single") else "all_gather_into_tensor"
-    original = getattr(dist, name)
+    gather = "all_gather_single" if hasattr(dist, "all_gather_single") else "all_gather_into_tensor"
+    for kind, name in (("all_gather", gather), ("all_to_all", "all_to_all_single")):
+        original = getattr(dist, name)
 
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
-        return original(*args, **kwargs)
+        def counted(*args: Any, _kind: str = kind, _original: Any = original, **kwargs: Any) -> Any:
+            calls[_kind] += 1
+            return _original(*args, **kwargs)
 
-    setattr(dist, name, counted)
+        setattr(dist, name, counted)
     return calls
 
 
@@ -73,8 +75,8 @@ def every_path(transport: Transport) -> dict[str, Any]:
     """The slot path, the ring and the host path on the same bytes, a flag-down rank, the
     meter, the collectives run and the host reads; module level, so processes import it."""
     rank = transport.rank
+    out: dict[str, Any] = {"by": getattr(transport, "gather_as_all_to_all", None)}
     calls = _count_collectives(transport)
-    out: dict[str, Any] = {}
     mine = torch.frombuffer(bytearray(payload_of(rank)), dtype=torch.uint8)
     reads: HostReads
     with forced_device_payloads():
@@ -86,7 +88,7 @@ def every_path(transport: Transport) -> dict[str, Any]:
             slots, down = transport.all_gather_flagged(mine, True, "slots", expected_size=SLOT)
         out["slot_types"] = [type(p).__name__ for p in slots]
         out["slots"] = (_as_bytes(slots), down)
-        out["slot_calls"] = calls[0]
+        out["slot_calls"] = dict(calls)
         ring, ring_down = transport.all_gather_flagged(mine, True, "ring")
         out["ring"] = (_as_bytes(ring), ring_down)
         # rank 1's flag is down: it sends an empty host payload, in its slot all the same
@@ -97,11 +99,18 @@ def every_path(transport: Transport) -> dict[str, Any]:
     out["host"] = (_as_bytes(transport.all_gather_flagged(payload_of(rank), True, "host")[0]), [])
     out["means_device"] = _means(transport, device=True)
     out["means_host"] = _means(transport, device=False)
-    out["calls"] = calls[0]
+    out["calls"] = sum(calls.values())
     out["meter"] = {
         k[1]: (t.sent, t.received, t.messages) for k, t in transport.meter.entries().items()
     }
     return out
+
+
+def every_path_by_all_gather(transport: Transport) -> dict[str, Any]:
+    """:func:`every_path` with the backend's all-gather in place of the all-to-all."""
+    if isinstance(transport, DistributedTransport):
+        transport.gather_as_all_to_all = False
+    return every_path(transport)
 
 
 def oversize_on_processes(transport: Transport) -> str:
@@ -115,13 +124,15 @@ def oversize_on_processes(transport: Transport) -> str:
     return "no error"
 
 
-@pytest.mark.slow  # two process groups' start-up: ~45 s on the development machine
+@pytest.mark.slow  # four process groups' start-up: ~90 s on the development machine
 @pytest.mark.distributed
 @pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("by", ["all_to_all", "all_gather"])
 def test_one_collective_gives_the_rings_bytes_flags_and_counts(
-    world_size: int, simulated_and_processes: RunSimulatedAndProcesses
+    world_size: int, by: str, simulated_and_processes: RunSimulatedAndProcesses
 ) -> None:
-    runs = simulated_and_processes(world_size, every_path)
+    body = every_path if by == "all_to_all" else every_path_by_all_gather
+    runs = simulated_and_processes(world_size, body)
     expected = [payload_of(r) for r in range(world_size)]
     slot_bytes = LENGTH_PREFIX_BYTES + SLOT
     for rank, (real, simulated) in enumerate(zip(runs.processes, runs.simulated, strict=True)):
@@ -129,8 +140,11 @@ def test_one_collective_gives_the_rings_bytes_flags_and_counts(
         assert real["slots"] == real["ring"] == real["host"] == (expected, [])
         assert real["means_device"] == real["means_host"] == simulated["means_host"]
         assert simulated["means_device"] == real["means_device"]
-        # (a) one collective carried the gather; the scheme's device steps took it too
-        assert real["slot_calls"] == 1 and simulated["calls"] == 0
+        # (a) one collective of the chosen kind carried the gather (gloo: the all-to-all by
+        # default); the scheme's device steps took it too
+        assert real["by"] is (by == "all_to_all")
+        other = "all_gather" if by == "all_to_all" else "all_to_all"
+        assert real["slot_calls"] == {by: 1, other: 0} and simulated["calls"] == 0
         assert real["calls"] > 2  # the scheme's device path: one per tensor and step
         assert real["slot_types"] == [
             "Tensor" for _ in range(world_size)

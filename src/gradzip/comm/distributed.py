@@ -100,6 +100,15 @@ class DistributedTransport(Transport):
         self._stranded: list[torch.Tensor] = []  # buffers of operations a failure abandoned
         #: payload bytes a message's first part carries (NCCL matches sizes exactly: none)
         self.inline_bytes = 0 if _cuda_only(self.backend) else INLINE_BYTES
+        #: whether an all-gather of equal slots runs as an all-to-all of this rank's slot to
+        #: every rank (the CPU, i.e. gloo) rather than the backend's all-gather (NCCL's).
+        #: [CHOICE] gloo's all-gather is a ring of ``P - 1`` rounds, each waiting for the last;
+        #: its all-to-all sends every message at once. The bytes are the same (``P - 1`` slots
+        #: out and in a rank), the rounds one: on the project's 2-core machine a 57 KB-slot
+        #: all-gather took 4.1 ms (1.5 ms of CPU) at P = 4 and 12.6 ms (2.6) at P = 8, the
+        #: all-to-all 2.8 (1.0) and 4.7 (1.0) (``benchmarks/gloo_gather_forms.py``).
+        #: NCCL keeps its all-gather (bandwidth-optimal rings on the GPUs' links).
+        self.gather_as_all_to_all = self.device.type == "cpu"
         super().__init__(dist.get_rank(group), dist.get_world_size(group))
 
     def _global(self, rank: int) -> int:
@@ -168,11 +177,13 @@ class DistributedTransport(Transport):
     def _gather_slots(
         self, payload: Payload, ok: bool, expected_size: int, collective: str
     ) -> tuple[list[Payload], list[int]] | None:
-        """Every rank's payload in one ``all_gather_into_tensor`` (``all_gather_single``, its
-        newer name, where torch has it) of ``8 + expected_size``-byte slots
+        """Every rank's payload in one collective of ``8 + expected_size``-byte slots
         (:mod:`gradzip.comm.slots`), on the group's device (gloo: the CPU, NCCL: this rank's
-        GPU); one host read of the ``P`` header words. Counted as ``P - 1`` slots sent and
-        received (see :meth:`~gradzip.comm.transport.Transport.all_gather_flagged`).
+        GPU): an ``all_to_all_single`` of this rank's slot to every rank where
+        :attr:`gather_as_all_to_all` (the CPU), else ``all_gather_into_tensor``
+        (``all_gather_single``, its newer name, where torch has it); one host read of the
+        ``P`` header words. Counted as ``P - 1`` slots sent and received (see
+        :meth:`~gradzip.comm.transport.Transport.all_gather_flagged`).
 
         A payload larger than its slot still takes part, as a header word alone, so the
         peers raise a corrupt-frame error naming this rank instead of waiting; this rank then
@@ -181,8 +192,14 @@ class DistributedTransport(Transport):
         slot_bytes = LENGTH_PREFIX_BYTES + expected_size
         mine = frame_slot(payload, ok, slot_bytes, self.device)
         gathered = torch.empty(self.world_size * slot_bytes, dtype=torch.uint8, device=self.device)
-        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        self._collective(gather, gathered, mine)
+        if self.gather_as_all_to_all:
+            # this rank's slot to every rank (its own copy is never read): the slots land in
+            # rank order, as the all-gather lays them; the send buffer is P slots, as large as
+            # the receive buffer
+            self._collective(dist.all_to_all_single, gathered, mine.repeat(self.world_size))
+        else:
+            gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+            self._collective(gather, gathered, mine)
         if len(payload) > expected_size:
             raise oversize_error(self.rank, len(payload), expected_size)
         out = read_slots(gathered, self.world_size, self.rank, payload)

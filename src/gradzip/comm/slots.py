@@ -3,10 +3,11 @@
 A slot is ``8 + expected_size`` bytes: the header word a ring message starts with (the
 payload's length, the sender's flag bit, the device-payload mark: see
 :mod:`gradzip.comm.distributed`), the payload, then zeros up to the slot's end. Every rank
-contributes one slot and receives all ``P`` of them in rank order
-(``all_gather_into_tensor``). The receiver reads the ``P`` header words in one host read and
-keeps each device payload a view of its slot, on the device: no payload byte crosses to the
-host.
+contributes one slot and receives all ``P`` of them in rank order (an all-gather, or on the CPU
+an all-to-all of the sender's slot to every rank: see
+:attr:`gradzip.comm.distributed.DistributedTransport.gather_as_all_to_all`). The receiver
+reads the ``P`` header words in one host read and keeps each device payload a view of its
+slot, on the device: no payload byte crosses to the host.
 
 This module knows nothing of ``torch.distributed``; it frames and parses, so a test can check
 the frames without processes.

@@ -1,6 +1,6 @@
 """The size of a payload from a tensor's shape alone, for collectives of equal-sized slots.
 
-A transport can gather payloads in one collective (``all_gather_into_tensor``) only where every
+A transport can gather payloads in one collective of equal slots only where every
 rank knows, before anything is sent, how many bytes each rank's payload takes at most. For a
 codec whose body size follows from the shape and the configuration (a fixed packing: so many
 bits per value, so many scales per bucket), that size is the header's (its shape, key and

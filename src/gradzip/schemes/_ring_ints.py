@@ -135,8 +135,9 @@ class _ChunkSum:
         all-gather that sends it.
 
         [CHOICE] the all-gather as ONE collective of equal slots where the transport has one
-        (gloo, NCCL: a ring in C++), not P - 1 rounds each through Python and a thread
-        hand-off: on two shared cores each such round cost milliseconds of a ResNet-20 step.
+        (gloo: an all-to-all of the slot to every rank; NCCL: its all-gather), not P - 1
+        rounds each through Python and a thread hand-off: on two shared cores each such round
+        cost milliseconds of a ResNet-20 step.
         The slot is the largest completed slice's message, which every rank computes alike
         from n, P and the keys; the ring of the in-process transport sends the same messages."""
         rank = self.rank
