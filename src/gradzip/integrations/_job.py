@@ -18,7 +18,8 @@ class BucketJob:
     """A bucket to reduce: its position in this backward pass, whether it is the last one, its
     flat buffer (averaged in place), its layout (``None`` when the main thread refused the
     bucket, with ``error`` saying why), the future DDP waits on, and the intra-op thread count
-    of the main thread (the stages use the same, so results cannot depend on it)."""
+    of the main thread (the stages use the same, so results cannot depend on it; their numba
+    kernels take ``kernel_threads``)."""
 
     position: int
     last: bool
@@ -27,6 +28,9 @@ class BucketJob:
     future: torch.futures.Future[torch.Tensor]
     threads: int
     error: BaseException | None = None
+    #: the threads the stages' numba kernels take: the main thread's
+    #: :func:`~gradzip.kernels._threads.kernel_thread_count` (None: numba's own setting)
+    kernel_threads: int | None = None
     #: the CUDA stream DDP's backward ran on when it handed the bucket over (None off CUDA):
     #: every stage runs the bucket's work on it (:mod:`gradzip.integrations._streams`)
     stream: Any = None

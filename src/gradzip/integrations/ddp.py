@@ -82,6 +82,7 @@ from gradzip.integrations._pipeline import DECODE, ENCODE, TRANSFER, StagePipeli
 from gradzip.integrations._streams import capture, running_on
 from gradzip.integrations._timeline import Timeline
 from gradzip.integrations._transaction import StepTransaction
+from gradzip.kernels._threads import kernel_thread_count, use_kernel_threads
 from gradzip.schemes.base import Outgoing, Piece, Scheme
 from gradzip.stepping import (
     OnNonfinite,
@@ -127,9 +128,13 @@ def _on_bucket_stream(
 
 
 def _match_threads(job: BucketJob) -> None:
-    """Run at the main thread's intra-op thread count, so results cannot depend on it."""
+    """Run at the main thread's intra-op thread count, so results cannot depend on it, and the
+    numba kernels at the count that thread would give them (a stage thread's numba count is its
+    own: see :func:`~gradzip.kernels._threads.kernel_thread_count`)."""
     if torch.get_num_threads() != job.threads:
         torch.set_num_threads(job.threads)
+    if job.kernel_threads is not None:
+        use_kernel_threads(job.kernel_threads)
 
 
 class GradzipHookState:
@@ -272,6 +277,7 @@ class GradzipHookState:
             layout=None,
             future=torch.futures.Future(devices=devices),
             threads=torch.get_num_threads(),
+            kernel_threads=kernel_thread_count(),
             stream=capture(buffer),
         )
         try:
