@@ -18,7 +18,7 @@ def kernel_thread_count() -> int:
     whatever torch was told: ``torchrun`` with several ranks a machine sets one torch thread a
     rank (``OMP_NUM_THREADS=1``), and each rank's kernels would still run on every core. With
     four ranks on two cores that oversubscription made a ResNet-20 step with the integer
-    all-reduce 1.5x slower (docs/performance.md). Taking torch's count follows what the user
+    all-reduce 1.37x slower, with gradzip's PowerSGD 3.1x (docs/performance.md). Taking torch's count follows what the user
     (or the launcher) chose for the rank; taking the minimum keeps a lower numba count the user
     set.
 
