@@ -98,7 +98,8 @@ def test_asking_numba_first_leaves_torchs_count_alone() -> None:
         "use_kernel_threads(8)\n"
         "print(count, after_asking, torch.get_num_threads())\n"
     )
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # a pool of 4 whatever the CPU, so that "1" is the pinned count and not the pool's size
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "4"}
     done = subprocess.run(
         [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120
     )
