@@ -235,14 +235,18 @@ def finite_by_bound(values: torch.Tensor, mults: torch.Tensor, s: int, what: str
     O(#buckets) bound fails (scales within a factor ``s`` of float32's limit) is the output
     scanned.
     """
-    if mults.numel() and not float(mults.max()) * s <= FLOAT32_MAX:
+    if not finite_values_bound(mults, s):
         check_finite_output(what, values)
     return values
 
 
 def finite_values_bound(mults: torch.Tensor, s: int) -> bool:
     """Whether :func:`finite_by_bound`'s O(#buckets) bound proves every value finite."""
-    return not mults.numel() or float(mults.max()) * s <= FLOAT32_MAX
+    if not mults.numel():
+        return True
+    # host multipliers through NumPy: see check_scales (gradzip.compressors._scaled_body)
+    top = mults.detach().numpy().max() if mults.device.type == "cpu" else mults.max()
+    return float(top) * s <= FLOAT32_MAX
 
 
 def fit_dtype_(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -265,10 +269,15 @@ def decoder_steps(scales: torch.Tensor, s: int) -> torch.Tensor:
     (:mod:`gradzip.kernels.stochastic`) divide by that same float32 step. They never divide by
     0: a zero scale divides by 1 (its entries are 0), and a positive scale whose step underflows
     float32 divides by the smallest subnormal (its levels clamp to ``s``; the decoder's step is
-    then 0). [CHOICE] Two torch operations and no encoder divisors: this runs once per tensor
-    and step in every integer-sum decode, where a small model's dozens of tensors made the
-    operations' fixed cost, not the values, the price.
+    then 0). [CHOICE] Two roundings and no encoder divisors, in NumPy for host scales: this
+    runs once per tensor and payload in every decode, where a small model's dozens of tensors
+    made the operations' fixed cost, not the values, the price.
     """
+    if scales.device.type == "cpu":
+        # the same two roundings in NumPy (IEEE division in float64, then round to nearest
+        # float32), without torch's fixed cost per operation
+        steps = scales.detach().numpy().astype(np.float64) / s
+        return torch.from_numpy(steps.astype(np.float32))
     return (scales.to(torch.float64) / s).to(torch.float32)
 
 

@@ -112,7 +112,7 @@ _NUMPY_DTYPES = {
 
 def body_tensor(body: memoryview, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
     """Copy a body slice into a fresh, writable tensor of ``dtype`` (length must divide)."""
-    itemsize = torch.empty(0, dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     if len(body) % itemsize:
         raise TruncatedPayloadError(
             f"body slice of {len(body)} bytes is not a whole number of {dtype} items"
@@ -130,7 +130,7 @@ def body_view(body: memoryview, dtype: torch.dtype) -> torch.Tensor:
 
     Decoders use it to read the body once, straight into their output (:func:`empty_output`).
     """
-    itemsize = torch.empty(0, dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     if len(body) % itemsize:
         raise TruncatedPayloadError(
             f"body slice of {len(body)} bytes is not a whole number of {dtype} items"
