@@ -12,7 +12,7 @@ exported from :mod:`gradzip`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 import torch
 
@@ -95,6 +95,9 @@ class ErrorFeedback:
         if not isinstance(inner, Compressor):
             raise TypeError(f"ErrorFeedback wraps a Compressor, got {type(inner).__name__}")
         self.inner = inner
+        #: whether ``inner`` fuses the step (a runtime protocol check costs microseconds: asked
+        #: once, not per tensor and step)
+        self._fused = isinstance(inner, FusedFeedback)
         self._residuals: dict[Slot, torch.Tensor] = {}
 
     def encode(
@@ -136,9 +139,9 @@ class ErrorFeedback:
     ) -> tuple[Encoded, torch.Tensor | None]:
         key = key if key is not None else StreamKey()
         inner = self.inner
-        if side is None and isinstance(inner, FusedFeedback):
+        if side is None and self._fused:
             slot, v = self._compensated(tensor, key)
-            fused = inner.encode_with_feedback(v, key, reconstruct=reconstruct)
+            fused = cast(FusedFeedback, inner).encode_with_feedback(v, key, reconstruct=reconstruct)
             if fused is not None:
                 fused[0].verify()  # a device payload's flag: raises before the residual changes
                 self._residuals[slot] = v  # now v - v_hat, computed by the encode pass

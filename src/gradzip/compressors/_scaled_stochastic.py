@@ -28,6 +28,7 @@ import math
 import numpy as np
 import torch
 
+from gradzip.accounting import Encoded
 from gradzip.buffers import fresh_array
 from gradzip.codecs.symbols import Packing, check_packing, pack_symbols, symbol_bits, unpack_symbols
 from gradzip.compressors._decode_guards import check_finite_output
@@ -56,6 +57,7 @@ from gradzip.compressors.buckets import (
     segments,
 )
 from gradzip.compressors.grid import CommonGrid, SymmetricGrid
+from gradzip.device.mode import device_path
 from gradzip.kernels.backend import use_torch_ops
 from gradzip.kernels.bitpack_torch import pack_bits_torch, unpack_bits_torch
 from gradzip.kernels.device_buckets import bucket_absmax_device
@@ -65,6 +67,7 @@ from gradzip.kernels.stochastic import (
     fused_symmetric_encode,
     fused_twos_decode,
     fused_twos_encode,
+    symmetric_residual,
 )
 from gradzip.kernels.stochastic_device import safe_steps_device
 from gradzip.kernels.stochastic_torch import (
@@ -75,7 +78,7 @@ from gradzip.kernels.stochastic_torch import (
     twos_values_torch,
 )
 from gradzip.keys import StreamKey
-from gradzip.payload import Header
+from gradzip.payload import MAX_ELEMENTS, Header
 from gradzip.rng import derive_seed
 
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
@@ -419,11 +422,61 @@ class ScaledStochastic(Compressor):
         """The checked float32 multipliers of the buckets and the rest of the body."""
         scales, rest = read_scales(body, num_buckets(n, self._bucket))
         check_scales(scales, self.name)
+        return self._mults_of(scales, n), rest
+
+    def _mults_of(self, scales: torch.Tensor, n: int) -> torch.Tensor:
+        """The decoder's float32 multiplier of each bucket of an ``n``-value tensor."""
         mults = decoder_steps(scales, self.s)
         factor = self._decode_factor(n)
         if factor != 1.0:
             mults = (mults.to(torch.float64) * factor).to(torch.float32)
-        return mults, rest
+        return mults
+
+    def encode_with_feedback(
+        self, v: torch.Tensor, key: StreamKey, *, reconstruct: bool = False
+    ) -> tuple[Encoded, torch.Tensor | None] | None:
+        """Error feedback's fused step (see :class:`gradzip.feedback.FusedFeedback`): encode
+        ``v`` and turn ``v``, in place, into ``v - v_hat``; ``v_hat``, returned when
+        ``reconstruct``, is bitwise what :meth:`decode` gives for the payload.
+
+        ``v_hat`` comes from the encoder's own symbols and scales, ``f32(symbol - s) * mult``
+        with the decoder's multipliers (:func:`decoder_steps`; the decoding kernel's float32
+        operations, in one pass that also subtracts:
+        :func:`gradzip.kernels.stochastic.symmetric_residual`), instead of parsing and
+        decoding the payload just framed: on a small tensor the parse and its checks cost as
+        much as the encoding, on a large one the unpacking pass is saved. The payload is
+        :meth:`encode`'s. Serves a contiguous, non-empty float32 CPU ``v`` with the fixed
+        packing of symbols (the numba path) whose reconstruction the multipliers' bound proves
+        finite; returns None, ``v`` untouched, for anything else (the generic path decodes).
+        Raises :class:`~gradzip.errors.NonFiniteInputError` (``v`` untouched) on NaN or Inf.
+        """
+        if not self._reconstructs_from_symbols(v):
+            return None
+        shape = tuple(v.shape)
+        flat = v.view(-1)
+        body = self._host_body(flat, key, shape)  # raises on non-finite v, v untouched
+        scales, symbols = body.pieces[0], body.streams
+        if not isinstance(scales, torch.Tensor) or not isinstance(symbols, tuple):
+            return None
+        mults = self._mults_of(scales, flat.numel())
+        if not finite_values_bound(mults, self.s):
+            return None  # the generic path's decode checks the values
+        encoded = self._framed(self.header_for(shape, v.dtype, key), body)
+        v_hat = symmetric_residual(symbols[0], mults, self._bucket, self.s, flat, reconstruct)
+        return encoded, None if v_hat is None else v_hat.view(shape)
+
+    def _reconstructs_from_symbols(self, v: torch.Tensor) -> bool:
+        """Whether :meth:`encode_with_feedback` serves ``v`` (see there)."""
+        return (
+            self.packing == "fixed"
+            and getattr(self, "coding", "symbols") == "symbols"
+            and v.dtype == torch.float32
+            and v.device.type == "cpu"
+            and v.is_contiguous()
+            and 0 < v.numel() <= MAX_ELEMENTS
+            and use_kernels(v)
+            and not (self.device_resident and device_path(v))
+        )
 
     def _decode_into_flat(
         self, body: memoryview, header: Header, side: torch.Tensor | None, out: torch.Tensor

@@ -369,13 +369,23 @@ class Compressor(ABC):
             return Encoded(b"", 0.0)
         if self.device_resident and device_path(x):
             return self._encoded_on_device(x, key, header)
-        body = self._encode_scanned(x, key, tuple(tensor.shape))
+        return self._framed(header, self._host_body(x, key, tuple(tensor.shape)))
+
+    def _host_body(self, x: torch.Tensor, key: StreamKey, shape: tuple[int, ...]) -> Body:
+        """The body of the flat, validated, non-empty host tensor ``x`` (raises on non-finite
+        input, as :meth:`encode` does)."""
+        body = self._encode_scanned(x, key, shape)
         if body is None:
             amin, amax = torch.aminmax(x)
             absmax = abs(max(-float(amin), float(amax)))  # +0.0 for an all-zero tensor
             if absmax != absmax or absmax == float("inf"):
                 raise self.non_finite_input()
-            body = self._encode_flat(x, key, absmax, tuple(tensor.shape))
+            body = self._encode_flat(x, key, absmax, shape)
+        return body
+
+    @staticmethod
+    def _framed(header: Header, body: Body) -> Encoded:
+        """The payload of ``header`` and ``body`` with its bit accounting."""
         pieces = [p if not isinstance(p, torch.Tensor) else tensor_bytes(p) for p in body.pieces]
         payload = frame_payload(header, pieces)
         return Encoded(payload, body.paper_bits, body.streams, body.side_bits)

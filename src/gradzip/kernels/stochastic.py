@@ -195,6 +195,35 @@ def _rescale_slices(sym, lo, hi, mults, bucket_size, s32, out, accumulate):  # t
         a = e
 
 
+@njit(nogil=True, cache=True, parallel=True)
+def subtract_symmetric(sym, mults, bucket_size, unit, s, v, hat, write_hat):  # type: ignore[no-untyped-def]
+    """Error feedback's residual from the encoder's own symbols: ``h = f32(symbol - s) * m``,
+    the decoder's value (:func:`decode_symmetric`'s operations), then ``v[i] = v[i] - h`` (one
+    float32 subtraction) and, when ``write_hat``, ``hat[i] = h``."""
+    n = v.size
+    tiles = (n + unit - 1) // unit
+    s32 = np.float32(s)
+    for t in prange(tiles):
+        a = t * unit
+        hi = min(n, a + unit)
+        while a < hi:
+            b = 0 if bucket_size == 0 else a // bucket_size
+            e = hi if bucket_size == 0 else min(hi, (b + 1) * bucket_size)
+            m = mults[b]
+            src = sym[a:e]
+            dst = v[a:e]
+            if write_hat:  # two simple loops over slices: each one vectorizes
+                out = hat[a:e]
+                for j in range(e - a):
+                    out[j] = (np.float32(src[j]) - s32) * m
+                for j in range(e - a):
+                    dst[j] = dst[j] - out[j]
+            else:
+                for j in range(e - a):
+                    dst[j] = dst[j] - (np.float32(src[j]) - s32) * m
+            a = e
+
+
 # -- two's complement grid ---------------------------------------------------------------------
 
 
@@ -378,6 +407,34 @@ def fused_symmetric_decode(
     call_parallel(decode_symmetric, raw, bits, mult, bs, unit, s, target, tops, accumulate)
     _check_tops(tops, 2 * s + 1, what)
     return torch.from_numpy(target) if out is None else out
+
+
+def symmetric_residual(
+    symbols: torch.Tensor,
+    mults: torch.Tensor,
+    bucket_size: int,
+    s: int,
+    v: torch.Tensor,
+    reconstruct: bool,
+) -> torch.Tensor | None:
+    """Turn the contiguous float32 CPU ``v`` into ``v - v_hat`` in place, ``v_hat`` being the
+    decoding of ``symbols`` with the per-bucket multipliers ``mults``; ``v_hat`` is returned
+    (a fresh float32 tensor) when ``reconstruct``, else None. One parallel pass, the bits of
+    decoding and then subtracting."""
+    n = v.numel()
+    hat = fresh_array(n, np.float32) if reconstruct else np.empty(0, dtype=np.float32)
+    call_parallel(
+        subtract_symmetric,
+        symbols.contiguous().numpy(),
+        mults.to(torch.float32).contiguous().numpy(),
+        effective_bucket_size(n, bucket_size),
+        TILE,
+        s,
+        v.detach().view(-1).numpy(),
+        hat,
+        reconstruct,
+    )
+    return torch.from_numpy(hat) if reconstruct else None
 
 
 def fused_twos_encode(
