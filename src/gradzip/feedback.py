@@ -11,6 +11,7 @@ exported from :mod:`gradzip`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
@@ -57,6 +58,14 @@ class FusedFeedback(Protocol):
     ) -> tuple[Encoded, torch.Tensor | None] | None: ...
 
 
+@functools.cache
+def _fuses(cls: type) -> bool:
+    """Whether instances of compressor class ``cls`` offer :class:`FusedFeedback` (a class
+    setting ``encode_with_feedback = None`` does not). Asked per class and remembered: the
+    runtime protocol check costs microseconds, once per tensor and step otherwise."""
+    return issubclass(cls, FusedFeedback)
+
+
 class ErrorFeedback:
     """Error feedback around any compressor, for one sender (spec 0.6).
 
@@ -95,9 +104,6 @@ class ErrorFeedback:
         if not isinstance(inner, Compressor):
             raise TypeError(f"ErrorFeedback wraps a Compressor, got {type(inner).__name__}")
         self.inner = inner
-        #: whether ``inner`` fuses the step (a runtime protocol check costs microseconds: asked
-        #: once, not per tensor and step)
-        self._fused = isinstance(inner, FusedFeedback)
         self._residuals: dict[Slot, torch.Tensor] = {}
 
     def encode(
@@ -139,7 +145,7 @@ class ErrorFeedback:
     ) -> tuple[Encoded, torch.Tensor | None]:
         key = key if key is not None else StreamKey()
         inner = self.inner
-        if side is None and self._fused:
+        if side is None and _fuses(type(inner)):
             slot, v = self._compensated(tensor, key)
             fused = cast(FusedFeedback, inner).encode_with_feedback(v, key, reconstruct=reconstruct)
             if fused is not None:

@@ -471,10 +471,9 @@ class ScaledStochastic(Compressor):
             self.packing == "fixed"
             and getattr(self, "coding", "symbols") == "symbols"
             and v.dtype == torch.float32
-            and v.device.type == "cpu"
             and v.is_contiguous()
             and 0 < v.numel() <= MAX_ELEMENTS
-            and use_kernels(v)
+            and use_kernels(v)  # a CPU tensor, the numba path
             and not (self.device_resident and device_path(v))
         )
 

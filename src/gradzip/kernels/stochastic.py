@@ -196,32 +196,27 @@ def _rescale_slices(sym, lo, hi, mults, bucket_size, s32, out, accumulate):  # t
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def subtract_symmetric(sym, mults, bucket_size, unit, s, v, hat, write_hat):  # type: ignore[no-untyped-def]
+def subtract_symmetric(sym, mults, negated, bucket_size, unit, s, v, hat, write_hat):  # type: ignore[no-untyped-def]
     """Error feedback's residual from the encoder's own symbols: ``h = f32(symbol - s) * m``,
-    the decoder's value (:func:`decode_symmetric`'s operations), then ``v[i] = v[i] - h`` (one
-    float32 subtraction) and, when ``write_hat``, ``hat[i] = h``."""
+    the decoder's value (:func:`_rescale_slices`, as :func:`decode_symmetric` computes it),
+    then ``v[i] - h`` (one float32 subtraction). With ``write_hat``, ``h`` goes into ``hat``
+    and is subtracted from it; without, ``v + f32(symbol - s) * (-m)`` is added in place, the
+    same bits (negation is exact and rounding is symmetric, so ``a * -m == -(a * m)`` and
+    ``v + -h == v - h``). ``negated`` is ``-mults``."""
     n = v.size
     tiles = (n + unit - 1) // unit
     s32 = np.float32(s)
     for t in prange(tiles):
-        a = t * unit
-        hi = min(n, a + unit)
-        while a < hi:
-            b = 0 if bucket_size == 0 else a // bucket_size
-            e = hi if bucket_size == 0 else min(hi, (b + 1) * bucket_size)
-            m = mults[b]
-            src = sym[a:e]
-            dst = v[a:e]
-            if write_hat:  # two simple loops over slices: each one vectorizes
-                out = hat[a:e]
-                for j in range(e - a):
-                    out[j] = (np.float32(src[j]) - s32) * m
-                for j in range(e - a):
-                    dst[j] = dst[j] - out[j]
-            else:
-                for j in range(e - a):
-                    dst[j] = dst[j] - (np.float32(src[j]) - s32) * m
-            a = e
+        lo = t * unit
+        hi = min(n, lo + unit)
+        if write_hat:
+            _rescale_slices(sym[lo:hi], lo, hi, mults, bucket_size, s32, hat, False)
+            dst = v[lo:hi]
+            out = hat[lo:hi]
+            for j in range(hi - lo):
+                dst[j] = dst[j] - out[j]
+        else:
+            _rescale_slices(sym[lo:hi], lo, hi, negated, bucket_size, s32, v, True)
 
 
 # -- two's complement grid ---------------------------------------------------------------------
@@ -423,10 +418,12 @@ def symmetric_residual(
     decoding and then subtracting."""
     n = v.numel()
     hat = fresh_array(n, np.float32) if reconstruct else np.empty(0, dtype=np.float32)
+    mult = mults.to(torch.float32).contiguous().numpy()
     call_parallel(
         subtract_symmetric,
         symbols.contiguous().numpy(),
-        mults.to(torch.float32).contiguous().numpy(),
+        mult,
+        -mult,
         effective_bucket_size(n, bucket_size),
         TILE,
         s,
