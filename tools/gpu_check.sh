@@ -2,17 +2,19 @@
 # The GPU check (`make gpu-check`): on a machine with a CUDA device, runs the tests marked gpu,
 # the codec benchmark on the device, the DDP hook benchmark on one GPU and the simulated-ranks
 # equality (CUDA tensors against CPU tensors, bit for bit), printing the card, the torch and
-# CUDA versions and every figure. Sized to finish in under 8 minutes on one H100: 2^24
-# coordinates per codec, mlp-4096 (36.8M parameters) with 3 warm-up + 20 timed steps per hook.
-# Exits non-zero on any failure, and at once, saying why, where there is no CUDA device.
+# CUDA versions and every figure. 2^24 coordinates per codec, mlp-4096 (36.8M parameters) with
+# 3 warm-up + 20 timed steps per hook: about 3 minutes on one H200 (2026-11-30: the tests 42-130
+# s, mostly numba's and Triton's first compilations; the benchmarks 75 s).
+# Exits non-zero on any failure, and at once, saying why, where there is no CUDA device or
+# gradzip is not installed for the interpreter.
 #
-# PYTHON names the interpreter (default: the project's .venv, else python3 on the PATH).
+# PYTHON names the interpreter (default: python3 on the PATH): one whose torch is a CUDA build,
+# with gradzip installed (`pip install -e '.[dev]'`). Not `make setup`'s .venv: its torch is the
+# CPU build the CPU-only machines pin.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-if [[ -z "${PYTHON:-}" ]]; then
-	if [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
-fi
+PYTHON=${PYTHON:-python3}
 
 "$PYTHON" - <<'PY'
 import sys
@@ -23,8 +25,13 @@ if not torch.cuda.is_available():
     build = "a CPU build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
     sys.exit(
         f"gpu-check: no CUDA device (torch {torch.__version__}, {build}, sees no GPU); "
-        "this check needs an NVIDIA GPU and a CUDA build of torch"
+        "this check needs an NVIDIA GPU and a CUDA build of torch (PYTHON names the interpreter)"
     )
+try:
+    import gradzip  # noqa: F401
+    import pytest  # noqa: F401
+except ImportError as err:
+    sys.exit(f"gpu-check: {err.name} is not installed for {sys.executable}: pip install -e '.[dev]'")
 print(f"gpu-check: {torch.cuda.get_device_name()} (of {torch.cuda.device_count()} device(s))")
 print(f"gpu-check: torch {torch.__version__}, CUDA {torch.version.cuda}")
 PY

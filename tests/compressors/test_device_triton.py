@@ -63,6 +63,7 @@ KERNELS = {
     ("signs", "_pack_kernel"): "pack",
     ("signs", "_expand_kernel"): "expand",
     ("signs", "_residual_kernel"): "residual",
+    ("crc32", "_crc32_kernel"): "crc32",
 }
 
 
@@ -85,7 +86,7 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
     ``forced_triton``."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     kernels: SimpleNamespace = load_kernels(interpret=True)
-    for short in ("dithered", "stochastic", "signs"):
+    for short in ("dithered", "stochastic", "signs", "crc32"):
         monkeypatch.setitem(sys.modules, f"gradzip.kernels.triton_{short}", getattr(kernels, short))
     calls: Counter[str] = Counter()
     for (short, attr), name in KERNELS.items():
@@ -131,6 +132,7 @@ def test_triton_device_payload_and_decode_equal_host(
         assert reads.count == 0, reads.describe()
         assert isinstance(payload, torch.Tensor)
         assert launches[kernels[0]] == 1, launches
+        assert launches["crc32"] >= 1, launches  # the frame's checksum in the kernel
         with count_host_reads() as reads:
             got = codec.decode(payload, expected_key=KEY, shape=x.shape)
         assert reads.count <= DECODE_READS, reads.describe()

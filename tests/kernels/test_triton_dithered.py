@@ -14,6 +14,7 @@ from gradzip.errors import CorruptPayloadError
 from gradzip.kernels.dithered import fused_decode_affine
 from gradzip.kernels.philox import LOCAL_UNIFORM, SHARED_UNIFORM
 from gradzip.kernels.triton_dispatch import forced_triton
+from tests.cuda_division_rule import cuda_scalar_division
 from tests.kernels.triton_modes import load_kernels
 from tests.kernels.triton_reference import (
     SEED,
@@ -147,6 +148,34 @@ def test_decode_affine_equals_numba_on_100k_elements(kernels: SimpleNamespace) -
     assert same_bits(kernels.dithered.triton_decode_affine(packed, n, *args), expected)
     wrong = (7, scales, 512, 3.0, -1.5, True, SEED ^ 1, SHARED_UNIFORM, False, "t")
     assert not same_bits(kernels.dithered.triton_decode_affine(packed, n, *wrong), expected)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_decode_affine_steps_are_true_divisions_under_cuda_rules(
+    kernels: SimpleNamespace, monkeypatch: pytest.MonkeyPatch, wide: bool
+) -> None:
+    """The wrapper's per-bucket steps ``f64(sigma) / divisor`` are true divisions also where a
+    division by a Python number is a reciprocal product (CUDA's rule, emulated): computed by
+    ``/ float(divisor)`` they were one float64 ulp off in 676 of 2,048 buckets on an H200, and 9
+    of 2^20 wide-mode values decoded differently from numba. One-value buckets here: about a
+    third of the reciprocal products differ, so the check never depends on a lucky value."""
+    n, bucket = 4099, 1
+    packed, scales, _ = encoded(n, bucket, 7)
+    args = (7, scales, bucket, 3.0, -1.5, True, SEED, SHARED_UNIFORM, wide, "t")
+    launcher = kernels.dithered.affine_decode_launcher
+    seen: list[torch.Tensor] = []
+
+    def recording(*launch_args: object) -> object:
+        seen.append(launch_args[4])  # type: ignore[arg-type]  # the steps
+        return launcher(*launch_args)
+
+    monkeypatch.setattr(kernels.dithered, "affine_decode_launcher", recording)
+    with cuda_scalar_division():
+        got = kernels.dithered.triton_decode_affine(packed, n, *args)
+    true_steps = torch.from_numpy(scales.to(torch.float64).numpy() / 3.0)
+    assert not torch.equal(scales.to(torch.float64) * (1.0 / 3.0), true_steps)  # the rule bites
+    assert torch.equal(seen[0], true_steps)
+    assert same_bits(got, fused_decode_affine(packed, n, *args))
 
 
 def test_decode_affine_rejects_symbols_outside_the_alphabet_before_adding(

@@ -4,12 +4,14 @@ exists; skipped elsewhere (CI has none)."""
 
 from __future__ import annotations
 
+import zlib
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
+from gradzip.device.crc32 import crc32_device
 from gradzip.kernels.dithered import fused_decode_affine
 from gradzip.kernels.onebit_signs import column_means, expand_signs, pack_signs
 from gradzip.kernels.philox import SHARED_UNIFORM, philox_one_plus_uniform
@@ -95,3 +97,13 @@ def test_compiled_sign_kernels_equal_numba(compiled: SimpleNamespace, cols: int,
     )
     assert ok
     assert same_bits(values.cpu(), torch.from_numpy(expected))
+
+
+@pytest.mark.parametrize("n", [1, 4097, (1 << 24) + 3])
+def test_compiled_crc32_equals_zlib(n: int) -> None:
+    """The payload checksum's kernel (through the dispatch a CUDA payload takes) gives zlib's
+    CRC-32, also past 2^16 blocks."""
+    data = torch.randint(
+        0, 256, (n,), generator=torch.Generator().manual_seed(n), dtype=torch.uint8
+    )
+    assert int(crc32_device(data.cuda())) == zlib.crc32(bytes(data.numpy()))

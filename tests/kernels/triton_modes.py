@@ -24,12 +24,13 @@ KERNEL_MODULES = (
     "gradzip.kernels.triton_dithered",
     "gradzip.kernels.triton_stochastic",
     "gradzip.kernels.triton_signs",
+    "gradzip.kernels.triton_crc32",
 )
 
 
 @functools.cache
 def load_kernels(interpret: bool) -> SimpleNamespace:
-    """Fresh ``philox``, ``bitpack``, ``dithered``, ``stochastic`` and ``signs`` kernel modules whose jit
+    """Fresh ``philox``, ``bitpack``, ``dithered``, ``stochastic``, ``signs`` and ``crc32`` kernel modules whose jit
     functions were defined with ``TRITON_INTERPRET`` set to ``interpret``."""
     saved_env = os.environ.get("TRITON_INTERPRET")
     saved = {name: sys.modules.pop(name) for name in KERNEL_MODULES if name in sys.modules}

@@ -29,9 +29,12 @@ torch's unsigned 32-bit support is partial.
 from __future__ import annotations
 
 import functools
+import importlib
 
 import numpy as np
 import torch
+
+from gradzip.kernels.triton_device import use_triton
 
 _POLY = 0xEDB88320
 #: bytes per leaf block (a power of two)
@@ -127,10 +130,24 @@ def _shift(c: torch.Tensor, n: int) -> torch.Tensor:
     return out
 
 
+#: rows of :func:`_block_shift_tables`: payloads up to ``256 * 2**40`` bytes
+SHIFT_LEVELS = 40
+
+
+@functools.cache
+def _block_shift_tables() -> np.ndarray:
+    """``Z^(BLOCK 2^j)`` as four byte tables for ``j < SHIFT_LEVELS``, flattened (the Triton
+    kernel's shifts of whole blocks)."""
+    return np.stack([_shift_tables(BLOCK << j) for j in range(SHIFT_LEVELS)]).reshape(-1)
+
+
 def crc32_device(data: torch.Tensor) -> torch.Tensor:
     """zlib's CRC-32 of the 1-D ``uint8`` tensor ``data``, as a 0-d int64 tensor on its device.
 
-    Reads nothing back to the host; the tables travel host to device once per device.
+    Reads nothing back to the host; the tables travel host to device once per device. Where the
+    Triton kernels run (a CUDA tensor holding real values: :func:`~gradzip.kernels.triton_device.
+    use_triton`), one kernel launch (:mod:`gradzip.kernels.triton_crc32`); elsewhere, and as the
+    reference, the torch operations below.
     """
     if data.dtype != torch.uint8 or data.dim() != 1:
         raise TypeError(
@@ -138,6 +155,13 @@ def crc32_device(data: torch.Tensor) -> torch.Tensor:
         )
     n = data.numel()
     finish = _apply(_zero_steps(n), _MASK) ^ _MASK
+    if use_triton(data):
+        kernels = importlib.import_module("gradzip.kernels.triton_crc32")  # as registered now
+        leaf = _on(data.device, -1, _leaf_table())
+        crc: torch.Tensor = kernels.triton_crc32(
+            data, leaf, _on(data.device, -2, _block_shift_tables()), finish
+        )
+        return crc
     if n == 0:
         return torch.tensor(finish, dtype=torch.int64, device=data.device)
     blocks = 1 << max(0, (-(-n // BLOCK) - 1).bit_length())
