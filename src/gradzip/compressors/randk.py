@@ -27,6 +27,7 @@ from gradzip.compressors._sparse_coding import (
 from gradzip.compressors.base import Body, ParamValue
 from gradzip.compressors.registry import register
 from gradzip.compressors.topk import KeptValues, check_k_ratio, kept_count
+from gradzip.device.ops import host_array
 from gradzip.errors import CorruptPayloadError
 from gradzip.kernels.random_subset import random_subset
 from gradzip.keys import StreamKey
@@ -41,7 +42,7 @@ def randk_indices_device(key: StreamKey, d: int, k: int, device: torch.device) -
     alone and sent there (a host-to-device copy, no read of the gradient)."""
     if k >= d:
         return torch.arange(d, dtype=torch.int64, device=device)
-    return torch.tensor(randk_indices(key, d, k).tolist(), dtype=torch.int64, device=device)
+    return host_array(randk_indices(key, d, k), device)
 
 
 def randk_indices(key: StreamKey, d: int, k: int) -> NDArray[np.int64]:

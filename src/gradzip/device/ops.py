@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 
@@ -29,3 +30,18 @@ def bytes_tensor(data: bytes | bytearray | Sequence[int], device: torch.device) 
     if device.type == "cpu":
         return torch.frombuffer(bytearray(data), dtype=torch.uint8)
     return torch.tensor(list(data), dtype=torch.uint8, device=device)
+
+
+def host_array(values: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A host NumPy array as a tensor on ``device`` (one host-to-device copy; never a read).
+
+    A buffer copy wherever this torch build reaches ``device``; built from a list only where it
+    cannot (the tests' fake CUDA tensors on a CPU build, where a host tensor cannot be moved to
+    the device). [CHOICE] The list path was rand-k's device encode before: about 90 ms for 2^20
+    indices on the host, and rand-k ran at 0.3 GB/s on an H200."""
+    t = torch.from_numpy(np.ascontiguousarray(values))
+    if device.type == "cpu":
+        return t
+    if device.type == "cuda" and not torch.cuda.is_available():
+        return torch.tensor(values.tolist(), dtype=t.dtype, device=device)
+    return t.to(device)
