@@ -61,9 +61,9 @@ test-slow: setup $(KERNELS_WARM)
 
 # On a machine with a CUDA device: the gpu tests, the codec and DDP-hook benchmarks on the GPU
 # and the simulated ranks' CUDA-against-CPU equality, with the card, torch and CUDA versions
-# and every figure (about 3 minutes on one H200). Runs GPU_PYTHON, an interpreter whose torch is
-# a CUDA build and where `pip install -e '.[dev]'` was run (not `make setup`'s .venv: its torch
-# is the CPU build). Fails, saying so, where there is no CUDA.
+# and every figure. Runs GPU_PYTHON, an interpreter whose torch is a CUDA build already, where
+# gradzip was installed without letting pip resolve torch (tools/gpu_check.sh says how; not
+# `make setup`'s .venv: its torch is the CPU build). Fails, saying so, where there is no CUDA.
 GPU_PYTHON ?= python3
 gpu-check:
 	PYTHON=$(GPU_PYTHON) tools/gpu_check.sh

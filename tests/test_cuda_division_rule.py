@@ -36,4 +36,15 @@ def test_a_device_scalar_divisor_keeps_the_true_division() -> None:
     x = values()
     with cuda_scalar_division():
         assert torch.equal(divided(x, 3.0), x / torch.tensor(3.0, dtype=torch.float64))
-        assert torch.equal(x.div(3.0, rounding_mode="floor"), torch.floor(x / 3.0))
+
+
+def test_a_rounding_division_is_left_alone() -> None:
+    """Multiples of 49: their quotients are whole, but ``k * 49 * (1 / 49)`` falls just below
+    ``k`` for most of them, so a rounding division taken for a reciprocal product would floor
+    them to ``k - 1``."""
+    k = torch.arange(4097, dtype=torch.float64)
+    x = k * 49.0
+    assert not torch.equal(torch.floor(x * (1.0 / 49.0)), k)  # the trap is real
+    with cuda_scalar_division():
+        assert torch.equal(x.div(49.0, rounding_mode="floor"), k)
+        assert torch.equal(torch.div(x, 49.0, rounding_mode="trunc"), k)

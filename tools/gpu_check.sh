@@ -3,14 +3,18 @@
 # the codec benchmark on the device, the DDP hook benchmark on one GPU and the simulated-ranks
 # equality (CUDA tensors against CPU tensors, bit for bit), printing the card, the torch and
 # CUDA versions and every figure. 2^24 coordinates per codec, mlp-4096 (36.8M parameters) with
-# 3 warm-up + 20 timed steps per hook: about 3 minutes on one H200 (2026-11-30: the tests 42-130
-# s, mostly numba's and Triton's first compilations; the benchmarks 75 s).
+# 3 warm-up + 20 timed steps per hook. On one H200 (2026-11-30) its stages, run by hand after
+# compiling the numba kernels in 16 parallel processes (60-70 s), took: the gpu tests 133 s (69 s
+# with 8 pytest-xdist workers), the codecs 17 s, the hooks 47-57 s, the simulated ranks 18 s;
+# this script, which compiles as it goes, has not been timed there.
 # Exits non-zero on any failure, and at once, saying why, where there is no CUDA device or
 # gradzip is not installed for the interpreter.
 #
-# PYTHON names the interpreter (default: python3 on the PATH): one whose torch is a CUDA build,
-# with gradzip installed (`pip install -e '.[dev]'`). Not `make setup`'s .venv: its torch is the
-# CPU build the CPU-only machines pin.
+# PYTHON names the interpreter (default: python3 on the PATH): one whose torch is a CUDA build
+# already, with gradzip installed without letting pip resolve torch (a plain install could
+# fetch another torch):
+#   pip install --no-deps -e . && pip install numpy numba constriction zlib-ng matplotlib pytest hypothesis
+# Not `make setup`'s .venv: its torch is the CPU build the CPU-only machines pin.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -31,7 +35,10 @@ try:
     import gradzip  # noqa: F401
     import pytest  # noqa: F401
 except ImportError as err:
-    sys.exit(f"gpu-check: {err.name} is not installed for {sys.executable}: pip install -e '.[dev]'")
+    sys.exit(
+        f"gpu-check: {err.name} is not installed for {sys.executable}; beside its CUDA torch, "
+        "without letting pip resolve torch: pip install --no-deps -e . && pip install numpy numba constriction zlib-ng matplotlib pytest hypothesis"
+    )
 print(f"gpu-check: {torch.cuda.get_device_name()} (of {torch.cuda.device_count()} device(s))")
 print(f"gpu-check: torch {torch.__version__}, CUDA {torch.version.cuda}")
 PY

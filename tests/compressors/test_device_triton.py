@@ -28,7 +28,7 @@ from gradzip.device.mode import forced_device_payloads
 from gradzip.kernels.triton_dispatch import forced_triton, triton_installed
 from gradzip.keys import StreamKey
 from tests.compressors.device_checks import DECODE_READS
-from tests.kernels.triton_modes import load_kernels
+from tests.kernels.triton_modes import Counted, load_kernels
 
 pytestmark = pytest.mark.skipif(not triton_installed(), reason="triton is not installed")
 
@@ -65,19 +65,6 @@ KERNELS = {
     ("signs", "_residual_kernel"): "residual",
     ("crc32", "_crc32_kernel"): "crc32",
 }
-
-
-class Counted:
-    """A ``@triton.jit`` kernel whose launches (``kernel[grid](...)``) are counted; the grid
-    must be host integers (sizes, never values read from a tensor)."""
-
-    def __init__(self, kernel: Any, name: str, calls: Counter[str]) -> None:
-        self.kernel, self.name, self.calls = kernel, name, calls
-
-    def __getitem__(self, grid: tuple[int, ...]) -> Any:
-        assert all(type(g) is int for g in grid), grid
-        self.calls[self.name] += 1
-        return self.kernel[grid]
 
 
 @pytest.fixture

@@ -15,7 +15,9 @@ import functools
 import importlib
 import os
 import sys
+from collections import Counter
 from types import ModuleType, SimpleNamespace
+from typing import Any
 
 #: the modules holding ``@triton.jit`` functions, helpers before their users
 KERNEL_MODULES = (
@@ -48,3 +50,17 @@ def load_kernels(interpret: bool) -> SimpleNamespace:
         else:
             os.environ["TRITON_INTERPRET"] = saved_env
     return SimpleNamespace(**fresh)
+
+
+class Counted:
+    """A ``@triton.jit`` kernel whose launches (``kernel[grid](...)``) are counted under
+    ``name`` in ``calls``; the grid must be host integers (sizes, never values read from a
+    tensor)."""
+
+    def __init__(self, kernel: Any, name: str, calls: Counter[str]) -> None:
+        self.kernel, self.name, self.calls = kernel, name, calls
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Any:
+        assert all(type(g) is int for g in grid), grid
+        self.calls[self.name] += 1
+        return self.kernel[grid]

@@ -230,7 +230,7 @@ class OneBit(Compressor):
         if self.sample and rows > SAMPLE_ROWS:
             # the host path's draw (from the key alone), sent to the device as a constant
             picks = local_generator(key).integers(0, rows, size=(cols, SAMPLE_ROWS))
-            rows_t = host_array(picks.astype(np.int64), x.device)
+            rows_t = host_array(np.asarray(picks, dtype=np.int64), x.device)
             stats = sample_rows(m, rows_t)
             s_counts = (stats >= 0).to(torch.int64).sum(dim=1, keepdim=True)
             means = column_means_device(s_counts, sign_sums_device(stats), SAMPLE_ROWS)

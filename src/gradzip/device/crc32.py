@@ -29,12 +29,11 @@ torch's unsigned 32-bit support is partial.
 from __future__ import annotations
 
 import functools
-import importlib
 
 import numpy as np
 import torch
 
-from gradzip.kernels.triton_device import use_triton
+from gradzip.kernels.triton_device import crc32_register, use_triton
 
 _POLY = 0xEDB88320
 #: bytes per leaf block (a power of two)
@@ -156,12 +155,8 @@ def crc32_device(data: torch.Tensor) -> torch.Tensor:
     n = data.numel()
     finish = _apply(_zero_steps(n), _MASK) ^ _MASK
     if use_triton(data):
-        kernels = importlib.import_module("gradzip.kernels.triton_crc32")  # as registered now
         leaf = _on(data.device, -1, _leaf_table())
-        crc: torch.Tensor = kernels.triton_crc32(
-            data, leaf, _on(data.device, -2, _block_shift_tables()), finish
-        )
-        return crc
+        return crc32_register(data, leaf, _on(data.device, -2, _block_shift_tables()), finish)
     if n == 0:
         return torch.tensor(finish, dtype=torch.int64, device=data.device)
     blocks = 1 << max(0, (-(-n // BLOCK) - 1).bit_length())

@@ -196,13 +196,13 @@ def _rescale_slices(sym, lo, hi, mults, bucket_size, s32, out, accumulate):  # t
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def subtract_symmetric(sym, mults, negated, bucket_size, unit, s, v, hat, write_hat):  # type: ignore[no-untyped-def]
+def subtract_symmetric(sym, mults, bucket_size, unit, s, v, hat, write_hat):  # type: ignore[no-untyped-def]
     """Error feedback's residual from the encoder's own symbols: ``h = f32(symbol - s) * m``,
     the decoder's value (:func:`_rescale_slices`, as :func:`decode_symmetric` computes it),
-    then ``v[i] - h`` (one float32 subtraction). With ``write_hat``, ``h`` goes into ``hat``
-    and is subtracted from it; without, ``v + f32(symbol - s) * (-m)`` is added in place, the
-    same bits (negation is exact and rounding is symmetric, so ``a * -m == -(a * m)`` and
-    ``v + -h == v - h``). ``negated`` is ``-mults``."""
+    then ``v[i] - h`` (one float32 subtraction). With ``write_hat``, ``mults`` are the ``m``,
+    ``h`` goes into ``hat`` and is subtracted from it; without, ``mults`` are ``-m`` and
+    ``v + f32(symbol - s) * (-m)`` is added in place, the same bits (negation is exact and
+    rounding is symmetric, so ``a * -m == -(a * m)`` and ``v + -h == v - h``)."""
     n = v.size
     tiles = (n + unit - 1) // unit
     s32 = np.float32(s)
@@ -216,7 +216,7 @@ def subtract_symmetric(sym, mults, negated, bucket_size, unit, s, v, hat, write_
             for j in range(hi - lo):
                 dst[j] = dst[j] - out[j]
         else:
-            _rescale_slices(sym[lo:hi], lo, hi, negated, bucket_size, s32, v, True)
+            _rescale_slices(sym[lo:hi], lo, hi, mults, bucket_size, s32, v, True)
 
 
 # -- two's complement grid ---------------------------------------------------------------------
@@ -422,8 +422,7 @@ def symmetric_residual(
     call_parallel(
         subtract_symmetric,
         symbols.contiguous().numpy(),
-        mult,
-        -mult,
+        mult if reconstruct else -mult,  # added into v when nothing is reconstructed
         effective_bucket_size(n, bucket_size),
         TILE,
         s,

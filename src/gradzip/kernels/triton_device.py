@@ -1,7 +1,7 @@
 """The Triton kernels launched for the device path (:mod:`gradzip.device`): nothing read back.
 
 The public wrappers of :mod:`gradzip.kernels.triton_dithered`, ``triton_stochastic`` and
-``triton_signs`` serve the host-facing API: they raise on a corrupt stream, so they read the
+``triton_signs`` (and ``triton_crc32``, called through :func:`crc32_register`) serve the host-facing API: they raise on a corrupt stream, so they read the
 alphabet check (``int(tops.max())``), the padding bits and, for the symmetric encode, divide
 by a Python number (which CUDA turns into a product with a rounded reciprocal). The device
 codecs need the same kernels with a 0-d validity *flag* instead of an exception and every
@@ -178,6 +178,14 @@ def signs_expanded(
     shifts = 8 * torch.arange(4, dtype=torch.int64, device=dev)
     word = (last << shifts).sum(dim=1)  # disjoint bytes: an exact integer sum
     return out, ((word >> tail) == 0).all()
+
+
+def crc32_register(
+    data: torch.Tensor, leaf: torch.Tensor, shifts: torch.Tensor, finish: int
+) -> torch.Tensor:
+    """zlib's CRC-32 of the ``uint8`` ``data`` as a 0-d int64 tensor on its device, one kernel
+    (:func:`gradzip.kernels.triton_crc32.triton_crc32`; the tables and ``finish`` as there)."""
+    return _module("triton_crc32").triton_crc32(data, leaf, shifts, finish)  # type: ignore[no-any-return]
 
 
 def signs_residual(
