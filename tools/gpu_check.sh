@@ -23,7 +23,10 @@ PYTHON=${PYTHON:-python3}
 "$PYTHON" - <<'PY'
 import sys
 
-import torch
+try:
+    import torch
+except ImportError:
+    sys.exit(f"gpu-check: torch is not installed for {sys.executable} (PYTHON names the interpreter)")
 
 if not torch.cuda.is_available():
     build = "a CPU build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
