@@ -1,7 +1,7 @@
 """The all-gather of equal-sized slots (``all_gather_flagged(..., expected_size=S)``): on gloo
 processes one collective carries every rank's payload (an ``all_to_all_single`` of this rank's
 slot to every rank by default on the CPU, the backend's all-gather where
-``gather_as_all_to_all`` is off), with the ring's bytes and flags, the meter counting ``P - 1`` slots of ``8 + S`` bytes each way, simulated ranks
+``gather_as_all_to_all`` is off, or for slots of at least ``ring_gather_from`` bytes), with the ring's bytes and flags, the meter counting ``P - 1`` slots of ``8 + S`` bytes each way, simulated ranks
 counting the same, and payloads that do not fit, or frames that lie, refused by name."""
 
 from __future__ import annotations
@@ -113,6 +113,14 @@ def every_path_by_all_gather(transport: Transport) -> dict[str, Any]:
     return every_path(transport)
 
 
+def every_path_by_ring_from_the_slot(transport: Transport) -> dict[str, Any]:
+    """:func:`every_path` with ``ring_gather_from`` at the slot's size: its slots (and none
+    smaller) take the backend's all-gather."""
+    if isinstance(transport, DistributedTransport):
+        transport.ring_gather_from = LENGTH_PREFIX_BYTES + SLOT
+    return every_path(transport)
+
+
 def oversize_on_processes(transport: Transport) -> str:
     """The last rank's payload exceeds the slot: every rank raises, none waits."""
     big = transport.rank == transport.world_size - 1
@@ -127,11 +135,15 @@ def oversize_on_processes(transport: Transport) -> str:
 @pytest.mark.slow  # four process groups' start-up: ~90 s on the development machine
 @pytest.mark.distributed
 @pytest.mark.parametrize("world_size", [2, 3])
-@pytest.mark.parametrize("by", ["all_to_all", "all_gather"])
+@pytest.mark.parametrize("by", ["all_to_all", "all_gather", "ring_from_the_slot"])
 def test_one_collective_gives_the_rings_bytes_flags_and_counts(
     world_size: int, by: str, simulated_and_processes: RunSimulatedAndProcesses
 ) -> None:
-    body = every_path if by == "all_to_all" else every_path_by_all_gather
+    body = {
+        "all_to_all": every_path,
+        "all_gather": every_path_by_all_gather,
+        "ring_from_the_slot": every_path_by_ring_from_the_slot,
+    }[by]
     runs = simulated_and_processes(world_size, body)
     expected = [payload_of(r) for r in range(world_size)]
     slot_bytes = LENGTH_PREFIX_BYTES + SLOT
@@ -142,9 +154,10 @@ def test_one_collective_gives_the_rings_bytes_flags_and_counts(
         assert simulated["means_device"] == real["means_device"]
         # (a) one collective of the chosen kind carried the gather (gloo: the all-to-all by
         # default); the scheme's device steps took it too
-        assert real["by"] is (by == "all_to_all")
-        other = "all_gather" if by == "all_to_all" else "all_to_all"
-        assert real["slot_calls"] == {by: 1, other: 0} and simulated["calls"] == 0
+        assert real["by"] is (by != "all_gather")
+        kind = "all_to_all" if by == "all_to_all" else "all_gather"
+        other = "all_gather" if kind == "all_to_all" else "all_to_all"
+        assert real["slot_calls"] == {kind: 1, other: 0} and simulated["calls"] == 0
         assert real["calls"] > 2  # the scheme's device path: one per tensor and step
         assert real["slot_types"] == [
             "Tensor" for _ in range(world_size)

@@ -72,6 +72,10 @@ class DistributedTransport(Transport):
     message, or a send that does not complete, within it raises a
     :class:`~gradzip.errors.GradzipError`; a peer whose connection closes raises at once.
 
+    ``ring_gather_from`` (bytes, default None): on gloo, all-gathers of equal slots at least this
+    large take gloo's ring all-gather instead of one all-to-all (see the attribute: the ring
+    was the faster with eight ranks on a 100 Mbit/s link, not with four or at 1 Gbit/s).
+
     With the NCCL backend the message tensors are put on
     ``torch.device("cuda", torch.cuda.current_device())``, so select each rank's device
     (``torch.cuda.set_device(local_rank)``) before building the transport, and pass
@@ -79,7 +83,12 @@ class DistributedTransport(Transport):
     communicator instead of creating one per pair of ranks.
     """
 
-    def __init__(self, group: dist.ProcessGroup | None = None, timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        group: dist.ProcessGroup | None = None,
+        timeout: float = 60.0,
+        ring_gather_from: int | None = None,
+    ) -> None:
         if not dist.is_available() or not dist.is_initialized():
             raise GradzipError(
                 "torch.distributed is not initialised: call dist.init_process_group(...) first "
@@ -87,6 +96,14 @@ class DistributedTransport(Transport):
             )
         if not (timeout > 0 and math.isfinite(timeout)):
             raise ValueError(f"the timeout must be a positive number of seconds, got {timeout}")
+        if ring_gather_from is not None and (
+            isinstance(ring_gather_from, bool)
+            or not isinstance(ring_gather_from, int)
+            or ring_gather_from < 0
+        ):
+            raise ValueError(
+                f"ring_gather_from must be None or a number of bytes >= 0, got {ring_gather_from!r}"
+            )
         self._group = group
         self.timeout = float(timeout)
         self._wait_for = timedelta(seconds=self.timeout)
@@ -109,6 +126,18 @@ class DistributedTransport(Transport):
         #: all-to-all 2.8 (1.0) and 4.7 (1.0) (``benchmarks/gloo_gather_forms.py``).
         #: NCCL keeps its all-gather (bandwidth-optimal rings on the GPUs' links).
         self.gather_as_all_to_all = self.device.type == "cpu"
+        #: where :attr:`gather_as_all_to_all` holds, slots of at least this many bytes (the
+        #: 8-byte header included) still take the backend's all-gather; None: none do.
+        #: [CHOICE] None by default, measured both ways on the emulated cluster
+        #: (``gradzip bench cluster --ring-gather-from``; docs/performance.md): gloo's
+        #: all-to-all sends to every peer at once, ``P - 1`` TCP flows sharing the rank's link,
+        #: and on a rate-limited link they lose packets to each other where the ring's single
+        #: flow does not. At P = 8 and 100 Mbit/s mlp-4096's one-chunk integer all-reduce
+        #: stepped 1.22x faster with every gather a ring; at P = 8 and 1 Gbit/s the forms were
+        #: within the launches' spread, and at P = 4 the ring from 64 KiB on was 1.02-1.12x
+        #: slower (its P - 1 rounds wait on ranks that share the cores). The faster form
+        #: depends on the link and on P, so it is the user's to set
+        self.ring_gather_from = ring_gather_from
         super().__init__(dist.get_rank(group), dist.get_world_size(group))
 
     def _global(self, rank: int) -> int:
@@ -192,7 +221,7 @@ class DistributedTransport(Transport):
         slot_bytes = LENGTH_PREFIX_BYTES + expected_size
         mine = frame_slot(payload, ok, slot_bytes, self.device)
         gathered = torch.empty(self.world_size * slot_bytes, dtype=torch.uint8, device=self.device)
-        if self.gather_as_all_to_all:
+        if self._gathers_as_all_to_all(slot_bytes):
             # this rank's slot to every rank (its own copy is never read): the slots land in
             # rank order, as the all-gather lays them; the send buffer is P slots, as large as
             # the receive buffer
@@ -206,6 +235,13 @@ class DistributedTransport(Transport):
         for _ in range(self.world_size - 1):
             self.meter.record(collective, slot_bytes, slot_bytes)
         return out
+
+    def _gathers_as_all_to_all(self, slot_bytes: int) -> bool:
+        """Whether an all-gather of ``slot_bytes``-byte slots runs as an all-to-all (see
+        :attr:`gather_as_all_to_all` and :attr:`ring_gather_from`)."""
+        if not self.gather_as_all_to_all:
+            return False
+        return self.ring_gather_from is None or slot_bytes < self.ring_gather_from
 
     def _all_to_all_slots(
         self, messages: Sequence[Payload], expected_size: int, collective: str

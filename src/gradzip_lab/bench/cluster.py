@@ -166,6 +166,7 @@ def run(
     ranks_per_node: int = 1,
     heldout: HeldoutTarget | None = None,
     data_dir: str | None = None,
+    ring_gather_from: int | None = None,
 ) -> list[dict[str, Any]]:
     """Build, measure and tear down per world size (``timeout``: None scales the default with
     P, :func:`launch_timeout`); print the tables (per mode, then the ratios to ``baseline``);
@@ -205,7 +206,7 @@ def run(
                 rows.extend(_one_world(seed * len(world_sizes) + index, world, rates, model,
                                        steps, warmup, names, launch_timeout(world, timeout),
                                        data, batch, lr, threads, target, mode, rounds,
-                                       ranks_per_node, real))  # fmt: skip
+                                       ranks_per_node, real, ring_gather_from))  # fmt: skip
     modes = modes_of(mode)
     for seed in range(seeds):  # each seed's rows are referred to its own fp32 and baseline
         fill_references([r for r in rows if r.get("seed", 0) == seed], baseline)
@@ -217,7 +218,7 @@ def run(
         _print(format_comparison(block, baseline))
     meta = {"steps": steps, "warmup": warmup, "batch": batch, "lr": lr, "data": data,
             "cpu_count": os.cpu_count(), "mode": mode, "rounds": rounds, "baseline": baseline,
-            "ranks_per_node": ranks_per_node,
+            "ranks_per_node": ranks_per_node, "ring_gather_from": ring_gather_from,
             "interleaved": "step by step within a chunk"}  # fmt: skip
     headline = [r for r in rows if r["mode"] == (ISOLATED if ISOLATED in modes else INTERLEAVED)]
     if target is not None:
@@ -317,6 +318,7 @@ def _one_world(
     rounds: int = 1,
     ranks_per_node: int = 1,
     real: RealRun | None = None,
+    ring_gather_from: int | None = None,
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     per_rank_threads = threads or max(1, (os.cpu_count() or 1) // world)
@@ -340,6 +342,7 @@ def _one_world(
                         timeout=timeout,
                         target_loss=None if target is None else target.loss,
                         window=10 if target is None else target.window,
+                        ring_gather_from=ring_gather_from,
                         **({} if real is None else real.fields(model)),
                     )
                     for r in range(world)
@@ -402,6 +405,7 @@ def main(
     heldout: HeldoutTarget | None = None,
     data_dir: str | None = None,
     batch: int | None = None,
+    ring_gather_from: int | None = None,
 ) -> int:
     """The command: 2 on bad input or missing privileges, 130 on SIGINT/SIGTERM, 1 on a failed
     run, else 0 (the namespaces are gone in every case)."""
@@ -450,7 +454,7 @@ def main(
         run(world_sizes, rates, model, steps, warmup, variants, timeout, data=data, lr=lr,
             threads=threads, json_path=json_path, png_path=png_path, target=target, mode=mode,
             rounds=rounds, baseline=baseline, ranks_per_node=ranks_per_node, heldout=heldout,
-            data_dir=data_dir,
+            data_dir=data_dir, ring_gather_from=ring_gather_from,
             batch=batch or (WORKLOADS[model].batch if model in WORKLOADS else 32))  # fmt: skip
     except ClusterInterruptedError as err:
         print(f"gradzip bench cluster: {err}; namespaces removed", file=sys.stderr)

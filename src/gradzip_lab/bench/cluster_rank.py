@@ -84,6 +84,8 @@ class RankConfig:
     momentum: float = 0.0
     eval_every: int = 0
     heldout: int = 0
+    #: the gradzip variants' transport setting (``--ring-gather-from``; None: its default)
+    ring_gather_from: int | None = None
 
 
 @dataclass
@@ -166,7 +168,9 @@ class Trainee:
         )
         # a gradzip spec outside the table (e.g. gradzip:qsgd[s=16]+ef:allgather) is parsed
         # here as the launcher parsed it: the table alone raised KeyError for those
-        self.meter = attach(select([name])[0], self.ddp, self.group, config.timeout)
+        self.meter = attach(
+            select([name])[0], self.ddp, self.group, config.timeout, config.ring_gather_from
+        )
         self.opt = torch.optim.SGD(self.ddp.parameters(), lr=config.lr, momentum=config.momentum)
         self.figures = VariantFigures(payload_bytes=None if self.meter is None else [])
 

@@ -204,10 +204,15 @@ def waited_powersgd_hook(state: Any, bucket: GradBucket) -> torch.futures.Future
 
 
 def attach(
-    variant: Variant, ddp: "DistributedDataParallel", group: "dist.ProcessGroup", timeout: float
+    variant: Variant,
+    ddp: "DistributedDataParallel",
+    group: "dist.ProcessGroup",
+    timeout: float,
+    ring_gather_from: int | None = None,
 ) -> "ByteMeter | None":
     """Register ``variant``'s hook on ``ddp`` (its process group ``group``); returns the gradzip
-    byte meter of a gradzip variant, else None."""
+    byte meter of a gradzip variant, else None. ``ring_gather_from``: the gradzip transport's
+    (:class:`~gradzip.comm.distributed.DistributedTransport`)."""
     if variant.kind in ("none", "fp32"):
         if variant.kind == "none":
             ddp.register_comm_hook(None, local_gradient_hook)
@@ -235,7 +240,9 @@ def attach(
         from gradzip.integrations.ddp import register_gradzip_hook
 
         scheme = variant.spec.build(RUN_SEED)
-        transport = DistributedTransport(group=group, timeout=timeout)
+        transport = DistributedTransport(
+            group=group, timeout=timeout, ring_gather_from=ring_gather_from
+        )
         hook_state = register_gradzip_hook(ddp, scheme, transport=transport)
         return hook_state.transport.meter
     raise ValueError(f"unknown variant kind {variant.kind!r}")

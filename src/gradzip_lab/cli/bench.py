@@ -182,6 +182,8 @@ def cmd_bench_cluster(args: argparse.Namespace) -> int:
         return fail(CLUSTER, "--steps must be >= 1, --warmup >= 2, --timeout > 0, --rounds >= 1")
     if args.ranks_per_node < 1:
         return fail(CLUSTER, f"--ranks-per-node must be >= 1, got {args.ranks_per_node}")
+    if args.ring_gather_from is not None and args.ring_gather_from < 0:
+        return fail(CLUSTER, f"--ring-gather-from must be >= 0 bytes, got {args.ring_gather_from}")
     uneven = [p for p in args.world_sizes if p % args.ranks_per_node]
     if uneven:
         return fail(
@@ -251,6 +253,7 @@ def cmd_bench_cluster(args: argparse.Namespace) -> int:
         heldout=heldout,
         data_dir=args.data_dir,
         batch=args.batch,
+        ring_gather_from=args.ring_gather_from,
     )
 
 
@@ -321,6 +324,12 @@ def add_cluster_parser(bench_sub: argparse._SubParsersAction) -> None:  # type: 
         "--ranks-per-node", type=int, default=1, metavar="K",
         help="ranks sharing one node's namespace (ranks [nK, (n+1)K) on node n): they talk over "
         "its loopback, unlimited; only the node's link is rate-limited (default 1)",
+    )  # fmt: skip
+    p_cluster.add_argument(
+        "--ring-gather-from", type=int, metavar="BYTES",
+        help="gradzip variants: all-gathers of slots of at least BYTES (0: all) take gloo's "
+        "ring all-gather instead of an all-to-all to every peer (DistributedTransport's "
+        "ring_gather_from; default: none do)",
     )  # fmt: skip
     p_cluster.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p_cluster.add_argument(

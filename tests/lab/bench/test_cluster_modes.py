@@ -19,7 +19,7 @@ from gradzip_lab.bench.cluster_compare import default_baseline, format_compariso
 from gradzip_lab.bench.cluster_merge import combined_targets
 from gradzip_lab.bench.cluster_plan import Launch, modes_of, plan_launches, rotated
 from gradzip_lab.bench.cluster_rank import RankConfig
-from gradzip_lab.bench.cluster_variants import select
+from gradzip_lab.bench.cluster_variants import attach, select
 
 
 def _pairs(chunk_size: int) -> Any:
@@ -292,3 +292,36 @@ def test_isolated_launches_train_like_interleaved_on_a_real_cluster(tmp_path: Pa
     assert (
         runs["isolated", names[0]]["param_digests"] != runs["isolated", names[1]]["param_digests"]
     )
+
+
+def test_the_ring_gather_threshold_reaches_every_rank_and_the_record(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    launched = _fake_cluster(monkeypatch)
+    out = tmp_path / "c.json"
+    names = ["gradzip:fp16+ef:powersgd[r1,start2]"]
+    cluster.run([2], ["100mbit"], "fc-300-100", 3, 2, select(names), 60.0,
+                json_path=str(out), ring_gather_from=65536)  # fmt: skip
+    assert [c.ring_gather_from for configs in launched for c in configs] == [65536, 65536]
+    assert json.loads(out.read_text())["ring_gather_from"] == 65536
+
+
+def test_a_gradzip_variant_builds_its_transport_with_the_threshold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gradzip.comm import distributed
+
+    built: list[dict[str, Any]] = []
+
+    class RefusedError(Exception):
+        pass
+
+    def recording(**kwargs: Any) -> None:
+        built.append(kwargs)
+        raise RefusedError
+
+    monkeypatch.setattr(distributed, "DistributedTransport", recording)
+    variant = select(["gradzip:qsgd:allreduce"])[0]
+    with pytest.raises(RefusedError):
+        attach(variant, None, "group", 9.0, 4096)  # type: ignore[arg-type]
+    assert built == [{"group": "group", "timeout": 9.0, "ring_gather_from": 4096}]
