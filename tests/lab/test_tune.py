@@ -131,3 +131,14 @@ def test_the_hook_runs_the_hierarchical_candidate_as_the_scheme_reduces() -> Non
     for hooked, means in run_local(4, body):
         for a, b in zip(hooked, means, strict=True):
             assert torch.equal(a, b)
+
+
+def test_the_link_sizes_stop_before_one_predicted_over_the_budget() -> None:
+    from gradzip_lab.tune_link import next_size_fits
+
+    # eight ranks at 1 Gbit/s on two cores: 16 MB took 1.07 s, so 64 MB (about 4.3 s) is not
+    # timed under a 2 s budget; 4 MB's 0.25 s lets 16 MB (about 1 s) be timed
+    assert not next_size_fits(1.07, 16, 64, 2.0)
+    assert next_size_fits(0.25, 4, 16, 2.0)
+    assert next_size_fits(0.5, 4, 16, 2.0)  # exactly the budget still fits
+    assert not next_size_fits(0.5, 4, 16.1, 2.0)
