@@ -16,6 +16,7 @@ in the same minutes.
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import time
 
@@ -89,6 +90,8 @@ def main() -> None:
                 f" ms a step (torch threads {torch.get_num_threads()}{threads})",
                 flush=True,
             )
+        del model, opt  # DDP released before the group (see examples/ddp_hook.py)
+        gc.collect()
     dist.destroy_process_group()
 
 

@@ -1,5 +1,7 @@
 """DDP with gradzip's communication hook: `torchrun --nproc_per_node 2 examples/ddp_hook.py`."""
 
+import gc
+
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -33,4 +35,6 @@ dist.all_gather(gathered, flat)
 if rank == 0:
     print(f"parameters agree on every rank: {all(torch.equal(g, flat) for g in gathered)}")
 state.close()
+del model, opt  # DDP released before its process group: torch 2.13 can abort at exit otherwise
+gc.collect()
 dist.destroy_process_group()
