@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from gradzip.comm.distributed import DistributedTransport
 from gradzip.comm.transport import LENGTH_PREFIX_BYTES
+from tests.comm.test_slot_gather import _count_collectives
 
 
 @pytest.fixture
@@ -30,21 +31,12 @@ def _kinds_run(
     transport: DistributedTransport, slot: int, monkeypatch: pytest.MonkeyPatch
 ) -> list[str]:
     """The collectives one all-gather of ``slot``-byte payloads runs."""
-    seen: list[str] = []
-    gather = "all_gather_single" if hasattr(dist, "all_gather_single") else "all_gather_into_tensor"
-    for kind, name in (("all_gather", gather), ("all_to_all", "all_to_all_single")):
-        original = getattr(dist, name)
-
-        def counted(*args: Any, _kind: str = kind, _original: Any = original, **kw: Any) -> Any:
-            seen.append(_kind)
-            return _original(*args, **kw)
-
-        monkeypatch.setattr(dist, name, counted)
+    calls = _count_collectives(transport, monkeypatch.setattr)
     payload = torch.arange(slot, dtype=torch.int64).remainder(251).to(torch.uint8)
     got, down = transport.all_gather_flagged(payload, True, "test", expected_size=slot)
     assert down == [] and bytes(got[0].tolist()) == bytes(payload.tolist())
     monkeypatch.undo()
-    return seen
+    return [kind for kind, count in calls.items() for _ in range(count)]
 
 
 @pytest.mark.usefixtures("one_rank_group")

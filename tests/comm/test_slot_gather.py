@@ -6,6 +6,7 @@ counting the same, and payloads that do not fit, or frames that lie, refused by 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -36,8 +37,11 @@ def _as_bytes(payloads: list[Any]) -> list[bytes]:
     return [bytes(p.tolist()) if isinstance(p, torch.Tensor) else bytes(p) for p in payloads]
 
 
-def _count_collectives(transport: Transport) -> dict[str, int]:
-    """Count the equal-slot collectives this process runs, by kind (none on simulated ranks)."""
+def _count_collectives(
+    transport: Transport, patch: Callable[[Any, str, Any], None] = setattr
+) -> dict[str, int]:
+    """Count the equal-slot collectives this process runs, by kind (none on simulated ranks);
+    ``patch`` replaces the collectives (a test's ``monkeypatch.setattr`` undoes it after)."""
     calls = {"all_gather": 0, "all_to_all": 0}
     if not isinstance(transport, DistributedTransport):
         return calls
@@ -49,7 +53,7 @@ def _count_collectives(transport: Transport) -> dict[str, int]:
             calls[_kind] += 1
             return _original(*args, **kwargs)
 
-        setattr(dist, name, counted)
+        patch(dist, name, counted)
     return calls
 
 
