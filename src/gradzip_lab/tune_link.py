@@ -6,7 +6,10 @@ all-gather's cost ``(P-1) x (alpha + bytes / beta)`` (:mod:`gradzip_lab.bench.pr
 alpha is the intercept of the time a round against a round's bytes, beta the inverse slope.
 [CHOICE] The all-gather, not the all-reduce, because it is the collective whose cost has no
 reduction arithmetic in it; the all-reduce of the largest size is timed too and printed as a
-check. [CHOICE] Sizes stop growing once the next one would take more than ``budget_s`` seconds
+check, and an all-to-all of the same bytes to each peer as the largest all-gather, whose rate
+over the all-gather's is the link's all-to-all efficiency (the transport sends the integer
+sums' reduce-scatter, and by default its gathers, as all-to-alls; on a rate-limited link their
+``P - 1`` flows at once can lose packets to each other). [CHOICE] Sizes stop growing once the next one would take more than ``budget_s`` seconds
 (its time predicted from the last size's, in proportion to the bytes: :func:`next_size_fits`),
 so a slow link still finishes in well under a minute; at least two sizes are always timed.
 (The first version stopped only once a size had taken more than the budget: with eight ranks
@@ -41,12 +44,20 @@ class LinkEstimate:
     points: tuple[tuple[float, float], ...]  # (bytes a round, seconds a round)
     allreduce_gbit_per_s: float
     rate_is_lower_bound: bool = False
+    #: the all-to-all's byte rate over the all-gather's, the same bytes (the largest size
+    #: timed): what the model's :class:`~gradzip_lab.bench.project_links.Link` prices the
+    #: transport's all-to-alls at (capped at 1 there)
+    alltoall_efficiency: float = 1.0
 
     def check(self) -> None:
         if not (math.isfinite(self.alpha_s) and self.alpha_s >= 0):
             raise ValueError(f"measured alpha is not a finite number >= 0: {self.alpha_s}")
         if not (math.isfinite(self.gbit_per_s) and self.gbit_per_s > 0):
             raise ValueError(f"measured link rate is not finite and > 0: {self.gbit_per_s}")
+        if not (math.isfinite(self.alltoall_efficiency) and self.alltoall_efficiency > 0):
+            raise ValueError(
+                f"measured all-to-all efficiency is not finite and > 0: {self.alltoall_efficiency}"
+            )
 
 
 def _slowest(seconds: float) -> float:
@@ -136,6 +147,11 @@ def measure_link(
     reduced = last.clone()
     ar_s = _time(lambda: dist.all_reduce(reduced), 1)
     ar_bytes = 2 * (p - 1) / p * 4 * last.numel()
+    # the same bytes to each peer as the largest all-gather, in one all-to-all
+    outgoing = last.repeat(p)
+    incoming = torch.empty_like(outgoing)
+    a2a_s = _time(lambda: dist.all_to_all_single(incoming, outgoing), repeat)
+    gather_s = points[-1][1] * (p - 1)
     estimate = LinkEstimate(
         alpha_s=alpha,
         gbit_per_s=beta * 8 / 1e9 / efficiency,
@@ -143,6 +159,7 @@ def measure_link(
         points=tuple(points),
         allreduce_gbit_per_s=ar_bytes / ar_s * 8 / 1e9 / efficiency,
         rate_is_lower_bound=bound,
+        alltoall_efficiency=gather_s / a2a_s,
     )
     estimate.check()
     return estimate

@@ -53,7 +53,13 @@ def tune(
     measured = None
     if world_size is None or link_gbit is None:
         measured = measure_link(sizes_mb)
-        world_size, link = measured.world_size, Link(measured.alpha_s, measured.gbit_per_s)
+        world_size = measured.world_size
+        link = Link(
+            measured.alpha_s,
+            measured.gbit_per_s,
+            # [CHOICE] an all-to-all faster than the ring is priced at the ring's rate
+            alltoall_efficiency=min(1.0, measured.alltoall_efficiency),
+        )
     else:
         link = Link(alpha_s, link_gbit)
     model, sample = named_model(model_name)
@@ -75,7 +81,8 @@ def tune(
                 f"link measured over {world_size} ranks: alpha {1e6 * measured.alpha_s:.1f} us, "
                 f"{measured.gbit_per_s:.3f} Gbit/s (all-gathers of "
                 + ", ".join(f"{b / 1e6:g}" for b, _ in measured.points)
-                + f" MB; an all-reduce ran at {measured.allreduce_gbit_per_s:.3f} Gbit/s)"
+                + f" MB; an all-reduce ran at {measured.allreduce_gbit_per_s:.3f} Gbit/s, an "
+                f"all-to-all at {measured.alltoall_efficiency:.2f}x the all-gather's rate)"
             )
             if measured.rate_is_lower_bound:
                 print(

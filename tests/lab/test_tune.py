@@ -23,12 +23,15 @@ from gradzip_lab.tune import CANDIDATES, candidates, snippet
 TORCH_VARIANTS = {"fp32", "fp16_hook", "powersgd_r1"}
 
 
-def _tune_rank(transport: Any) -> tuple[str, float, float, float]:
+def _tune_rank(transport: Any) -> tuple[str, float, float, float, float, float]:
     from gradzip_lab.tune_run import tune
 
     result = tune("fc-300-100", sizes_mb=(0.25, 1.0), codec_numel=1 << 16)
     assert result.measured is not None
-    return result.best, result.measured.alpha_s, result.measured.gbit_per_s, result.seconds
+    m = result.measured
+    # the measured all-to-all efficiency is the one the model's link prices all-to-alls at
+    return (result.best, m.alpha_s, m.gbit_per_s, result.seconds, m.alltoall_efficiency,
+            result.link.alltoall_efficiency)  # fmt: skip
 
 
 def _parses(variant: str) -> bool:
@@ -41,7 +44,9 @@ def _parses(variant: str) -> bool:
 def test_two_gloo_ranks_tune_and_name_a_variant_that_parses() -> None:
     results = run_processes(2, _tune_rank, timeout=120.0)
     assert results[0][:3] == results[1][:3] or results[0][1:3] == results[1][1:3]
-    best, alpha, gbit, seconds = results[0]
+    best, alpha, gbit, seconds, efficiency, priced = results[0]
+    assert results[0][4] == results[1][4]  # the slowest rank's times: the same on both
+    assert math.isfinite(efficiency) and efficiency > 0 and priced == min(1.0, efficiency)
     assert best in CANDIDATES and _parses(best)
     assert math.isfinite(alpha) and alpha >= 0
     assert math.isfinite(gbit) and gbit > 0

@@ -66,6 +66,7 @@ from gradzip_lab.bench.cluster_plan import (
     modes_of,
     plan_launches,
 )
+from gradzip_lab.bench.cluster_probe import PROBE_BYTES_PER_PEER, probe_summary
 from gradzip_lab.bench.cluster_rank import ALL_MODELS, RankConfig
 from gradzip_lab.bench.cluster_report import (
     add_topology,
@@ -343,6 +344,7 @@ def _one_world(
                         target_loss=None if target is None else target.loss,
                         window=10 if target is None else target.window,
                         ring_gather_from=ring_gather_from,
+                        probe_bytes_per_peer=PROBE_BYTES_PER_PEER if number == 1 else 0,
                         **({} if real is None else real.fields(model)),
                     )
                     for r in range(world)
@@ -369,6 +371,11 @@ def _one_world(
                 for m in modes_of(mode)
                 for name in names
             ]
+            probe = done[0][1][0].get("link_probe")  # the first launch's (rank 0's copy)
+            for row in merged:
+                row["link_probe"] = probe
+            if probe is not None:
+                print(f"  P = {world}, rate {rate}: {probe_summary(probe)}", flush=True)
             if real is not None:
                 for row in merged:  # the first launch's curve where there are rounds [CHOICE]
                     _, ranks = launches_of(done, row["mode"], row["variant"])[0]

@@ -11,7 +11,9 @@ then runs the steps interleaved: for each step, every variant in turn does one t
 Before each variant's step all ranks meet at a barrier on the default group; the step is timed
 from after the barrier to after ``opt.step()``, and the veth's ``tx_bytes`` counter
 (``/sys/class/net/veth0/statistics``, the real wire: payload plus TCP/IP and Ethernet headers,
-retransmissions, ACKs) is read right after the barrier and right after the step.
+retransmissions, ACKs) is read right after the barrier and right after the step. Where the
+launcher asks for it, the ranks first time the link as a ring and as an all-to-all
+(:mod:`.cluster_probe`).
 
 Data [CHOICE]: MNIST from :mod:`gradzip.data.datasets` (offline), one fixed permutation; at
 step ``s`` rank ``r`` takes examples ``[(s P + r) B, (s P + r + 1) B)``; every variant sees the
@@ -42,6 +44,7 @@ from torch.nn.parallel import DistributedDataParallel
 from gradzip_lab.bench.cluster_heldout import eval_due, evaluate, item_losses
 from gradzip_lab.bench.cluster_launch import PROGRESS, join_group
 from gradzip_lab.bench.cluster_netns import RANK_DEVICE
+from gradzip_lab.bench.cluster_probe import probe_link
 from gradzip_lab.bench.cluster_target import window_reached
 from gradzip_lab.bench.cluster_variants import attach, select
 from gradzip_lab.bench.cluster_workloads import WORKLOADS, heldout_shard, train_batches
@@ -86,6 +89,9 @@ class RankConfig:
     heldout: int = 0
     #: the gradzip variants' transport setting (``--ring-gather-from``; None: its default)
     ring_gather_from: int | None = None
+    #: time the link as a ring and as an all-to-all first (:mod:`.cluster_probe`), this many
+    #: bytes to each peer; 0: no probe
+    probe_bytes_per_peer: int = 0
 
 
 @dataclass
@@ -229,6 +235,7 @@ def run_rank(config: RankConfig) -> dict[str, Any]:
     torch.set_num_threads(config.threads)
     join_group(config)
     try:
+        probe = probe_link(config.probe_bytes_per_peer) if config.probe_bytes_per_peer else None
         data = batches(config)
         shard = None
         if config.eval_every:
@@ -276,6 +283,7 @@ def run_rank(config: RankConfig) -> dict[str, Any]:
             "threads": torch.get_num_threads(),
             "numba_threads": numba.get_num_threads(),  # the launcher's NUMBA_NUM_THREADS
             "variants": figures,
+            "link_probe": probe,
         }
     finally:
         dist.destroy_process_group()

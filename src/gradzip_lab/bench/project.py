@@ -53,11 +53,13 @@ def project(
     alpha_s: float,
     intra_gbit: float,
     overlap: float,
+    alltoall_efficiency: float = 1.0,
 ) -> list[Prediction]:
     """Every variant at every (rate, P) (a hierarchical one where it spans nodes)."""
     rows = []
     for rate in rates_gbit:
-        net = Network(Link(alpha_s, rate), Link(alpha_s, intra_gbit), overlap)
+        inter = Link(alpha_s, rate, alltoall_efficiency=alltoall_efficiency)
+        net = Network(inter, Link(alpha_s, intra_gbit), overlap)
         for p in world_sizes:
             rows += [predict(v, work, p, net) for v in variants if spans_nodes(v, p)]
     return rows
@@ -97,6 +99,7 @@ def run(
     table_world_sizes: Sequence[int] = (2, 8, 64, 1024),
     table_rates: Sequence[float] = (1, 100),
     alpha_s: float = 30e-6,
+    alltoall_efficiency: float = 1.0,
     intra_gbit: float = 800.0,
     overlap: float = 0.0,
     compute_ms: float | None = None,
@@ -119,7 +122,10 @@ def run(
         checked, skipped = validate(measured, workloads, alpha_s, intra_gbit, newest_only)
         if save_speeds_path and len(workloads) == 1:
             save_speeds(save_speeds_path, next(iter(workloads.values())))
-        print(f"scaling model against {len(checked)} measured rows (alpha {1e6 * alpha_s:g} us):")
+        print(
+            f"scaling model against {len(checked)} measured rows (alpha {1e6 * alpha_s:g} us and "
+            "all-to-alls at the ring's rate where a row has no link probe):"
+        )
         print(validation_table(checked))
         for line in skipped:
             print(f"skipped: {line}")
@@ -131,9 +137,12 @@ def run(
         f"{model}: {work.numel:,} parameters in {len(work.shapes)} tensors, "
         f"{len(work.buckets)} DDP buckets; compute {1e3 * work.compute_s:.1f} ms a step "
         f"({'given' if compute_ms is not None else 'measured, 1 thread'}); alpha "
-        f"{1e6 * alpha_s:g} us; intra-node {intra_gbit:g} Gbit/s; overlap {overlap:g}"
+        f"{1e6 * alpha_s:g} us; all-to-all efficiency {alltoall_efficiency:g}; intra-node "
+        f"{intra_gbit:g} Gbit/s; overlap {overlap:g}"
     )
-    rows = project(work, names, world_sizes, rates_gbit, alpha_s, intra_gbit, overlap)
+    rows = project(
+        work, names, world_sizes, rates_gbit, alpha_s, intra_gbit, overlap, alltoall_efficiency
+    )
     shown = [r for r in rows if r.world_size in table_world_sizes and r.gbit_per_s in table_rates]
     print(step_table(shown))
     print("\nwinner at each link rate and P (speed-up over fp32):")

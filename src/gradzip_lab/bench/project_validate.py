@@ -11,7 +11,10 @@ nothing is fitted per row. What comes from the file:
   share its cores; [CHOICE] a fact of the run, not a fit);
 * the link: the row's tc rate, at the wire efficiency of TCP framing
   (:data:`~gradzip_lab.bench.project_links.WIRE_EFFICIENCY`) and the alpha given (default
-  :data:`DEFAULT_ALPHA_S`). Rows at rate ``none`` (no limit) are skipped: the veth's own rate
+  :data:`DEFAULT_ALPHA_S`); its all-to-all efficiency from the row's ``link_probe``
+  (:mod:`~gradzip_lab.bench.cluster_probe`, measured on the same links before the variants),
+  1 for files written before the probe (the table prints ``-``); the transport's gather form
+  from the file's ``ring_gather_from`` (a part of the row's configuration). Rows at rate ``none`` (no limit) are skipped: the veth's own rate
   is not a link parameter the file records;
 * the rows scored: each configuration's newest measurement (:func:`newest`; older ones are
   listed as superseded);
@@ -95,11 +98,33 @@ class MeasuredRow:
     measured_at: str = ""
     #: the CPU the file ran on ("" unknown)
     cpu: str = ""
+    #: the run's ``--ring-gather-from`` (None: the transport's default, every gather an
+    #: all-to-all)
+    ring_gather_from: int | None = None
+    #: the link probe's all-to-all efficiency at this P and rate (None: the file has no probe)
+    alltoall_efficiency: float | None = None
+    #: the link probe's latency of one small all-to-all over ``P - 1``: seconds a message
+    #: (None: the file has no latency probe)
+    probed_alpha_s: float | None = None
 
     @property
-    def configuration(self) -> tuple[str, int, str, str, int]:
-        """What a later measurement of the same thing shares: model, P, rate, variant, K."""
-        return (self.model, self.world_size, self.rate, self.variant, self.ranks_per_node)
+    def configuration(self) -> tuple[str, int, str, str, int, int | None]:
+        """What a later measurement of the same thing shares: model, P, rate, variant, K and
+        the transport's gather form."""
+        return (
+            self.model,
+            self.world_size,
+            self.rate,
+            self.variant,
+            self.ranks_per_node,
+            self.gathers,
+        )
+
+    @property
+    def gathers(self) -> int | None:
+        """The transport's ``ring_gather_from`` where it applies (a gradzip variant), else None
+        (torch's variants are DDP's own collectives, whatever the file set)."""
+        return self.ring_gather_from if self.variant.startswith("gradzip:") else None
 
 
 @dataclass(frozen=True)
@@ -126,6 +151,7 @@ def read_rows(path: str | Path) -> list[MeasuredRow]:
         runs: list[dict[str, Any]] = data["runs"]
         cpu_count = int(data.get("cpu_count") or data.get("machine", {}).get("cpu_count") or 0)
         file_nodes = int(data.get("ranks_per_node") or 1)
+        ring_from = data.get("ring_gather_from")
         measured_at, cpu = _when_and_where(Path(path), data)
         rows = []
         for run in runs:
@@ -147,6 +173,9 @@ def read_rows(path: str | Path) -> list[MeasuredRow]:
                     ranks_per_node=int(run.get("ranks_per_node") or file_nodes),
                     measured_at=measured_at,
                     cpu=cpu,
+                    ring_gather_from=None if ring_from is None else int(ring_from),
+                    alltoall_efficiency=_probed_efficiency(run.get("link_probe")),
+                    probed_alpha_s=_probed_alpha(run.get("link_probe"), int(run["world_size"])),
                 )
             )
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
@@ -155,6 +184,28 @@ def read_rows(path: str | Path) -> list[MeasuredRow]:
             f"world_size, rate, variant, step_ms): {err}"
         ) from None
     return rows
+
+
+def _probed_efficiency(probe: Any) -> float | None:
+    """A row's measured all-to-all efficiency (:mod:`~gradzip_lab.bench.cluster_probe`), None
+    where it has no probe."""
+    if probe is None:
+        return None
+    value = float(probe["alltoall_efficiency"])
+    if not (value > 0 and value == value and value != float("inf")):
+        raise ValueError(f"link_probe's alltoall_efficiency is not a number > 0: {value}")
+    return value
+
+
+def _probed_alpha(probe: Any, world_size: int) -> float | None:
+    """A row's alpha from its probe's small all-to-all (:mod:`~gradzip_lab.bench.cluster_probe`:
+    the model counts ``P - 1`` messages an all-to-all), None where it has none."""
+    if probe is None or probe.get("alltoall_latency_s") is None:
+        return None
+    value = float(probe["alltoall_latency_s"])
+    if not (value >= 0 and value != float("inf")):
+        raise ValueError(f"link_probe's alltoall_latency_s is not a number >= 0: {value}")
+    return value / max(1, world_size - 1)
 
 
 def _when_and_where(path: Path, data: dict[str, Any]) -> tuple[str, str]:
@@ -180,7 +231,7 @@ def newest(rows: list[MeasuredRow]) -> tuple[list[MeasuredRow], list[str]]:
     same configuration measured code that has changed since (a faster hook, another wire
     pattern), so it is listed as superseded rather than scored. Rows of one file share its date
     (a ``--mode both`` file's isolated and interleaved rows are both kept)."""
-    latest: dict[tuple[str, int, str, str, int], str] = {}
+    latest: dict[tuple[str, int, str, str, int, int | None], str] = {}
     for r in rows:
         key = r.configuration
         latest[key] = max(latest.get(key, ""), r.measured_at)
@@ -252,10 +303,19 @@ def validate(
             continue
         share = min(1.0, r.cpu_count / r.world_size) if r.cpu_count else 1.0
         work = replace(workloads[r.model], compute_s=compute_ms / 1e3, cpu_share=share)
-        link = Link(alpha_s, r.bits_per_s / 1e9)
+        # [CHOICE] a probe whose all-to-all outran the ring (an unlimited or latency-bound
+        # link) prices it at the ring's rate: the model's ring already runs at the link's
+        # the row's own probed alpha where its file has one, else the one given
+        row_alpha = alpha_s if r.probed_alpha_s is None else r.probed_alpha_s
+        link = Link(
+            row_alpha,
+            r.bits_per_s / 1e9,
+            alltoall_efficiency=min(1.0, r.alltoall_efficiency or 1.0),
+        )
         try:
             intra = link if r.ranks_per_node == 1 else Link(alpha_s, intra_gbit)
-            pred = predict(r.variant, work, r.world_size, Network(link, intra))
+            net = Network(link, intra, ring_gather_from=r.gathers)
+            pred = predict(r.variant, work, r.world_size, net)
         except ValueError as err:
             skipped.append(f"{where}: {err}")
             continue
@@ -263,18 +323,34 @@ def validate(
     return checked, skipped
 
 
+def gather_form(ring_gather_from: int | None) -> str:
+    """How a row's transport sent its gathers: ``a2a`` (every one an all-to-all, the default),
+    ``ring`` (every one round gloo's ring) or ``ring>=B`` (slots of B bytes and more)."""
+    if ring_gather_from is None:
+        return "a2a"
+    return "ring" if ring_gather_from == 0 else f"ring>={ring_gather_from}"
+
+
 def validation_table(checked: list[Checked]) -> str:
-    """Predicted against measured, a line a row, then the mean and largest |error| per P and
-    over all."""
+    """Predicted against measured, a line a row (with the row's gather form and its probed
+    all-to-all efficiency and alpha, ``-`` where its file has none: the defaults were used),
+    then the mean and largest |error| per P and over all."""
     width = max([len(c.row.variant) for c in checked] + [7])
     lines = [
-        f"{'P':>3} {'rate':>7} {'variant':<{width}} {'measured ms':>12} {'predicted ms':>13} "
-        f"{'error':>7} {'MB meas.':>9} {'MB pred.':>9}"
+        f"{'P':>3} {'rate':>7} {'variant':<{width}} {'gathers':>10} {'a2a eff.':>8} "
+        f"{'alpha us':>8} "
+        f"{'measured ms':>12} {'predicted ms':>13} {'error':>7} {'MB meas.':>9} {'MB pred.':>9}"
     ]
     for c in checked:
         mb = f"{c.row.mb_per_rank:9.3f}" if c.row.mb_per_rank is not None else f"{'-':>9}"
+        eff, alpha = c.row.alltoall_efficiency, c.row.probed_alpha_s
+        form = gather_form(c.row.gathers) if c.row.variant.startswith("gradzip:") else "-"
+        probed = (
+            f"{'-' if eff is None else f'{eff:.2f}':>8} "
+            f"{'-' if alpha is None else f'{1e6 * alpha:.0f}':>8}"
+        )
         lines.append(
-            f"{c.row.world_size:>3} {c.row.rate:>7} {c.row.variant:<{width}} "
+            f"{c.row.world_size:>3} {c.row.rate:>7} {c.row.variant:<{width}} {form:>10} {probed} "
             f"{c.row.step_ms:>12.0f} {c.predicted_ms:>13.0f} {100 * c.relative_error:>+6.1f}% "
             f"{mb} {c.predicted_mb:9.3f}"
         )

@@ -18,10 +18,16 @@ waits for:
   values, one parameter after another, not pipelined; ``allreduce`` (integer sums): per chunk
   of ``chunk_values`` values of a DDP bucket (default 1 Mi; ``none``: the bucket), the codes'
   ``P - 1`` slices in one all-to-all and the sums' in one all-gather. ``exposed = comm +
-  codec`` with ``(P-1)`` encodes and ``2(P-1)`` decodes of a slice; with chunks, ``max(comm,
+  codec``, ``codec`` the rank's CPU seconds in a run of the scheme itself at ``min(P, 8)``
+  ranks (:mod:`~gradzip_lab.bench.project_scheme_cpu`), for ``ring`` ``(P-1)`` encodes and
+  ``2(P-1)`` decodes of a slice; with chunks, ``max(comm,
   codec) + min(comm, codec) / C`` (``C`` chunks a step: the pipeline's fill and drain).
   [RECON] the integer sums widen each code by ``ceil(log2 P)`` bits so that P codes add
   without overflow; the all-gather's chunk payload is scaled by that width.
+* All-to-alls (gloo): the integer sums' reduce-scatter is one, and the transport sends
+  all-gathers of equal slots as one too unless ``Network.ring_gather_from`` says otherwise
+  (``DistributedTransport(ring_gather_from=...)``); their bytes move at the link's
+  ``alltoall_efficiency`` of its rate (:class:`~gradzip_lab.bench.project_links.Link`).
 * gradzip ``powersgd``: the factors as payloads of the variant's codec, all-gathered (``P-1``
   payloads each of P and Q); its own arithmetic (the scheme's numba kernels) timed on the
   model's shapes. ``exposed = comm + codec``.
@@ -45,11 +51,12 @@ share the same cores and the fp32 rows fit ``compute + comm`` (P = 2, 1 Gbit/s: 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from gradzip.comm.transport import LENGTH_PREFIX_BYTES as SLOT_HEADER_BYTES
 from gradzip_lab.bench.project_codecs import (
     CodecMeasure,
     cast_s_per_coord,
@@ -72,6 +79,7 @@ from gradzip_lab.bench.project_rings import (
     ring_allreduce_exchange,
     ring_hop_seconds,
 )
+from gradzip_lab.bench.project_scheme_cpu import MAX_RANKS, scheme_cpu_s_per_coord
 
 if TYPE_CHECKING:
     from gradzip.schemes.spec import ExchangeSpec
@@ -151,20 +159,29 @@ class Workload:
         return self._hops[bits]
 
     def timed(self, what: str) -> float:
-        """Seconds a coordinate of ``ef`` or ``cast``, or a step of torch's ``powersgd-rN`` or
-        of gradzip's ``gradzip-powersgd-rN`` arithmetic, timed once."""
+        """Seconds a coordinate of ``ef`` or ``cast``, or of a rank's CPU in a scheme run at P
+        ranks (``scheme-cpu:P:<spec>``, :mod:`~gradzip_lab.bench.project_scheme_cpu`), or a
+        step of torch's ``powersgd-rN`` or of gradzip's ``gradzip-powersgd-rN`` arithmetic,
+        timed once."""
         if what not in self._timed:
             n = min(self.codec_numel, max(self.numel, 4096))
             if what == "ef":
                 self._timed[what] = error_feedback_s_per_coord(n)
             elif what == "cast":
                 self._timed[what] = cast_s_per_coord(n)
+            elif what.startswith(SCHEME_CPU):  # "scheme-cpu:P:<spec>"
+                ranks, _, spec_text = what[len(SCHEME_CPU) :].partition(":")
+                self._timed[what] = scheme_cpu_s_per_coord(spec_text, int(ranks), n)
             else:  # a PowerSGD step: torch's or gradzip's, at the rank after the last "r"
                 rank = int(what.rsplit("r", 1)[1])
                 gradzip = what.startswith("gradzip-")
                 timer = gradzip_powersgd_seconds if gradzip else powersgd_seconds
                 self._timed[what] = timer(self.shapes, rank)
         return self._timed[what]
+
+
+#: the prefix of a scheme's timed CPU figure in :meth:`Workload.timed`
+SCHEME_CPU = "scheme-cpu:"
 
 
 @dataclass(frozen=True)
@@ -188,6 +205,16 @@ class Network:
     inter: Link
     intra: Link
     overlap: float = 0.0
+    #: the transport's ``ring_gather_from`` (gloo): all-gathers of slots of at least this many
+    #: bytes (its 8-byte header included) go round gloo's ring, smaller ones (all, with None)
+    #: as one all-to-all, whose bytes move at ``inter.alltoall_efficiency``
+    ring_gather_from: int | None = None
+
+    def gathers_as_alltoall(self, slot_bytes: float) -> bool:
+        """Whether the transport sends an all-gather of ``slot_bytes``-byte slots (payload, no
+        header) as an all-to-all."""
+        limit = self.ring_gather_from
+        return limit is None or slot_bytes + SLOT_HEADER_BYTES < limit
 
 
 def predict(name: str, work: Workload, world_size: int, net: Network) -> Prediction:
@@ -270,8 +297,8 @@ def _gradzip(spec_text: str, work: Workload, p: int, numels: list[int], net: Net
         return hierarchical_exchange(
             spec_text, measure, numels, p, net.inter, net.intra, work.ring_hop, ef, share
         )
-    traffic, codec, stages = _codec_traffic(spec, measure, ef, work, p, numels)
-    comm = net.inter.seconds(traffic.rounds, traffic.nbytes)
+    traffic, codec, stages = _codec_traffic(spec, measure, ef, work, p, numels, net)
+    comm = net.inter.traffic_seconds(traffic)
     if stages <= 1:
         return _waited(comm, codec, traffic.nbytes)
     return Exchange(comm, codec, traffic.nbytes, max(comm, codec) + min(comm, codec) / stages)
@@ -283,10 +310,18 @@ def _waited(comm: float, codec: float, nbytes: float) -> Exchange:
 
 
 def _codec_traffic(
-    spec: ExchangeSpec, measure: CodecMeasure, ef: float, work: Workload, p: int, numels: list[int]
+    spec: ExchangeSpec,
+    measure: CodecMeasure,
+    ef: float,
+    work: Workload,
+    p: int,
+    numels: list[int],
+    net: Network,
 ) -> tuple[Traffic, float, int]:
     """(traffic, codec seconds, pipeline stages: 1 when the codec and the link do not overlap)
-    of the schemes whose messages are codec payloads."""
+    of the schemes whose messages are codec payloads; the bytes of their all-to-alls (the
+    integer sums' reduce-scatter always, the all-gathers where ``net`` sends them so) marked as
+    such."""
     spec_text = str(spec)
     scheme = spec.scheme.name
     share = work.cpu_share
@@ -294,7 +329,7 @@ def _codec_traffic(
     buckets = max(1, len(work.buckets))
     if scheme in ("allgather", "nested"):
         gathered = measure.total_bytes(numels)
-        traffic = Traffic((p - 1) * buckets, (p - 1) * gathered)
+        traffic = _gathers(Traffic((p - 1) * buckets, (p - 1) * gathered), gathered / buckets, net)
         codec = n * (measure.encode_s_per_coord + p * measure.decode_s_per_coord + ef)
         return traffic, codec / share, buckets
     if scheme in ("ring", "allreduce"):
@@ -307,11 +342,19 @@ def _codec_traffic(
             bits = _code_bits(measure, chunks)
             widened = hop * (bits + math.ceil(math.log2(p))) / bits
             sums, chunked = _sum_chunks(spec, work.buckets or [n])
-            traffic = Traffic(2 * (p - 1) * sums, (p - 1) * (hop + widened))
+            scatter = Traffic((p - 1) * sums, (p - 1) * hop, alltoall_bytes=(p - 1) * hop)
+            traffic = scatter + _gathers(
+                Traffic((p - 1) * sums, (p - 1) * widened), widened / sums, net
+            )
             stages = sums if chunked else 1
         else:
             traffic = Traffic(2 * (p - 1) * len(numels), 2 * (p - 1) * hop)
         coords = sum(chunks) * (p - 1)
+        if scheme == "allreduce":
+            # the scheme run, not composed from the compressor's speeds (error feedback, where
+            # the spec has it, is inside the run)
+            ranks = min(p, MAX_RANKS)
+            return traffic, n * work.timed(f"{SCHEME_CPU}{ranks}:{spec_text}") / share, stages
         codec = coords * (measure.encode_s_per_coord + 2 * measure.decode_s_per_coord) + n * ef
         return traffic, codec / share, stages
     if scheme == "powersgd":
@@ -321,7 +364,7 @@ def _codec_traffic(
             raise ValueError(f"{spec_text!r}: PowerSGD's rank must be an int")
         factors, whole, rounds = _factor_sizes(work, numels, rank)
         sent = measure.total_bytes(factors) + measure.total_bytes(whole)
-        traffic = Traffic((p - 1) * rounds, (p - 1) * sent)
+        traffic = _gathers(Traffic((p - 1) * rounds, (p - 1) * sent), sent / rounds, net)
         coded = sum(factors) + sum(whole)
         # gradzip's own arithmetic (numba kernels), not torch's (BLAS): timed apart
         codec = work.timed(f"gradzip-powersgd-r{rank}") + coded * (
@@ -329,6 +372,16 @@ def _codec_traffic(
         )
         return traffic, codec / share, 1
     raise ValueError(f"{spec_text!r}: the model has no cost for scheme {scheme!r}")
+
+
+def _gathers(traffic: Traffic, slot_bytes: float, net: Network) -> Traffic:
+    """``traffic`` of all-gathers of ``slot_bytes``-byte payloads, its bytes marked as an
+    all-to-all's where the transport sends them so (:meth:`Network.gathers_as_alltoall`).
+    [CHOICE] One slot size for a step's gathers, their mean: the buckets of a model are of one
+    size but the last."""
+    if not net.gathers_as_alltoall(slot_bytes):
+        return traffic
+    return replace(traffic, alltoall_bytes=traffic.nbytes)
 
 
 def _sum_chunks(spec: ExchangeSpec, buckets: list[int]) -> tuple[int, bool]:

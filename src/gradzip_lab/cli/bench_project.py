@@ -57,6 +57,9 @@ def add_project_parser(bench_sub: Any) -> None:
     p.add_argument("--table-rates", type=_numbers(float), default=[1.0, 100.0],
                    metavar="G,G,..", help="the rates the table prints")  # fmt: skip
     p.add_argument("--alpha-us", type=float, default=30.0, help="latency a message, microseconds")
+    p.add_argument("--alltoall-efficiency", type=float, default=1.0, metavar="E",
+                   help="an all-to-all's byte rate over a ring's on the link, 0 < E <= 1 "
+                        "(`gradzip tune` measures it; default 1)")  # fmt: skip
     p.add_argument("--intra-gbit", type=float, default=800.0,
                    help="intra-node link of the hier[K] and hierarchical variants, Gbit/s")  # fmt: skip
     p.add_argument("--overlap", type=float, default=0.0,
@@ -77,6 +80,10 @@ def add_project_parser(bench_sub: Any) -> None:
 def cmd_bench_project(args: argparse.Namespace) -> int:
     if args.alpha_us < 0 or args.intra_gbit <= 0 or not 0 <= args.overlap <= 1:
         return fail(PROJECT, "--alpha-us must be >= 0, --intra-gbit > 0, --overlap in [0, 1]")
+    if not 0 < args.alltoall_efficiency <= 1:
+        return fail(
+            PROJECT, f"--alltoall-efficiency must be in (0, 1], got {args.alltoall_efficiency}"
+        )
     if args.compute_ms is not None and not args.compute_ms > 0:
         return fail(PROJECT, "--compute-ms must be > 0")
     if args.world_sizes and min(args.world_sizes) < 2:
@@ -93,6 +100,7 @@ def cmd_bench_project(args: argparse.Namespace) -> int:
             table_world_sizes=args.table_world_sizes,
             table_rates=args.table_rates,
             alpha_s=args.alpha_us * 1e-6,
+            alltoall_efficiency=args.alltoall_efficiency,
             intra_gbit=args.intra_gbit,
             overlap=args.overlap,
             compute_ms=args.compute_ms,

@@ -341,6 +341,15 @@ def test_end_to_end_fc_300_100(tmp_path: Path) -> None:
     limited = by["100mbit", "fp32"]
     wire_ms = (limited["bytes_sent_per_rank"] - 64 * 1024) * 8 / 100e6 * 1e3
     assert limited["step_ms"] >= wire_ms > 50, (limited["step_ms"], wire_ms)
+    # every row carries its rate's link probe, timed on the same limited links: its 1 MiB
+    # cannot cross them faster than 100 Mbit/s allows (plus one 64 KiB burst)
+    for rate in ("100mbit", "none"):
+        probes = [by[rate, v]["link_probe"] for v in variants]
+        assert all(p == probes[0] for p in probes) and probes[0]["alltoall_efficiency"] > 0
+    probe = by["100mbit", "fp32"]["link_probe"]
+    assert 0 < probe["ring_mbit_per_s"] < 100 * (1 + 64 / 1024), probe
+    assert 0 < probe["alltoall_mbit_per_s"] < 100 * (1 + 64 / 1024), probe
+    assert probe["alltoall_latency_s"] > 0
 
 
 @pytest.mark.slow

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from gradzip.schemes.spec import ExchangeSpec
 from gradzip_lab.bench.project_links import Link
 from gradzip_lab.bench.project_validate import as_measured
-from gradzip_lab.bench.project_variants import Network, Workload, predict
+from gradzip_lab.bench.project_variants import SCHEME_CPU, Network, Workload, predict
 
 EXACT = 1.0  # a link without framing overhead
 
@@ -18,11 +19,14 @@ def test_chunks_overlap_the_codec_with_the_link_and_cost_their_rounds() -> None:
     step that waits for ``max(comm, codec) + min(comm, codec) / 4`` instead of their sum."""
     work = Workload([torch.Size([1 << 22])], compute_s=0.0)
     work.given_speeds["qsgd"] = (1e-8, 1e-8)
+    specs = [
+        f"gradzip:qsgd:allreduce{o}" for o in ("[chunk_values=none]", "[chunk_values=1048576]", "")
+    ]
+    for spec in specs:  # the scheme's CPU, as a speeds file gives it: one figure for all three
+        work._timed[f"{SCHEME_CPU}4:{ExchangeSpec.parse(spec)}"] = 3e-8
     link = Link(alpha_s=1e-3, gbit_per_s=0.1, efficiency=EXACT)
     net = Network(link, link)
-    one = predict("gradzip:qsgd:allreduce[chunk_values=none]", work, 4, net)
-    four = predict("gradzip:qsgd:allreduce[chunk_values=1048576]", work, 4, net)
-    default = predict("gradzip:qsgd:allreduce", work, 4, net)
+    one, four, default = (predict(spec, work, 4, net) for spec in specs)
     assert default.step_s == four.step_s
     assert one.bytes_per_rank == four.bytes_per_rank
     # the same codec and bytes; 6 rounds a chunk (3 each way) cost alpha each
