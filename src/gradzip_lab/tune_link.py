@@ -9,9 +9,10 @@ reduction arithmetic in it; the all-reduce of the largest size is timed too and 
 check, and an all-to-all of the same bytes to each peer as the largest all-gather, whose rate
 over the all-gather's is the link's all-to-all efficiency (the transport sends the integer
 sums' reduce-scatter, and by default its gathers, as all-to-alls; on a rate-limited link their
-``P - 1`` flows at once can lose packets to each other). [CHOICE] Sizes stop growing once the next one would take more than ``budget_s`` seconds
-(its time predicted from the last size's, in proportion to the bytes: :func:`next_size_fits`),
-so a slow link still finishes in well under a minute; at least two sizes are always timed.
+``P - 1`` flows at once can lose packets to each other). [CHOICE] Sizes stop growing once the
+next one would take more than ``budget_s`` seconds (its time predicted from the last size's, in
+proportion to the bytes: :func:`next_size_fits`), so a slow link still finishes in well under a
+minute; at least two sizes are always timed.
 (The first version stopped only once a size had taken more than the budget: with eight ranks
 at 1 Gbit/s on the project's two cores that timed 64 MB all-gathers of 4.2 s, three times.)
 [CHOICE] A link faster than the sizes can resolve (a loaded host, localhost, small sizes) can
@@ -24,8 +25,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -60,20 +62,20 @@ class LinkEstimate:
             )
 
 
-def _slowest(seconds: float) -> float:
-    t = torch.tensor([seconds], dtype=torch.float64)
+def slowest_seconds(fn: Callable[[], object]) -> float:
+    """``fn``'s seconds on the slowest rank of the default group, timed from a barrier (every
+    rank calls this and gets the same figure)."""
+    dist.barrier()
+    start = time.perf_counter()
+    fn()
+    t = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t.item())
 
 
-def _time(fn: object, repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        dist.barrier()
-        start = time.perf_counter()
-        fn()  # type: ignore[operator]
-        best = min(best, _slowest(time.perf_counter() - start))
-    return best
+def _time(fn: Callable[[], object], repeat: int) -> float:
+    """The best of ``repeat`` :func:`slowest_seconds` of ``fn``."""
+    return min(slowest_seconds(fn) for _ in range(repeat))
 
 
 def _least_squares(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
@@ -136,7 +138,7 @@ def measure_link(
         numel = max(1, int(mb * 1e6 / 4))
         x = torch.ones(numel)
         outs = [torch.empty(numel) for _ in range(p)]
-        seconds = _time(lambda x=x, outs=outs: dist.all_gather(outs, x), repeat)
+        seconds = _time(partial(dist.all_gather, outs, x), repeat)
         points.append((4.0 * numel, seconds / (p - 1)))
         last = x
         more = sizes_mb[number + 1 :]

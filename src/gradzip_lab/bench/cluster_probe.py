@@ -23,12 +23,12 @@ emulated cluster: docs/performance.md ("At 100 Mbit/s the ring all-gather is the
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from gradzip_lab.tune_link import slowest_seconds
 
 #: bytes each rank sends to each other rank in one form of the probe
 PROBE_BYTES_PER_PEER = 1 << 20
@@ -36,16 +36,6 @@ PROBE_REPEAT = 3
 #: the latency probe: all-to-alls of this many bytes to each peer, timed this many times
 LATENCY_BYTES_PER_PEER = 64
 LATENCY_REPEAT = 11
-
-
-def _slowest_seconds(operation: Callable[[], object]) -> float:
-    """``operation``'s seconds on the slowest rank, timed from a barrier."""
-    dist.barrier()
-    start = time.perf_counter()
-    operation()
-    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-    return float(elapsed.item())
 
 
 def probe_link(
@@ -73,12 +63,12 @@ def probe_link(
     alltoall()
     ring_s, alltoall_s = float("inf"), float("inf")
     for _ in range(repeat):
-        ring_s = min(ring_s, _slowest_seconds(ring))
-        alltoall_s = min(alltoall_s, _slowest_seconds(alltoall))
+        ring_s = min(ring_s, slowest_seconds(ring))
+        alltoall_s = min(alltoall_s, slowest_seconds(alltoall))
     small_in = torch.zeros(world * LATENCY_BYTES_PER_PEER, dtype=torch.uint8)
     small_out = torch.empty_like(small_in)
     latencies = sorted(
-        _slowest_seconds(lambda: dist.all_to_all_single(small_out, small_in))
+        slowest_seconds(lambda: dist.all_to_all_single(small_out, small_in))
         for _ in range(LATENCY_REPEAT)
     )
     sent_bits = 8 * (world - 1) * bytes_per_peer

@@ -27,6 +27,7 @@ nothing is fitted per row. What comes from the file:
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -192,7 +193,7 @@ def _probed_efficiency(probe: Any) -> float | None:
     if probe is None:
         return None
     value = float(probe["alltoall_efficiency"])
-    if not (value > 0 and value == value and value != float("inf")):
+    if not (math.isfinite(value) and value > 0):
         raise ValueError(f"link_probe's alltoall_efficiency is not a number > 0: {value}")
     return value
 
@@ -203,7 +204,7 @@ def _probed_alpha(probe: Any, world_size: int) -> float | None:
     if probe is None or probe.get("alltoall_latency_s") is None:
         return None
     value = float(probe["alltoall_latency_s"])
-    if not (value >= 0 and value != float("inf")):
+    if not (math.isfinite(value) and value >= 0):
         raise ValueError(f"link_probe's alltoall_latency_s is not a number >= 0: {value}")
     return value / max(1, world_size - 1)
 

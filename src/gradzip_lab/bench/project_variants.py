@@ -349,12 +349,12 @@ def _codec_traffic(
             stages = sums if chunked else 1
         else:
             traffic = Traffic(2 * (p - 1) * len(numels), 2 * (p - 1) * hop)
-        coords = sum(chunks) * (p - 1)
         if scheme == "allreduce":
             # the scheme run, not composed from the compressor's speeds (error feedback, where
             # the spec has it, is inside the run)
             ranks = min(p, MAX_RANKS)
             return traffic, n * work.timed(f"{SCHEME_CPU}{ranks}:{spec_text}") / share, stages
+        coords = sum(chunks) * (p - 1)
         codec = coords * (measure.encode_s_per_coord + 2 * measure.decode_s_per_coord) + n * ef
         return traffic, codec / share, stages
     if scheme == "powersgd":

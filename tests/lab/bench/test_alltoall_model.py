@@ -6,6 +6,7 @@ validation reads it, and the gather form, from each row."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from gradzip.comm.spawn import run_processes
 from gradzip.comm.transport import Transport
 from gradzip_lab.bench.cluster_probe import probe_link, probe_summary
 from gradzip_lab.bench.project_links import Link, Traffic
-from gradzip_lab.bench.project_validate import MeasuredRow, gather_form, newest, read_rows
+from gradzip_lab.bench.project_validate import gather_form, newest, read_rows
 from gradzip_lab.bench.project_variants import Network, Workload, predict
 
 
@@ -87,16 +88,28 @@ def test_rows_carry_their_probe_and_gather_form_and_the_forms_are_kept_apart(
     assert a2a[0].probed_alpha_s is None
     assert ring[1].gathers is None  # fp32 is DDP's ring whatever the file set
     kept, superseded = newest(ring + a2a)
-    # both gradzip rows are scored (two configurations), fp32's second is the same one
+    # both gradzip rows are scored (two configurations); the two fp32 rows are one
+    # configuration measured at the same time, so both are kept too
     assert sorted(r.source for r in kept if r.variant != "fp32") == ["a2a.json", "ring.json"]
-    assert len(superseded) == 0 or all("fp32" in line for line in superseded)
+    assert len(kept) == 4 and superseded == []
+    later = read_rows(_cluster_file(tmp_path / "later.json", 0, probe))
+    later = [replace(r, measured_at="2026-12-08T00:00:00+00:00") for r in later]
+    kept, superseded = newest(ring + a2a + later)
+    # a later ring measurement supersedes the ring row and both fp32 rows, not the a2a row
+    assert sorted((r.source, r.variant) for r in kept) == [
+        ("a2a.json", "gradzip:qsgd:allreduce"), ("later.json", "fp32"),
+        ("later.json", "gradzip:qsgd:allreduce"),
+    ]  # fmt: skip
+    assert len(superseded) == 3
     assert [gather_form(x) for x in (None, 0, 65536)] == ["a2a", "ring", "ring>=65536"]
 
 
 def test_a_probe_that_is_not_a_number_is_named(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="alltoall_efficiency"):
         read_rows(_cluster_file(tmp_path / "bad.json", None, {"alltoall_efficiency": -1.0}))
-    assert MeasuredRow.__dataclass_fields__["alltoall_efficiency"].default is None
+    bad_latency = {"alltoall_efficiency": 0.9, "alltoall_latency_s": float("inf")}
+    with pytest.raises(ValueError, match="alltoall_latency_s"):
+        read_rows(_cluster_file(tmp_path / "worse.json", None, bad_latency))
 
 
 def _probe_rank(transport: Transport) -> dict[str, float]:
