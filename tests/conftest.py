@@ -7,6 +7,7 @@ runs a rank function on simulated ranks and on gloo processes (:func:`simulated_
 from __future__ import annotations
 
 import multiprocessing.process
+import os
 import subprocess
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -34,6 +35,16 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("gradzip")
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    """Write the test about to run to the file ``GRADZIP_CURRENT_TEST_FILE`` names, when set:
+    a test that kills the whole run (a native abort, the process killed) leaves no report, and
+    the CI script prints this file's line when the suite fails so the culprit is named."""
+    path = os.environ.get("GRADZIP_CURRENT_TEST_FILE")
+    if path:
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(nodeid + "\n")
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m 'not slow'` deselects by mark
