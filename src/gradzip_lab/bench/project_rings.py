@@ -17,8 +17,10 @@ and ``hierarchical`` (:mod:`gradzip.schemes.ring_allreduce`, :mod:`gradzip.schem
   hop_add)``, the hop's two passes timed on this machine on the library's own
   :class:`~gradzip.schemes._pipelined_ring.HopCode` (:func:`ring_hop_seconds`).
 * **Pipeline.** The transfers of chunk ``c`` overlap the codec work on chunk ``c + 1``, so
-  ``exposed = scales + max(codes, codec) + min(codes, codec) / C``; tensors run one after
-  another (the DDP hook reduces a bucket's tensors in turn).
+  ``exposed = scales + latency + max(codes, codec) + min(codes, codec) / C``, ``codes`` the code
+  ring's bytes' seconds and ``latency`` its rounds' alpha (:func:`pipelined_seconds`: [CHOICE]
+  the latency is not hidden); tensors run one after another (the DDP hook reduces a bucket's
+  tensors in turn).
 
 Every byte count is ``len()`` of a real message packed by the library's own functions
 (:func:`~gradzip.schemes._messages.pack_ints`, ``pack_floats``) at the model's stream key;
@@ -86,6 +88,19 @@ class Exchange:
     exposed_s: float
 
 
+def pipelined_seconds(latency_s: float, transfer_s: float, codec_s: float, stages: int) -> float:
+    """The seconds a pipeline of ``stages`` chunks waits for: the transfers of one chunk
+    overlap the codec work of the next, the fill and drain exposed (``max(transfer, codec) +
+    min(transfer, codec) / stages``), and the collectives' latency (``rounds x alpha``) paid
+    apart. [CHOICE] The latency does not hide behind the codec: on the measured cluster (ranks
+    sharing cores) a small collective's ~1-6 ms is the wait for every rank to be scheduled,
+    CPU time the ranks' codecs take, and a chunked integer all-reduce with the latency
+    overlapped was predicted 28-32% too fast at P = 8, 1 Gbit/s (docs/performance.md)."""
+    if stages < 1:
+        raise ValueError(f"a pipeline has at least one stage, got {stages}")
+    return latency_s + max(transfer_s, codec_s) + min(transfer_s, codec_s) / stages
+
+
 @dataclass(frozen=True)
 class RingTensor:
     """One tensor's ``ring_allreduce`` on one rank: the scale ring's and the code ring's
@@ -150,10 +165,12 @@ def ring_allreduce_exchange(
     hop_speeds: HopSpeeds,
     extra_s_per_coord: float = 0.0,
     cpu_share: float = 1.0,
+    overlap_codec: bool = True,
 ) -> Exchange:
     """``ring_allreduce`` (``spec_text``: a ``gradzip:...:ring_allreduce[...]`` spelling) of
     tensors of ``numels`` over ``p`` ranks on ``link`` (see the module docstring);
-    ``extra_s_per_coord``: error feedback's seconds a value."""
+    ``extra_s_per_coord``: error feedback's seconds a value; ``overlap_codec``: whether the
+    chunks' codec work overlaps their transfers (False: they add)."""
     return _ring(
         ring_sizes(spec_text),
         measure,
@@ -163,6 +180,7 @@ def ring_allreduce_exchange(
         hop_speeds,
         extra_s_per_coord,
         cpu_share,
+        overlap_codec,
     )
 
 
@@ -176,6 +194,7 @@ def hierarchical_exchange(
     hop_speeds: HopSpeeds,
     extra_s_per_coord: float = 0.0,
     cpu_share: float = 1.0,
+    overlap_codec: bool = True,
 ) -> Exchange:
     """``hierarchical[ranks_per_node=K]`` of tensors of ``numels`` over ``p`` ranks: float32 to
     and from the node's leader on ``intra``, ``ring_allreduce`` among the ``p/K`` leaders on
@@ -209,6 +228,7 @@ def hierarchical_exchange(
         hop_speeds,
         extra_s_per_coord,
         cpu_share,
+        overlap_codec,
     )
     return Exchange(
         node_s + ring.comm_s, ring.codec_s, one_way.nbytes + ring.nbytes, node_s + ring.exposed_s
@@ -224,6 +244,7 @@ def _ring(
     hop_speeds: HopSpeeds,
     extra_s_per_coord: float,
     cpu_share: float,
+    overlap_codec: bool,
 ) -> Exchange:
     comm = codec = nbytes = exposed = 0.0
     enc, dec = measure.encode_s_per_coord, measure.decode_s_per_coord
@@ -231,13 +252,17 @@ def _ring(
     for m in numels:
         t = sizes.tensor(m, p)
         scales_s = link.seconds(t.scales.rounds, t.scales.nbytes)
+        codes_latency_s = t.codes.rounds * link.alpha_s
         codes_s = link.seconds(t.codes.rounds, t.codes.nbytes)
         work = m * (enc + dec + extra_s_per_coord) + (p - 1) * math.ceil(m / p) * (pack + 2 * add)
         work /= cpu_share
         comm += scales_s + codes_s
         codec += work
         nbytes += t.scales.nbytes + t.codes.nbytes
-        exposed += scales_s + max(codes_s, work) + min(codes_s, work) / t.chunks
+        stages = t.chunks if overlap_codec else 1
+        exposed += scales_s + pipelined_seconds(
+            codes_latency_s, codes_s - codes_latency_s, work, stages
+        )
     return Exchange(comm, codec, nbytes, exposed)
 
 

@@ -303,10 +303,15 @@ def validate(
             skipped.append(f"{where}: model {r.model} not measured")
             continue
         share = min(1.0, r.cpu_count / r.world_size) if r.cpu_count else 1.0
-        work = replace(workloads[r.model], compute_s=compute_ms / 1e3, cpu_share=share)
-        # [CHOICE] a probe whose all-to-all outran the ring (an unlimited or latency-bound
-        # link) prices it at the ring's rate: the model's ring already runs at the link's
-        # the row's own probed alpha where its file has one, else the one given
+        work = replace(
+            workloads[r.model],
+            compute_s=compute_ms / 1e3,
+            cpu_share=share,
+            overlap_codec=overlaps_codec(r),
+        )
+        # the row's own probed alpha where its file has one, else the one given; [CHOICE] a
+        # probe whose all-to-all outran the ring (an unlimited or latency-bound link) prices
+        # it at the ring's rate: the model's ring already runs at the link's
         row_alpha = alpha_s if r.probed_alpha_s is None else r.probed_alpha_s
         link = Link(
             row_alpha,
@@ -322,6 +327,16 @@ def validate(
             continue
         checked.append(Checked(r, 1e3 * pred.step_s, pred.bytes_per_rank / 1e6))
     return checked, skipped
+
+
+def overlaps_codec(row: MeasuredRow) -> bool:
+    """Whether ``row``'s ranks could overlap their codec work with their transfers: [CHOICE]
+    with two cores a rank or more (one for the codec, one for the thread moving the bytes and
+    the kernel's network stack), or where the file does not say how many cores it had (the
+    projection's assumption). See :class:`~gradzip_lab.bench.project_variants.Workload`."""
+    if not row.cpu_count:
+        return True
+    return row.cpu_count / row.world_size >= 2  # every rank of a file shares its machine
 
 
 def gather_form(ring_gather_from: int | None) -> str:
