@@ -124,7 +124,8 @@ def run(
             save_speeds(save_speeds_path, next(iter(workloads.values())))
         print(
             f"scaling model against {len(checked)} measured rows (alpha {1e6 * alpha_s:g} us and "
-            "all-to-alls at the ring's rate where a row has no link probe):"
+            "all-to-alls at the ring's rate where its links were never probed; * a probe of "
+            "the same links from another file):"
         )
         print(validation_table(checked))
         for line in skipped:

@@ -1,10 +1,13 @@
 """The CPU time one rank spends in a scheme's own code, measured by running the scheme.
 
-The integer all-reduce does more than its compressor's encode and decode: it agrees on the
-scales, quantizes on them, packs a slice for each peer, unpacks and adds the peers' slices,
-packs the sums and unpacks every rank's sums. Composing that from the compressor's per
+A scheme does more than its compressor's encode and decode. The integer all-reduce agrees on
+the scales, quantizes on them, packs a slice for each peer, unpacks and adds the peers' slices,
+packs the sums and unpacks every rank's sums: composing that from the compressor's per
 coordinate speeds under-counted it 5-6x on mlp-4096 (the model said 16 ms of a rank's CPU a
-step at P = 8, a run of the scheme 105 ms), so the model times the scheme itself:
+step at P = 8, a run of the scheme 105 ms). The all-gather frames its payload, checks and
+decodes every rank's and averages them: 2-2.5x its composed encode and P decodes at P = 2
+and 4. So the model times the scheme itself (the integer all-reduce, the all-gather and the
+nested all-gather):
 ``world_size`` ranks in this process (threads over the in-process transport, so no wire and no
 socket), each reducing one tensor of ``numel`` values as the DDP hook hands it a bucket
 (``reduce_many_if_all_finite``), each rank's CPU seconds (``time.thread_time``: its own thread's,

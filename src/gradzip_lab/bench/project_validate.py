@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gradzip_lab.bench.project_borrowed_probes import lend_probes
 from gradzip_lab.bench.project_links import Link
 from gradzip_lab.bench.project_variants import Network, Workload, predict
 
@@ -107,6 +108,9 @@ class MeasuredRow:
     #: the link probe's latency of one small all-to-all over ``P - 1``: seconds a message
     #: (None: the file has no latency probe)
     probed_alpha_s: float | None = None
+    #: whether a probe figure was lent by another file's row of the same links
+    #: (:func:`~gradzip_lab.bench.project_borrowed_probes.lend_probes`)
+    probe_borrowed: bool = False
 
     @property
     def configuration(self) -> tuple[str, int, str, str, int, int | None]:
@@ -286,6 +290,7 @@ def validate(
     skipped: list[str] = []
     if newest_only:
         rows, skipped = newest(rows)
+    rows = lend_probes(rows)
     computes = {cpu: compute_lookup(rows, cpu) for cpu in {None} | {r.cpu or None for r in rows}}
     checked: list[Checked] = []
     for r in rows:
@@ -349,7 +354,8 @@ def gather_form(ring_gather_from: int | None) -> str:
 
 def validation_table(checked: list[Checked]) -> str:
     """Predicted against measured, a line a row (with the row's gather form and its probed
-    all-to-all efficiency and alpha, ``-`` where its file has none: the defaults were used),
+    all-to-all efficiency and alpha, ``*`` where another file's probe of the same links was
+    lent, ``-`` where none was measured: the defaults were used),
     then the mean and largest |error| per P and over all."""
     width = max([len(c.row.variant) for c in checked] + [7])
     lines = [
@@ -361,9 +367,10 @@ def validation_table(checked: list[Checked]) -> str:
         mb = f"{c.row.mb_per_rank:9.3f}" if c.row.mb_per_rank is not None else f"{'-':>9}"
         eff, alpha = c.row.alltoall_efficiency, c.row.probed_alpha_s
         form = gather_form(c.row.gathers) if c.row.variant.startswith("gradzip:") else "-"
+        lent = "*" if c.row.probe_borrowed else ""
         probed = (
-            f"{'-' if eff is None else f'{eff:.2f}':>8} "
-            f"{'-' if alpha is None else f'{1e6 * alpha:.0f}':>8}"
+            f"{'-' if eff is None else f'{eff:.2f}{lent}':>8} "
+            f"{'-' if alpha is None else f'{1e6 * alpha:.0f}{lent}':>8}"
         )
         lines.append(
             f"{c.row.world_size:>3} {c.row.rate:>7} {c.row.variant:<{width}} {form:>10} {probed} "

@@ -159,3 +159,53 @@ def test_the_projection_takes_an_alltoall_efficiency_and_refuses_an_impossible_o
 
     assert main(["bench", "project", "--alltoall-efficiency", "1.5"]) == 2
     assert "--alltoall-efficiency must be in (0, 1]" in capsys.readouterr().err
+
+
+def test_a_row_without_a_probe_borrows_the_newest_probe_of_the_same_links(tmp_path: Path) -> None:
+    from gradzip_lab.bench.project_borrowed_probes import lend_probes
+    from gradzip_lab.bench.project_validate import Checked, validation_table
+
+    probe = {"alltoall_efficiency": 0.8, "alltoall_latency_s": 0.007}
+    probed = read_rows(_cluster_file(tmp_path / "probed.json", None, probe))
+    older = read_rows(_cluster_file(tmp_path / "older.json", None, None))
+    older = [replace(r, measured_at="2026-11-01T00:00:00+00:00") for r in older]
+    other_p = [replace(r, world_size=4) for r in older]
+    efficiency_only = [replace(r, alltoall_efficiency=0.5) for r in older]
+    lent = lend_probes(probed + older + other_p + efficiency_only)
+    own, borrowed, unprobed, half = lent[0:2], lent[2:4], lent[4:6], lent[6:8]
+    assert not any(r.probe_borrowed for r in own)  # its own probe, untouched
+    assert all(r.probe_borrowed for r in borrowed)
+    assert [r.alltoall_efficiency for r in borrowed] == [0.8, 0.8]
+    assert borrowed[0].probed_alpha_s == pytest.approx(0.001)
+    # P = 4 was never probed: the defaults stay
+    assert [(r.alltoall_efficiency, r.probed_alpha_s, r.probe_borrowed) for r in unprobed] == [
+        (None, None, False), (None, None, False)
+    ]  # fmt: skip
+    # its own efficiency kept, the missing latency lent
+    assert half[0].alltoall_efficiency == 0.5 and half[0].probed_alpha_s == pytest.approx(0.001)
+    # a newer probe of the same links is the one lent
+    newer = [
+        replace(r, measured_at="2026-12-31T00:00:00+00:00", alltoall_efficiency=0.6) for r in probed
+    ]
+    assert lend_probes(newer + probed + older)[-1].alltoall_efficiency == 0.6
+    table = validation_table([Checked(borrowed[0], 4000.0, 30.0), Checked(own[0], 4000.0, 30.0)])
+    assert "0.80*" in table.splitlines()[1] and "1000*" in table.splitlines()[1]
+    assert "*" not in table.splitlines()[2]
+
+
+def test_the_all_gathers_codec_is_a_run_of_the_scheme_plus_a_decode_a_rank_past_eight() -> None:
+    from gradzip_lab.bench.project_models import named_model, parameter_shapes
+    from gradzip_lab.bench.project_scheme_cpu import MAX_RANKS
+
+    spec = "gradzip:qsgd:allgather"
+    work = Workload(shapes=parameter_shapes(named_model("fc-300-100")[0]), compute_s=0.1)
+    work.given_speeds["qsgd"] = (1e-9, 2e-9)
+    work._timed[f"scheme-cpu:4:{spec}"] = 5e-9
+    work._timed[f"scheme-cpu:{MAX_RANKS}:{spec}"] = 9e-9
+    link = Link(0.0, 1.0)
+    assert predict(spec, work, 4, Network(link, link)).codec_s == pytest.approx(work.numel * 5e-9)
+    at_8 = predict(spec, work, 8, Network(link, link)).codec_s
+    assert at_8 == pytest.approx(work.numel * 9e-9)
+    # each rank past eight adds one decode of every coordinate
+    at_24 = predict(spec, work, 24, Network(link, link)).codec_s
+    assert at_24 == pytest.approx(work.numel * (9e-9 + 16 * 2e-9))
