@@ -1,14 +1,16 @@
 """Whether a link of the emulated cluster carries a transfer both ways at once at its rate: gloo's
-send and receive of one large message each way, against the same bytes one way, and against a
-plain TCP socket doing the same (two threads on one connection).
+send and receive of one large message each way, against the same bytes one way, the same bytes
+both ways cut into 64 KiB messages all posted at once, and a plain TCP socket carrying one
+transfer each way (two threads on one connection).
 
 Run as root: ``python benchmarks/gloo_duplex.py [--rate 100mbit] [--mib 1,4,12] [--reps 3]``.
 It builds a two-node cluster as ``gradzip bench cluster`` does (network namespaces, veth, tbf on
 both ends of each link; deleted at the end), starts one process a node and prints, for each size,
 the rate of every repetition in MB/s a direction. On the development VM gloo moved a large
-message both ways at once at 50-70% of the link's rate in most repetitions and at the full
-rate in others, while one way, and a plain socket both ways, ran at the rate: a gloo limit, not
-the emulation's (docs/performance.md, the scaling model's last miss). The ranks share the
+message both ways at once at half the link's rate in most repetitions and at the full rate
+in others, while one way, the 64 KiB messages both ways, and a plain socket both ways ran at
+the rate: a limit of gloo's one large message, not of the emulated link (docs/performance.md,
+the scaling model's last miss). The ranks share the
 machine's cores; the figures are of this machine.
 """
 
@@ -25,6 +27,8 @@ from datetime import timedelta
 
 GLOO_PORT = 29613
 SOCKET_PORT = 29614
+#: the messages the segmented form cuts each transfer into, all posted at once
+SEGMENT_BYTES = 64 << 10
 
 
 def _gloo_rates(rank: int, address: str, sizes: list[int], reps: int) -> list[str]:
@@ -44,7 +48,7 @@ def _gloo_rates(rank: int, address: str, sizes: list[int], reps: int) -> list[st
     lines = []
     for size in sizes:
         out, into = torch.zeros(size, dtype=torch.uint8), torch.empty(size, dtype=torch.uint8)
-        one_way, both_ways = [], []
+        one_way, both_ways, segmented = [], [], []
         for _ in range(reps):
             dist.barrier()
             start = time.perf_counter()
@@ -59,8 +63,19 @@ def _gloo_rates(rank: int, address: str, sizes: list[int], reps: int) -> list[st
                 request.wait()
             dist.barrier()
             both_ways.append(size / (time.perf_counter() - start) / 1e6)
+            start = time.perf_counter()
+            requests = []
+            for tag, offset in enumerate(range(0, size, SEGMENT_BYTES)):
+                end = min(size, offset + SEGMENT_BYTES)
+                requests.append(dist.isend(out[offset:end], peer, tag=tag))
+                requests.append(dist.irecv(into[offset:end], peer, tag=tag))
+            for request in requests:
+                request.wait()
+            dist.barrier()
+            segmented.append(size / (time.perf_counter() - start) / 1e6)
         lines.append(
-            f"gloo {size >> 20:3d} MiB: one way {_rates(one_way)}; both ways {_rates(both_ways)}"
+            f"gloo {size >> 20:3d} MiB: one way {_rates(one_way)}; both ways {_rates(both_ways)}; "
+            f"both ways in {SEGMENT_BYTES >> 10} KiB messages {_rates(segmented)}"
         )
     dist.destroy_process_group()
     return lines
