@@ -112,3 +112,17 @@ def test_a_file_of_several_world_sizes_gets_a_table_each(tmp_path: Path) -> None
     text = generator().render_block("cluster-compute", None, tmp_path)
     assert text.index("P = 2:") < text.index("| 396 / 0 |") < text.index("P = 8:")
     assert text.index("P = 8:") < text.index("| 1,286 / 0 |")
+
+
+def test_a_file_that_ran_only_interleaved_shows_those_rows(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text(json.dumps({"machines": {}, "files": {}}))
+    runs = [
+        {"model": "mlp-4096", "world_size": 2, "rate": "100mbit", "variant": v,
+         "mode": "interleaved", "step_ms": t, "bytes_sent_per_rank": 1e5, "loss_last": 1.0}
+        for v, t in [("powersgd_r1", 600.0), ("gradzip:bf16+ef:powersgd[r1,start2]", 400.0)]
+    ]  # fmt: skip
+    result = {"runs": runs, "baseline": "powersgd_r1", "mode": "interleaved",
+              "command": "gradzip bench cluster --mode interleaved"}  # fmt: skip
+    (tmp_path / "cluster-mixed.json").write_text(json.dumps(result))
+    block = generator().render_block("cluster-mixed", None, tmp_path)
+    assert "| 400 / 0.1 | 1.50 |" in block  # not an empty table: the file has no isolated rows

@@ -195,9 +195,10 @@ def table(header: list[str], body: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def render_rates(result: Result) -> str:
-    """Isolated rows: ms a step and MB a rank and step per rate, the speed-up over the baseline
-    and, at the first limited rate, the byte reduction and the share of it turned into speed."""
+def render_rates(result: Result, mode: str = ISOLATED) -> str:
+    """The rows of ``mode`` (isolated, or interleaved for a file that ran only those): ms a step
+    and MB a rank and step per rate, the speed-up over the baseline and, at the first limited
+    rate, the byte reduction and the share of it turned into speed."""
     baseline = result.get("baseline") or "fp32"
     rates = rates_of(result)
     limited = next((r for r in rates if r != "none"), None)
@@ -215,10 +216,10 @@ def render_rates(result: Result) -> str:
     if savings:
         header += [f"bytes: × fewer than {short}", "speed-up / byte reduction"]
     body = []
-    for variant in variants_of(result):
+    for variant in variants_of(result, mode):
         cells = [label(variant)]
         for rate in rates:
-            row, base = find(result, variant, rate), find(result, baseline, rate)
+            row, base = find(result, variant, rate, mode), find(result, baseline, rate, mode)
             if row is None:
                 cells += ["—"] + ([] if rate == "none" else ["—"])
                 continue
@@ -230,7 +231,7 @@ def render_rates(result: Result) -> str:
                 shown = variant != "none" and base is not None
                 cells.append(ratio(base["step_ms"] / row["step_ms"]) if base and shown else "")
         if savings:
-            row, base = find(result, variant, savings), find(result, baseline, savings)
+            row, base = find(result, variant, savings, mode), find(result, baseline, savings, mode)
             if row is None or base is None or variant in ("none", baseline):
                 cells += ["", ""]
             else:
@@ -240,6 +241,12 @@ def render_rates(result: Result) -> str:
                 cells += [f"{bytes_x:,.1f}", share]
         body.append(cells)
     return table(header, body)
+
+
+def mode_of(result: Result) -> str:
+    """The rows a file's tables show: its isolated ones, or its interleaved ones where it ran
+    only those (``--mode interleaved``: every variant step by step in the same processes)."""
+    return INTERLEAVED if result.get("mode") == INTERLEAVED else ISOLATED
 
 
 def render_both(result: Result) -> str:
@@ -437,11 +444,11 @@ def render_block(name: str, view: str | None, results: Path) -> str:
     elif len({r["world_size"] for r in result["runs"]}) > 1:
         # a file of several world sizes: a table each (``find`` would mix them)
         body = "\n\n".join(
-            f"P = {p}:\n\n" + render_rates(at_world_size(result, p))
+            f"P = {p}:\n\n" + render_rates(at_world_size(result, p), mode_of(result))
             for p in sorted({r["world_size"] for r in result["runs"]})
         )
     else:
-        body = render_rates(result)
+        body = render_rates(result, mode_of(result))
         if find(result, "none", "none") is not None:  # the hook's cost where the wire is free
             body += "\n\nAt no limit, per coordinate of the model:\n\n" + render_per_coordinate(
                 result

@@ -54,6 +54,10 @@ def _joined_tensor(head_part: np.ndarray, tail: torch.Tensor, has_tail: bool) ->
 #: flag or a small tensor's payload is one message (one round trip); a longer payload's tail
 #: follows once the receiver can post its receive
 INLINE_BYTES = 64 * 1024 - LENGTH_PREFIX_BYTES
+#: the messages a segmented slot exchange cuts each slot into (see ``segment_from``)
+SEGMENT_BYTES = 64 * 1024
+#: the tag of a slot exchange's first segment: far from the tag 0 of every other message
+SEGMENT_TAG_BASE = 1 << 20
 
 _LOCATION = re.compile(r"^\s*\[[^\]]*\]\s*")  # the C++ source location some errors start with
 
@@ -88,6 +92,7 @@ class DistributedTransport(Transport):
         group: dist.ProcessGroup | None = None,
         timeout: float = 60.0,
         ring_gather_from: int | None = None,
+        segment_from: int | None = None,
     ) -> None:
         if not dist.is_available() or not dist.is_initialized():
             raise GradzipError(
@@ -103,6 +108,12 @@ class DistributedTransport(Transport):
         ):
             raise ValueError(
                 f"ring_gather_from must be None or a number of bytes >= 0, got {ring_gather_from!r}"
+            )
+        if segment_from is not None and (
+            isinstance(segment_from, bool) or not isinstance(segment_from, int) or segment_from < 1
+        ):
+            raise ValueError(
+                f"segment_from must be None or a number of bytes >= 1, got {segment_from!r}"
             )
         self._group = group
         self.timeout = float(timeout)
@@ -138,6 +149,15 @@ class DistributedTransport(Transport):
         #: slower (its P - 1 rounds wait on ranks that share the cores). The faster form
         #: depends on the link and on P, so it is the user's to set
         self.ring_gather_from = ring_gather_from
+        #: on the CPU (gloo), slot exchanges (the all-to-all, and the all-gather where it runs
+        #: as one) of slots of at least this many bytes (the 8-byte header included) go as
+        #: ``SEGMENT_BYTES`` messages to and from every peer, all posted at once, instead of one
+        #: ``all_to_all_single``; None: never. Why: gloo carries one large message each way at
+        #: once between two ranks at half the link's rate in most repetitions, the same bytes
+        #: in 64 KiB messages at the rate (``benchmarks/gloo_duplex.py``, docs/performance.md).
+        #: [CHOICE] None by default until step times say where it pays (small slots lose to
+        #: the one collective's single message). The bytes and their count are the same.
+        self.segment_from = segment_from if self.device.type == "cpu" else None
         super().__init__(dist.get_rank(group), dist.get_world_size(group))
 
     def _global(self, rank: int) -> int:
@@ -225,7 +245,7 @@ class DistributedTransport(Transport):
             # this rank's slot to every rank (its own copy is never read): the slots land in
             # rank order, as the all-gather lays them; the send buffer is P slots, as large as
             # the receive buffer
-            self._collective(dist.all_to_all_single, gathered, mine.repeat(self.world_size))
+            self._exchange_slots(gathered, mine.repeat(self.world_size), slot_bytes)
         else:
             gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
             self._collective(gather, gathered, mine)
@@ -263,12 +283,46 @@ class DistributedTransport(Transport):
             piece = outgoing.narrow(0, dst * slot_bytes, slot_bytes)
             write_slot(piece, b"" if dst == self.rank else message, True)
         incoming = torch.empty(size * slot_bytes, dtype=torch.uint8, device=self.device)
-        self._collective(dist.all_to_all_single, incoming, outgoing)
+        self._exchange_slots(incoming, outgoing, slot_bytes)
         self._check_messages_fit(messages, expected_size)
         out, _ = read_slots(incoming, size, self.rank, messages[self.rank])
         for _ in range(size - 1):
             self.meter.record(collective, slot_bytes, slot_bytes)
         return out
+
+    def _exchange_slots(self, out: torch.Tensor, inp: torch.Tensor, slot_bytes: int) -> None:
+        """Slot ``r`` of ``inp`` to rank ``r``, rank ``r``'s slot for this rank into slot ``r``
+        of ``out``: one ``all_to_all_single``, or segmented (see :attr:`segment_from`)."""
+        if self.segment_from is None or slot_bytes < self.segment_from:
+            self._collective(dist.all_to_all_single, out, inp)
+            return
+        size, rank = self.world_size, self.rank
+        mine = slice(rank * slot_bytes, (rank + 1) * slot_bytes)
+        out[mine].copy_(inp[mine])  # as the collective does: the slots read back in rank order
+        pieces = [
+            (tag, offset, min(SEGMENT_BYTES, slot_bytes - offset))
+            for tag, offset in enumerate(range(0, slot_bytes, SEGMENT_BYTES), SEGMENT_TAG_BASE)
+        ]
+        posted: list[tuple[int, str, dist.Work]] = []
+        try:
+            # every receive first, so each segment meets a posted buffer; then every send
+            for step in range(1, size):
+                src = (rank - step) % size
+                for tag, offset, length in pieces:
+                    into = out.narrow(0, src * slot_bytes + offset, length)
+                    posted.append(
+                        (src, "receive", self._post(dist.irecv, into, src, "receive", tag))
+                    )
+            for step in range(1, size):
+                dst = (rank + step) % size
+                for tag, offset, length in pieces:
+                    piece = inp.narrow(0, dst * slot_bytes + offset, length)
+                    posted.append((dst, "send", self._post(dist.isend, piece, dst, "send", tag)))
+            for peer, operation, work in posted:
+                self._wait(work, peer, operation)
+        except BaseException:
+            self._stranded += [inp, out]  # operations may still be posted on these buffers
+            raise
 
     def _collective(
         self, op: Callable[..., dist.Work | None], out: torch.Tensor, inp: torch.Tensor
@@ -348,10 +402,15 @@ class DistributedTransport(Transport):
         return size, not word & FLAG_DOWN_BIT, bool(word & DEVICE_PAYLOAD_BIT)
 
     def _post(
-        self, op: Callable[..., dist.Work | None], tensor: torch.Tensor, peer: int, operation: str
+        self,
+        op: Callable[..., dist.Work | None],
+        tensor: torch.Tensor,
+        peer: int,
+        operation: str,
+        tag: int = 0,
     ) -> dist.Work:
         try:
-            work = op(tensor, self._global(peer), group=self._group)
+            work = op(tensor, self._global(peer), group=self._group, tag=tag)
         except RuntimeError as err:
             raise self._failed(peer, operation, err) from err
         assert work is not None  # isend and irecv return their work outside coalescing

@@ -168,6 +168,7 @@ def run(
     heldout: HeldoutTarget | None = None,
     data_dir: str | None = None,
     ring_gather_from: int | None = None,
+    segment_from: int | None = None,
 ) -> list[dict[str, Any]]:
     """Build, measure and tear down per world size (``timeout``: None scales the default with
     P, :func:`launch_timeout`); print the tables (per mode, then the ratios to ``baseline``);
@@ -207,7 +208,8 @@ def run(
                 rows.extend(_one_world(seed * len(world_sizes) + index, world, rates, model,
                                        steps, warmup, names, launch_timeout(world, timeout),
                                        data, batch, lr, threads, target, mode, rounds,
-                                       ranks_per_node, real, ring_gather_from))  # fmt: skip
+                                       ranks_per_node, real, ring_gather_from,
+                                       segment_from))  # fmt: skip
     modes = modes_of(mode)
     for seed in range(seeds):  # each seed's rows are referred to its own fp32 and baseline
         fill_references([r for r in rows if r.get("seed", 0) == seed], baseline)
@@ -220,6 +222,7 @@ def run(
     meta = {"steps": steps, "warmup": warmup, "batch": batch, "lr": lr, "data": data,
             "cpu_count": os.cpu_count(), "mode": mode, "rounds": rounds, "baseline": baseline,
             "ranks_per_node": ranks_per_node, "ring_gather_from": ring_gather_from,
+            "segment_from": segment_from,
             "interleaved": "step by step within a chunk"}  # fmt: skip
     headline = [r for r in rows if r["mode"] == (ISOLATED if ISOLATED in modes else INTERLEAVED)]
     if target is not None:
@@ -320,6 +323,7 @@ def _one_world(
     ranks_per_node: int = 1,
     real: RealRun | None = None,
     ring_gather_from: int | None = None,
+    segment_from: int | None = None,
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     per_rank_threads = threads or max(1, (os.cpu_count() or 1) // world)
@@ -344,6 +348,7 @@ def _one_world(
                         target_loss=None if target is None else target.loss,
                         window=10 if target is None else target.window,
                         ring_gather_from=ring_gather_from,
+                        segment_from=segment_from,
                         probe_bytes_per_peer=PROBE_BYTES_PER_PEER if number == 1 else 0,
                         **({} if real is None else real.fields(model)),
                     )
@@ -413,6 +418,7 @@ def main(
     data_dir: str | None = None,
     batch: int | None = None,
     ring_gather_from: int | None = None,
+    segment_from: int | None = None,
 ) -> int:
     """The command: 2 on bad input or missing privileges, 130 on SIGINT/SIGTERM, 1 on a failed
     run, else 0 (the namespaces are gone in every case)."""
@@ -461,7 +467,7 @@ def main(
         run(world_sizes, rates, model, steps, warmup, variants, timeout, data=data, lr=lr,
             threads=threads, json_path=json_path, png_path=png_path, target=target, mode=mode,
             rounds=rounds, baseline=baseline, ranks_per_node=ranks_per_node, heldout=heldout,
-            data_dir=data_dir, ring_gather_from=ring_gather_from,
+            data_dir=data_dir, ring_gather_from=ring_gather_from, segment_from=segment_from,
             batch=batch or (WORKLOADS[model].batch if model in WORKLOADS else 32))  # fmt: skip
     except ClusterInterruptedError as err:
         print(f"gradzip bench cluster: {err}; namespaces removed", file=sys.stderr)

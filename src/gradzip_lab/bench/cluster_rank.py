@@ -89,6 +89,8 @@ class RankConfig:
     heldout: int = 0
     #: the gradzip variants' transport setting (``--ring-gather-from``; None: its default)
     ring_gather_from: int | None = None
+    #: the gradzip variants' transport setting (``--segment-from``; None: its default)
+    segment_from: int | None = None
     #: time the link as a ring and as an all-to-all first (:mod:`.cluster_probe`), this many
     #: bytes to each peer; 0: no probe
     probe_bytes_per_peer: int = 0
@@ -175,7 +177,12 @@ class Trainee:
         # a gradzip spec outside the table (e.g. gradzip:qsgd[s=16]+ef:allgather) is parsed
         # here as the launcher parsed it: the table alone raised KeyError for those
         self.meter = attach(
-            select([name])[0], self.ddp, self.group, config.timeout, config.ring_gather_from
+            select([name])[0],
+            self.ddp,
+            self.group,
+            config.timeout,
+            config.ring_gather_from,
+            config.segment_from,
         )
         self.opt = torch.optim.SGD(self.ddp.parameters(), lr=config.lr, momentum=config.momentum)
         self.figures = VariantFigures(payload_bytes=None if self.meter is None else [])

@@ -209,10 +209,11 @@ def attach(
     group: "dist.ProcessGroup",
     timeout: float,
     ring_gather_from: int | None = None,
+    segment_from: int | None = None,
 ) -> "ByteMeter | None":
     """Register ``variant``'s hook on ``ddp`` (its process group ``group``); returns the gradzip
-    byte meter of a gradzip variant, else None. ``ring_gather_from``: the gradzip transport's
-    (:class:`~gradzip.comm.distributed.DistributedTransport`)."""
+    byte meter of a gradzip variant, else None. ``ring_gather_from``, ``segment_from``: the
+    gradzip transport's (:class:`~gradzip.comm.distributed.DistributedTransport`)."""
     if variant.kind in ("none", "fp32"):
         if variant.kind == "none":
             ddp.register_comm_hook(None, local_gradient_hook)
@@ -241,7 +242,10 @@ def attach(
 
         scheme = variant.spec.build(RUN_SEED)
         transport = DistributedTransport(
-            group=group, timeout=timeout, ring_gather_from=ring_gather_from
+            group=group,
+            timeout=timeout,
+            ring_gather_from=ring_gather_from,
+            segment_from=segment_from,
         )
         hook_state = register_gradzip_hook(ddp, scheme, transport=transport)
         return hook_state.transport.meter

@@ -108,14 +108,17 @@ class MeasuredRow:
     #: the link probe's latency of one small all-to-all over ``P - 1``: seconds a message
     #: (None: the file has no latency probe)
     probed_alpha_s: float | None = None
+    #: the run's ``--segment-from`` (None: one all-to-all per slot exchange)
+    segment_from: int | None = None
     #: whether a probe figure was lent by another file's row of the same links
     #: (:func:`~gradzip_lab.bench.project_borrowed_probes.lend_probes`)
     probe_borrowed: bool = False
 
     @property
-    def configuration(self) -> tuple[str, int, str, str, int, int | None]:
+    def configuration(self) -> tuple[str, int, str, str, int, int | None, int | None]:
         """What a later measurement of the same thing shares: model, P, rate, variant, K and
-        the transport's gather form."""
+        the transport's gather form and segmenting."""
+        segments = self.segment_from if self.variant.startswith("gradzip:") else None
         return (
             self.model,
             self.world_size,
@@ -123,6 +126,7 @@ class MeasuredRow:
             self.variant,
             self.ranks_per_node,
             self.gathers,
+            segments,
         )
 
     @property
@@ -157,6 +161,7 @@ def read_rows(path: str | Path) -> list[MeasuredRow]:
         cpu_count = int(data.get("cpu_count") or data.get("machine", {}).get("cpu_count") or 0)
         file_nodes = int(data.get("ranks_per_node") or 1)
         ring_from = data.get("ring_gather_from")
+        segment_from = data.get("segment_from")
         measured_at, cpu = _when_and_where(Path(path), data)
         rows = []
         for run in runs:
@@ -179,6 +184,7 @@ def read_rows(path: str | Path) -> list[MeasuredRow]:
                     measured_at=measured_at,
                     cpu=cpu,
                     ring_gather_from=None if ring_from is None else int(ring_from),
+                    segment_from=None if segment_from is None else int(segment_from),
                     alltoall_efficiency=_probed_efficiency(run.get("link_probe")),
                     probed_alpha_s=_probed_alpha(run.get("link_probe"), int(run["world_size"])),
                 )
@@ -236,7 +242,7 @@ def newest(rows: list[MeasuredRow]) -> tuple[list[MeasuredRow], list[str]]:
     same configuration measured code that has changed since (a faster hook, another wire
     pattern), so it is listed as superseded rather than scored. Rows of one file share its date
     (a ``--mode both`` file's isolated and interleaved rows are both kept)."""
-    latest: dict[tuple[str, int, str, str, int, int | None], str] = {}
+    latest: dict[tuple[str, int, str, str, int, int | None, int | None], str] = {}
     for r in rows:
         key = r.configuration
         latest[key] = max(latest.get(key, ""), r.measured_at)
@@ -366,7 +372,11 @@ def validation_table(checked: list[Checked]) -> str:
     for c in checked:
         mb = f"{c.row.mb_per_rank:9.3f}" if c.row.mb_per_rank is not None else f"{'-':>9}"
         eff, alpha = c.row.alltoall_efficiency, c.row.probed_alpha_s
-        form = gather_form(c.row.gathers) if c.row.variant.startswith("gradzip:") else "-"
+        form = "-"
+        if c.row.variant.startswith("gradzip:"):
+            form = gather_form(c.row.gathers)
+            if c.row.segment_from is not None:
+                form += f",seg>={c.row.segment_from}"
         lent = "*" if c.row.probe_borrowed else ""
         probed = (
             f"{'-' if eff is None else f'{eff:.2f}{lent}':>8} "

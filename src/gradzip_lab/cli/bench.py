@@ -184,6 +184,8 @@ def cmd_bench_cluster(args: argparse.Namespace) -> int:
         return fail(CLUSTER, f"--ranks-per-node must be >= 1, got {args.ranks_per_node}")
     if args.ring_gather_from is not None and args.ring_gather_from < 0:
         return fail(CLUSTER, f"--ring-gather-from must be >= 0 bytes, got {args.ring_gather_from}")
+    if args.segment_from is not None and args.segment_from < 1:
+        return fail(CLUSTER, f"--segment-from must be >= 1 byte, got {args.segment_from}")
     uneven = [p for p in args.world_sizes if p % args.ranks_per_node]
     if uneven:
         return fail(
@@ -254,6 +256,7 @@ def cmd_bench_cluster(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         batch=args.batch,
         ring_gather_from=args.ring_gather_from,
+        segment_from=args.segment_from,
     )
 
 
@@ -330,6 +333,12 @@ def add_cluster_parser(bench_sub: argparse._SubParsersAction) -> None:  # type: 
         help="gradzip variants: all-gathers of slots of at least BYTES (0: all) take gloo's "
         "ring all-gather instead of an all-to-all to every peer (DistributedTransport's "
         "ring_gather_from; default: none do)",
+    )  # fmt: skip
+    p_cluster.add_argument(
+        "--segment-from", type=int, metavar="BYTES",
+        help="gradzip variants: all-to-alls (and all-gathers sent as one) of slots of at least "
+        "BYTES go as 64 KiB messages to and from every peer, all posted at once, instead of "
+        "one all_to_all_single (DistributedTransport's segment_from; default: none do)",
     )  # fmt: skip
     p_cluster.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p_cluster.add_argument(

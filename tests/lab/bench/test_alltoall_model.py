@@ -209,3 +209,23 @@ def test_the_all_gathers_codec_is_a_run_of_the_scheme_plus_a_decode_a_rank_past_
     # each rank past eight adds one decode of every coordinate
     at_24 = predict(spec, work, 24, Network(link, link)).codec_s
     assert at_24 == pytest.approx(work.numel * (9e-9 + 16 * 2e-9))
+
+
+def test_segmented_runs_are_a_configuration_of_their_own(tmp_path: Path) -> None:
+    from gradzip_lab.bench.project_validate import Checked, validation_table
+
+    plain = read_rows(_cluster_file(tmp_path / "plain.json", None, None))
+    path = _cluster_file(tmp_path / "seg.json", None, None)
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps(dict(data, segment_from=1 << 20)))
+    segmented = read_rows(path)
+    assert segmented[0].segment_from == 1 << 20 and plain[0].segment_from is None
+    later = [replace(r, measured_at="2026-12-31T00:00:00+00:00") for r in segmented]
+    kept, _ = newest(plain + later)
+    # the gradzip rows measure two transports: both kept; fp32 is DDP's either way: the later
+    assert sorted((r.source, r.variant) for r in kept) == [
+        ("plain.json", "gradzip:qsgd:allreduce"), ("seg.json", "fp32"),
+        ("seg.json", "gradzip:qsgd:allreduce"),
+    ]  # fmt: skip
+    table = validation_table([Checked(segmented[0], 4000.0, 30.0)])
+    assert "a2a,seg>=1048576" in table

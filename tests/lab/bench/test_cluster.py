@@ -57,6 +57,7 @@ def test_refuses_without_iproute2(
         (["--target-loss", "-1", "--steps", "20"], "--target-loss > 0"),
         (["--lr", "0"], "--lr must be > 0"),
         (["--ring-gather-from", "-1"], "--ring-gather-from must be >= 0 bytes, got -1"),
+        (["--segment-from", "0"], "--segment-from must be >= 1 byte, got 0"),
     ],
 )
 def test_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

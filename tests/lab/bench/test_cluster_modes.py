@@ -301,9 +301,11 @@ def test_the_ring_gather_threshold_reaches_every_rank_and_the_record(
     out = tmp_path / "c.json"
     names = ["gradzip:fp16+ef:powersgd[r1,start2]"]
     cluster.run([2], ["100mbit"], "fc-300-100", 3, 2, select(names), 60.0,
-                json_path=str(out), ring_gather_from=65536)  # fmt: skip
+                json_path=str(out), ring_gather_from=65536, segment_from=1 << 20)  # fmt: skip
     assert [c.ring_gather_from for configs in launched for c in configs] == [65536, 65536]
-    assert json.loads(out.read_text())["ring_gather_from"] == 65536
+    assert [c.segment_from for configs in launched for c in configs] == [1 << 20, 1 << 20]
+    record = json.loads(out.read_text())
+    assert record["ring_gather_from"] == 65536 and record["segment_from"] == 1 << 20
 
 
 def test_a_gradzip_variant_builds_its_transport_with_the_threshold(
@@ -323,5 +325,7 @@ def test_a_gradzip_variant_builds_its_transport_with_the_threshold(
     monkeypatch.setattr(distributed, "DistributedTransport", recording)
     variant = select(["gradzip:qsgd:allreduce"])[0]
     with pytest.raises(RefusedError):
-        attach(variant, None, "group", 9.0, 4096)  # type: ignore[arg-type]
-    assert built == [{"group": "group", "timeout": 9.0, "ring_gather_from": 4096}]
+        attach(variant, None, "group", 9.0, 4096, 1 << 20)  # type: ignore[arg-type]
+    assert built == [
+        {"group": "group", "timeout": 9.0, "ring_gather_from": 4096, "segment_from": 1 << 20}
+    ]
