@@ -14,10 +14,8 @@ never probed keeps the defaults.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from gradzip_lab.bench.project_validate import MeasuredRow
+from gradzip_lab.bench.project_rows import MeasuredRow
 
 #: the fields a probe gives a row
 _PROBED = ("alltoall_efficiency", "probed_alpha_s")
