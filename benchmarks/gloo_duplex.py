@@ -10,8 +10,8 @@ the rate of every repetition in MB/s a direction. On the development VM gloo mov
 message both ways at once at half the link's rate in most repetitions and at the full rate
 in others, while one way, the 64 KiB messages both ways, and a plain socket both ways ran at
 the rate: a limit of gloo's one large message, not of the emulated link (docs/performance.md,
-the scaling model's last miss). The ranks share the
-machine's cores; the figures are of this machine.
+the scaling model's last miss). The ranks share the machine's cores; the figures are of this
+machine.
 """
 
 from __future__ import annotations
@@ -83,8 +83,8 @@ def _gloo_rates(rank: int, address: str, sizes: list[int], reps: int) -> list[st
 
 def _socket_rates(rank: int, address: str, sizes: list[int], reps: int) -> list[str]:
     if rank == 0:
-        server = socket.create_server((address, SOCKET_PORT))
-        conn, _ = server.accept()
+        with socket.create_server((address, SOCKET_PORT)) as server:
+            conn, _ = server.accept()
     else:
         conn = _connect(address)
     lines = []

@@ -307,19 +307,19 @@ class DistributedTransport(Transport):
         ]
         posted: list[tuple[int, str, dist.Work]] = []
         try:
-            # every receive first, so each segment meets a posted buffer; then every send
-            for step in range(1, size):
-                src = (rank - step) % size
-                for tag, offset, length in pieces:
-                    into = out.narrow(0, src * slot_bytes + offset, length)
-                    posted.append(
-                        (src, "receive", self._post(dist.irecv, into, src, "receive", tag))
-                    )
-            for step in range(1, size):
-                dst = (rank + step) % size
-                for tag, offset, length in pieces:
-                    piece = inp.narrow(0, dst * slot_bytes + offset, length)
-                    posted.append((dst, "send", self._post(dist.isend, piece, dst, "send", tag)))
+            # every receive first (from rank - 1, rank - 2, ...), so each segment meets a posted
+            # buffer; then every send (to rank + 1, rank + 2, ...)
+            for op, operation, buffer, direction in (
+                (dist.irecv, "receive", out, -1),
+                (dist.isend, "send", inp, 1),
+            ):
+                for step in range(1, size):
+                    peer = (rank + direction * step) % size
+                    for tag, offset, length in pieces:
+                        piece = buffer.narrow(0, peer * slot_bytes + offset, length)
+                        posted.append(
+                            (peer, operation, self._post(op, piece, peer, operation, tag))
+                        )
             for peer, operation, work in posted:
                 self._wait(work, peer, operation)
         except BaseException:

@@ -28,27 +28,24 @@ def _link_key(row: MeasuredRow) -> tuple[int, str, int, str]:
 def lend_probes(rows: list[MeasuredRow]) -> list[MeasuredRow]:
     """``rows`` with each missing probe figure taken from the newest row of the same links that
     has it (:data:`MeasuredRow.probe_borrowed` set on the rows that took one)."""
-    newest: dict[tuple[tuple[int, str, int, str], str], tuple[str, float]] = {}
-    for row in rows:
+    newest: dict[tuple[tuple[int, str, int, str], str], float] = {}
+    for row in sorted(rows, key=lambda r: r.measured_at):  # a later row's figure replaces
         for name in _PROBED:
             value = getattr(row, name)
-            slot = (_link_key(row), name)
-            if value is not None and (slot not in newest or row.measured_at > newest[slot][0]):
-                newest[slot] = (row.measured_at, value)
+            if value is not None:
+                newest[_link_key(row), name] = value
     lent: list[MeasuredRow] = []
     for row in rows:
         links = _link_key(row)
-        found = {name: newest[(links, name)][1] for name in _PROBED if (links, name) in newest}
-        efficiency, alpha = found.get("alltoall_efficiency"), found.get("probed_alpha_s")
-        taken = (row.alltoall_efficiency is None and efficiency is not None) or (
-            row.probed_alpha_s is None and alpha is not None
-        )
-        if taken:
+        efficiency = row.alltoall_efficiency
+        if efficiency is None:
+            efficiency = newest.get((links, "alltoall_efficiency"))
+        alpha = row.probed_alpha_s
+        if alpha is None:
+            alpha = newest.get((links, "probed_alpha_s"))
+        if (efficiency, alpha) != (row.alltoall_efficiency, row.probed_alpha_s):
             row = replace(
-                row,
-                alltoall_efficiency=row.alltoall_efficiency or efficiency,
-                probed_alpha_s=row.probed_alpha_s or alpha,
-                probe_borrowed=True,
+                row, alltoall_efficiency=efficiency, probed_alpha_s=alpha, probe_borrowed=True
             )
         lent.append(row)
     return lent

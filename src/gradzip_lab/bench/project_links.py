@@ -63,12 +63,16 @@ class Link:
         """beta: payload bytes a second."""
         return self.gbit_per_s * 1e9 / 8 * self.efficiency
 
+    def latency_seconds(self, rounds: float) -> float:
+        """``rounds * alpha``: the part of :meth:`seconds` no byte rate changes."""
+        return rounds * self.alpha_s
+
     def seconds(self, rounds: float, nbytes: float, alltoall_bytes: float = 0.0) -> float:
         """``rounds * alpha + nbytes / beta``, the ``alltoall_bytes`` of ``nbytes`` (those sent
         in all-to-alls) at ``alltoall_efficiency x beta``."""
         ring_bytes = nbytes - alltoall_bytes
         return (
-            rounds * self.alpha_s
+            self.latency_seconds(rounds)
             + ring_bytes / self.bytes_per_s
             + alltoall_bytes / (self.bytes_per_s * self.alltoall_efficiency)
         )

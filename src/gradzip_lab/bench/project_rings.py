@@ -252,7 +252,7 @@ def _ring(
     for m in numels:
         t = sizes.tensor(m, p)
         scales_s = link.seconds(t.scales.rounds, t.scales.nbytes)
-        codes_latency_s = t.codes.rounds * link.alpha_s
+        codes_latency_s = link.latency_seconds(t.codes.rounds)
         codes_s = link.seconds(t.codes.rounds, t.codes.nbytes)
         work = m * (enc + dec + extra_s_per_coord) + (p - 1) * math.ceil(m / p) * (pack + 2 * add)
         work /= cpu_share

@@ -14,9 +14,10 @@ socket), each reducing one tensor of ``numel`` values as the DDP hook hands it a
 whatever the other threads take of the cores) the best of ``repeat`` after one untimed call,
 averaged over the ranks and divided by ``numel``.
 
-[CHOICE] At most :data:`MAX_RANKS` ranks (the work a rank does per coordinate changes little past
-them: each rank still quantizes its whole tensor once and decodes the sums once; the slices only
-get thinner), and the codec threads at the caller's setting (one, as the projection runs). What
+[CHOICE] At most :data:`MAX_RANKS` ranks (the integer all-reduce's work a rank per coordinate
+changes little past them: each rank still quantizes its whole tensor once and decodes the sums
+once, the slices only get thinner; the all-gather decodes one more payload a rank, which the
+model adds at the codec's decode speed), and the codec threads at the caller's setting (one, as the projection runs). What
 it leaves out: the transport's framing of real sockets and gloo's own threads (they copy the
 same bytes), and the DDP hook's hand-off to its stage thread.
 """

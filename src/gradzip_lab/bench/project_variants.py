@@ -325,7 +325,7 @@ def _gradzip(spec_text: str, work: Workload, p: int, numels: list[int], net: Net
     comm = net.inter.traffic_seconds(traffic)
     if stages <= 1 or not work.overlap_codec:
         return _waited(comm, codec, traffic.nbytes)
-    latency = traffic.rounds * net.inter.alpha_s
+    latency = net.inter.latency_seconds(traffic.rounds)
     exposed = pipelined_seconds(latency, comm - latency, codec, stages)
     return Exchange(comm, codec, traffic.nbytes, exposed)
 
